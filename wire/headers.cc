@@ -1,0 +1,109 @@
+#include "wire/headers.h"
+
+namespace urxe::wire {
+
+bool gid_is_ipv4_mapped(const Gid& g) {
+  for (int i = 0; i < 10; ++i)
+    if (g[i] != 0) return false;
+  return g[10] == 0xff && g[11] == 0xff;
+}
+
+Gid gid_from_ipv4(const std::array<uint8_t, 4>& a) {
+  Gid g{};
+  g[10] = g[11] = 0xff;
+  for (int i = 0; i < 4; ++i) g[12 + i] = a[i];
+  return g;
+}
+
+Bth parse_bth(const uint8_t* p) {
+  Bth h;
+  h.opcode = p[0];
+  h.se = (p[1] >> 7) & 1;
+  h.migreq = (p[1] >> 6) & 1;
+  h.pad = (p[1] >> 4) & 3;
+  h.tver = p[1] & 0xf;
+  h.pkey = load_be16(p + 2);
+  h.fecn = (p[4] >> 7) & 1;
+  h.becn = (p[4] >> 6) & 1;
+  h.resv6 = p[4] & 0x3f;
+  h.dqpn = load_be24(p + 5);
+  h.ack_req = (p[8] >> 7) & 1;
+  h.resv7 = p[8] & 0x7f;
+  h.psn = load_be24(p + 9);
+  return h;
+}
+
+void write_bth(uint8_t* p, const Bth& h) {
+  p[0] = h.opcode;
+  p[1] = static_cast<uint8_t>((h.se << 7) | (h.migreq << 6) | ((h.pad & 3) << 4) | (h.tver & 0xf));
+  store_be16(p + 2, h.pkey);
+  p[4] = static_cast<uint8_t>((h.fecn << 7) | (h.becn << 6) | (h.resv6 & 0x3f));
+  store_be24(p + 5, h.dqpn);
+  p[8] = static_cast<uint8_t>((h.ack_req << 7) | (h.resv7 & 0x7f));
+  store_be24(p + 9, h.psn);
+}
+
+Reth parse_reth(const uint8_t* p) { return Reth{load_be64(p), load_be32(p + 8), load_be32(p + 12)}; }
+void write_reth(uint8_t* p, const Reth& h) {
+  store_be64(p, h.va);
+  store_be32(p + 8, h.rkey);
+  store_be32(p + 12, h.dma_len);
+}
+
+Aeth parse_aeth(const uint8_t* p) { return Aeth{p[0], load_be24(p + 1)}; }
+void write_aeth(uint8_t* p, const Aeth& h) {
+  p[0] = h.syndrome;
+  store_be24(p + 1, h.msn);
+}
+
+std::string_view nak_code_name(uint8_t code) {
+  switch (code) {
+    case 0: return "PSN_SEQUENCE_ERROR";
+    case 1: return "INVALID_REQUEST";
+    case 2: return "REMOTE_ACCESS_ERROR";
+    case 3: return "REMOTE_OPERATIONAL_ERROR";
+    case 4: return "INVALID_RD_REQUEST";
+    default: return "RESERVED";
+  }
+}
+
+uint64_t rnr_timer_ns(uint8_t code) {
+  // Table 45, in units of 10 ns.
+  static constexpr uint32_t k10ns[32] = {
+      65536000, 1000,   2000,   3000,   4000,    6000,    8000,    12000,   16000,   24000,   32000,
+      48000,    64000,  96000,  128000, 192000,  256000,  384000,  512000,  768000,  1024000, 1536000,
+      2048000,  3072000, 4096000, 6144000, 8192000, 12288000, 16384000, 24576000, 32768000, 49152000};
+  return uint64_t{k10ns[code & 0x1f]} * 10;
+}
+
+AtomicEth parse_atomic_eth(const uint8_t* p) {
+  return AtomicEth{load_be64(p), load_be32(p + 8), load_be64(p + 12), load_be64(p + 20)};
+}
+void write_atomic_eth(uint8_t* p, const AtomicEth& h) {
+  store_be64(p, h.va);
+  store_be32(p + 8, h.rkey);
+  store_be64(p + 12, h.swap_add);
+  store_be64(p + 20, h.compare);
+}
+
+AtomicAckEth parse_atomic_ack_eth(const uint8_t* p) { return AtomicAckEth{load_be64(p)}; }
+void write_atomic_ack_eth(uint8_t* p, const AtomicAckEth& h) { store_be64(p, h.orig_data); }
+
+Deth parse_deth(const uint8_t* p) { return Deth{load_be32(p), load_be24(p + 5)}; }
+void write_deth(uint8_t* p, const Deth& h) {
+  store_be32(p, h.qkey);
+  p[4] = 0;
+  store_be24(p + 5, h.src_qp);
+}
+
+uint16_t ipv4_header_checksum(const uint8_t* hdr, uint32_t len) {
+  uint32_t sum = 0;
+  for (uint32_t i = 0; i + 1 < len; i += 2) {
+    if (i == 10) continue;  // the checksum field itself
+    sum += load_be16(hdr + i);
+  }
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+}  // namespace urxe::wire

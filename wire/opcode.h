@@ -1,0 +1,74 @@
+// The one RoCEv2 opcode table (IBTA 9.2, Table 35): everything that depends on the BTH opcode reads it.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace urxe::wire {
+
+enum class Transport : uint8_t { rc = 0, uc = 1, rd = 2, ud = 3, cnp = 4, xrc = 5, none = 0xff };
+
+// Extension headers, in the order they follow the BTH on the wire.
+enum ExtHeader : uint16_t {
+  kRdeth = 1u << 0,  // RD only; never valid here (RD opcodes are not in the table)
+  kDeth = 1u << 1,
+  kReth = 1u << 2,
+  kAtomicEth = 1u << 3,
+  kAeth = 1u << 4,
+  kAtomicAckEth = 1u << 5,
+  kImmDt = 1u << 6,
+  kIeth = 1u << 7,
+};
+
+// Where a packet sits in a message.
+enum class Position : uint8_t { none = 0, first, middle, last, only };
+
+// What kind of operation, independent of transport and position.
+enum class OpKind : uint8_t { none = 0, send, rdma_write, rdma_read_request, rdma_read_response, ack,
+                              atomic_ack, compare_swap, fetch_add, cnp };
+
+struct OpcodeInfo {
+  std::string_view name;  // IBTA name, e.g. "RC SEND_FIRST"
+  Transport transport = Transport::none;
+  OpKind kind = OpKind::none;
+  Position position = Position::none;
+  uint16_t headers = 0;  // ExtHeader bits
+  bool has_payload = false;  // a data payload may follow the headers
+  bool is_request = false;   // requester → responder
+  bool is_response = false;  // responder → requester (ACK, READ response, atomic ACK)
+  bool with_imm = false;
+  bool with_inv = false;
+  uint8_t ext_len = 0;  // total length of the extension headers in bytes
+  bool valid() const { return transport != Transport::none; }
+  bool is_first() const { return position == Position::first || position == Position::only; }
+  bool is_last() const { return position == Position::last || position == Position::only; }
+};
+
+// Extension header sizes (IBTA 9.3).
+inline constexpr uint32_t kEthLen = 14, kVlanLen = 4, kIpv4MinLen = 20, kIpv6Len = 40, kUdpLen = 8;
+inline constexpr uint32_t kBthLen = 12, kRethLen = 16, kAethLen = 4, kAtomicEthLen = 28,
+                          kAtomicAckEthLen = 8, kImmDtLen = 4, kIethLen = 4, kDethLen = 8, kIcrcLen = 4,
+                          kCnpPayloadLen = 16;
+inline constexpr uint16_t kRoceV2Port = 4791;
+
+namespace op {
+inline constexpr uint8_t kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60, kCnpBase = 0x80, kXrc = 0xa0;
+inline constexpr uint8_t send_first = 0x00, send_middle = 0x01, send_last = 0x02, send_last_imm = 0x03,
+                         send_only = 0x04, send_only_imm = 0x05, write_first = 0x06, write_middle = 0x07,
+                         write_last = 0x08, write_last_imm = 0x09, write_only = 0x0a, write_only_imm = 0x0b,
+                         read_request = 0x0c, read_response_first = 0x0d, read_response_middle = 0x0e,
+                         read_response_last = 0x0f, read_response_only = 0x10, acknowledge = 0x11,
+                         atomic_acknowledge = 0x12, compare_swap = 0x13, fetch_add = 0x14,
+                         send_last_inv = 0x16, send_only_inv = 0x17;
+inline constexpr uint8_t cnp = 0x81;
+}  // namespace op
+
+const std::array<OpcodeInfo, 256>& opcode_table();
+inline const OpcodeInfo& opcode_info(uint8_t opcode) { return opcode_table()[opcode]; }
+
+// Combine a transport base (op::kRc, op::kUc, op::kUd) with a low-5-bit operation code.
+constexpr uint8_t make_opcode(uint8_t transport_base, uint8_t op_low) {
+  return static_cast<uint8_t>(transport_base | op_low);
+}
+
+}  // namespace urxe::wire

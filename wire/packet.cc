@@ -1,0 +1,276 @@
+#include "wire/packet.h"
+
+#include <cstring>
+
+namespace urxe::wire {
+namespace {
+
+uint32_t sum16(const uint8_t* p, uint32_t n, uint32_t sum) {
+  uint32_t i = 0;
+  for (; i + 1 < n; i += 2) sum += load_be16(p + i);
+  if (i < n) sum += uint32_t{p[i]} << 8;
+  return sum;
+}
+uint16_t fold(uint32_t sum) {
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(sum);
+}
+
+// One's-complement sum of the IP pseudo-header and the UDP datagram (checksum field included as stored).
+uint16_t udp_sum(uint8_t ip_version, const uint8_t* ip, const uint8_t* udp, uint32_t udp_len) {
+  uint32_t s = 0;
+  if (ip_version == 4) {
+    s = sum16(ip + 12, 8, s);  // src + dst
+    s += kIpProtoUdp;
+    s += udp_len;
+  } else {
+    s = sum16(ip + 8, 32, s);
+    s += udp_len >> 16;
+    s += udp_len & 0xffff;
+    s += kIpProtoUdp;
+  }
+  return fold(sum16(udp, udp_len, s));
+}
+
+}  // namespace
+
+std::string_view to_string(ParseError e) {
+  switch (e) {
+    case ParseError::ok: return "ok";
+    case ParseError::truncated: return "truncated";
+    case ParseError::not_roce: return "not RoCE";
+    case ParseError::bad_version: return "bad version";
+    case ParseError::bad_length: return "bad length";
+    case ParseError::bad_checksum: return "bad checksum";
+    case ParseError::unknown_opcode: return "unknown opcode";
+    case ParseError::bad_pad: return "bad pad";
+    case ParseError::bad_icrc: return "bad ICRC";
+  }
+  return "?";
+}
+
+Gid Packet::src_gid() const { return ip_version == 4 ? gid_from_ipv4(ip4.src) : ip6.src; }
+Gid Packet::dst_gid() const { return ip_version == 4 ? gid_from_ipv4(ip4.dst) : ip6.dst; }
+
+ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
+  out = Packet{};
+  const uint8_t* f = frame.data();
+  const uint32_t n = static_cast<uint32_t>(frame.size() > 0xffffffffu ? 0xffffffffu : frame.size());
+  if (n < kEthLen) return ParseError::truncated;
+  std::memcpy(out.eth.dst.data(), f, 6);
+  std::memcpy(out.eth.src.data(), f + 6, 6);
+  uint32_t l3 = kEthLen;
+  out.eth.ethertype = load_be16(f + 12);
+  if (out.eth.ethertype == kEtherTypeVlan) {
+    if (n < kEthLen + kVlanLen) return ParseError::truncated;
+    out.eth.has_vlan = true;
+    out.eth.vlan_tci = load_be16(f + 14);
+    out.eth.ethertype = load_be16(f + 16);
+    l3 += kVlanLen;
+  }
+  out.l3_offset = l3;
+  uint32_t l4 = 0, ip_end = 0, ip_hdr_len = 0;
+  const uint8_t* ip = f + l3;
+  if (out.eth.ethertype == kEtherTypeIpv4) {
+    if (n < l3 + kIpv4MinLen) return ParseError::truncated;
+    out.ip_version = 4;
+    Ipv4Header& h = out.ip4;
+    h.ihl = ip[0] & 0xf;
+    h.tos = ip[1];
+    h.total_len = load_be16(ip + 2);
+    h.id = load_be16(ip + 4);
+    h.frag = load_be16(ip + 6);
+    h.ttl = ip[8];
+    h.protocol = ip[9];
+    h.checksum = load_be16(ip + 10);
+    std::memcpy(h.src.data(), ip + 12, 4);
+    std::memcpy(h.dst.data(), ip + 16, 4);
+    if ((ip[0] >> 4) != 4) return ParseError::bad_version;
+    ip_hdr_len = uint32_t{h.ihl} * 4;
+    if (h.ihl < 5) return ParseError::bad_length;
+    if (n < l3 + ip_hdr_len) return ParseError::truncated;
+    if (opt.verify_checksums && ipv4_header_checksum(ip, ip_hdr_len) != h.checksum)
+      return ParseError::bad_checksum;
+    if (h.total_len < ip_hdr_len) return ParseError::bad_length;
+    if (h.protocol != kIpProtoUdp) return ParseError::not_roce;
+    if (h.frag & (kIpv4FlagMf | kIpv4FragOffsetMask)) return ParseError::not_roce;
+    ip_end = l3 + h.total_len;
+    if (ip_end > n) return ParseError::truncated;
+  } else if (out.eth.ethertype == kEtherTypeIpv6) {
+    if (n < l3 + kIpv6Len) return ParseError::truncated;
+    out.ip_version = 6;
+    Ipv6Header& h = out.ip6;
+    h.traffic_class = static_cast<uint8_t>(((ip[0] & 0xf) << 4) | (ip[1] >> 4));
+    h.flow_label = ((uint32_t{ip[1]} & 0xf) << 16) | load_be16(ip + 2);
+    h.payload_len = load_be16(ip + 4);
+    h.next_header = ip[6];
+    h.hop_limit = ip[7];
+    std::memcpy(h.src.data(), ip + 8, 16);
+    std::memcpy(h.dst.data(), ip + 24, 16);
+    if ((ip[0] >> 4) != 6) return ParseError::bad_version;
+    ip_hdr_len = kIpv6Len;
+    if (h.next_header != kIpProtoUdp) return ParseError::not_roce;
+    ip_end = l3 + kIpv6Len + h.payload_len;
+    if (ip_end > n) return ParseError::truncated;
+  } else {
+    return ParseError::not_roce;
+  }
+  l4 = l3 + ip_hdr_len;
+  out.l4_offset = l4;
+  if (ip_end < l4 + kUdpLen) return ParseError::bad_length;
+  const uint8_t* udp = f + l4;
+  out.udp = UdpHeader{load_be16(udp), load_be16(udp + 2), load_be16(udp + 4), load_be16(udp + 6)};
+  if (out.udp.dport != kRoceV2Port) return ParseError::not_roce;
+  if (out.udp.length != ip_end - l4) return ParseError::bad_length;
+  if (opt.verify_checksums && out.udp.checksum != 0 &&
+      udp_sum(out.ip_version, ip, udp, out.udp.length) != 0xffff)
+    return ParseError::bad_checksum;
+
+  const uint32_t bth_off = l4 + kUdpLen;
+  out.bth_offset = bth_off;
+  if (ip_end < bth_off + kBthLen + kIcrcLen) return ParseError::bad_length;
+  out.bth = parse_bth(f + bth_off);
+  out.frame_len = ip_end;
+  if (out.bth.tver != 0) return ParseError::bad_version;
+  const OpcodeInfo& info = opcode_info(out.bth.opcode);
+  if (!info.valid()) return ParseError::unknown_opcode;
+  out.info = &info;
+  uint32_t pos = bth_off + kBthLen;
+  const uint32_t icrc_off = ip_end - kIcrcLen;
+  if (icrc_off < pos + info.ext_len) return ParseError::bad_length;
+  out.present = info.headers;
+  const uint16_t h = info.headers;
+  if (h & kDeth) out.deth = parse_deth(f + pos), pos += kDethLen;
+  if (h & kReth) out.reth = parse_reth(f + pos), pos += kRethLen;
+  if (h & kAtomicEth) out.atomic_eth = parse_atomic_eth(f + pos), pos += kAtomicEthLen;
+  if (h & kAeth) out.aeth = parse_aeth(f + pos), pos += kAethLen;
+  if (h & kAtomicAckEth) out.atomic_ack_eth = parse_atomic_ack_eth(f + pos), pos += kAtomicAckEthLen;
+  if (h & kImmDt) out.imm = load_be32(f + pos), pos += kImmDtLen;
+  if (h & kIeth) out.ieth_rkey = load_be32(f + pos), pos += kIethLen;
+  if (info.kind == OpKind::cnp) pos += kCnpPayloadLen;
+  out.payload_offset = pos;
+  const uint32_t region = icrc_off - pos;
+  out.icrc = load_le32(f + icrc_off);
+  if (!info.has_payload) {
+    if (region != 0) return ParseError::bad_length;
+    if (out.bth.pad != 0) return ParseError::bad_pad;
+  } else {
+    if (out.bth.pad > region || (region & 3) != 0) return ParseError::bad_pad;
+    out.payload_len = region - out.bth.pad;
+    out.payload = ByteSpan(f + pos, out.payload_len);
+  }
+  if (opt.verify_icrc) {
+    out.icrc_checked = true;
+    out.icrc_expected = compute_icrc(ByteSpan(ip, icrc_off - l3), out.ip_version, ip_hdr_len);
+    out.icrc_ok = out.icrc_expected == out.icrc;
+    if (!out.icrc_ok) return ParseError::bad_icrc;
+  }
+  return ParseError::ok;
+}
+
+uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len) {
+  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
+  uint32_t pad = info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0;
+  if (!info.has_payload) payload_len = 0;
+  return kEthLen + (spec.has_vlan ? kVlanLen : 0) + (spec.ip_version == 4 ? kIpv4MinLen : kIpv6Len) + kUdpLen +
+         kBthLen + info.ext_len + payload_len + pad + kIcrcLen;
+}
+
+bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout) {
+  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
+  if (!info.valid() || (!info.has_payload && payload_len != 0)) return false;
+  if (payload_len > 0xffffu) return false;
+  const uint32_t total = frame_size(spec, payload_len);
+  if (out.size() < total) return false;
+  uint8_t* f = out.data();
+  layout = FrameLayout{};
+  layout.ip_version = spec.ip_version == 6 ? 6 : 4;
+  layout.udp_checksum = spec.udp_checksum;
+  std::memcpy(f, spec.dst_mac.data(), 6);
+  std::memcpy(f + 6, spec.src_mac.data(), 6);
+  uint32_t l3 = kEthLen;
+  const uint16_t ethertype = layout.ip_version == 4 ? kEtherTypeIpv4 : kEtherTypeIpv6;
+  if (spec.has_vlan) {
+    store_be16(f + 12, kEtherTypeVlan);
+    store_be16(f + 14, spec.vlan_tci);
+    store_be16(f + 16, ethertype);
+    l3 += kVlanLen;
+  } else {
+    store_be16(f + 12, ethertype);
+  }
+  uint8_t* ip = f + l3;
+  const uint32_t ip_hdr_len = layout.ip_version == 4 ? kIpv4MinLen : kIpv6Len;
+  const uint32_t udp_len = total - l3 - ip_hdr_len;
+  if (layout.ip_version == 4) {
+    ip[0] = 0x45;
+    ip[1] = spec.traffic_class;
+    store_be16(ip + 2, static_cast<uint16_t>(ip_hdr_len + udp_len));
+    store_be16(ip + 4, spec.ip_id);
+    store_be16(ip + 6, spec.df ? kIpv4FlagDf : 0);
+    ip[8] = spec.ttl;
+    ip[9] = kIpProtoUdp;
+    std::memcpy(ip + 12, spec.src_ip.data() + 12, 4);
+    std::memcpy(ip + 16, spec.dst_ip.data() + 12, 4);
+    store_be16(ip + 10, ipv4_header_checksum(ip, kIpv4MinLen));
+  } else {
+    store_be32(ip, (6u << 28) | (uint32_t{spec.traffic_class} << 20) | (spec.flow_label & 0xfffff));
+    store_be16(ip + 4, static_cast<uint16_t>(udp_len));
+    ip[6] = kIpProtoUdp;
+    ip[7] = spec.ttl;
+    std::memcpy(ip + 8, spec.src_ip.data(), 16);
+    std::memcpy(ip + 24, spec.dst_ip.data(), 16);
+  }
+  uint8_t* udp = ip + ip_hdr_len;
+  store_be16(udp, spec.udp_sport);
+  store_be16(udp + 2, spec.udp_dport);
+  store_be16(udp + 4, static_cast<uint16_t>(udp_len));
+  store_be16(udp + 6, 0);
+  Bth bth = spec.bth;
+  bth.pad = static_cast<uint8_t>(info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0);
+  uint8_t* p = udp + kUdpLen;
+  write_bth(p, bth);
+  p += kBthLen;
+  const uint16_t h = info.headers;
+  if (h & kDeth) write_deth(p, spec.deth), p += kDethLen;
+  if (h & kReth) write_reth(p, spec.reth), p += kRethLen;
+  if (h & kAtomicEth) write_atomic_eth(p, spec.atomic_eth), p += kAtomicEthLen;
+  if (h & kAeth) write_aeth(p, spec.aeth), p += kAethLen;
+  if (h & kAtomicAckEth) write_atomic_ack_eth(p, spec.atomic_ack_eth), p += kAtomicAckEthLen;
+  if (h & kImmDt) store_be32(p, spec.imm), p += kImmDtLen;
+  if (h & kIeth) store_be32(p, spec.ieth_rkey), p += kIethLen;
+  if (info.kind == OpKind::cnp) std::memset(p, 0, kCnpPayloadLen), p += kCnpPayloadLen;
+  layout.l3_offset = l3;
+  layout.ip_hdr_len = ip_hdr_len;
+  layout.payload_offset = static_cast<uint32_t>(p - f);
+  layout.payload_len = payload_len;
+  layout.pad = bth.pad;
+  layout.frame_len = total;
+  return true;
+}
+
+void seal_frame(MutByteSpan frame, const FrameLayout& layout) {
+  uint8_t* f = frame.data();
+  std::memset(f + layout.payload_offset + layout.payload_len, 0, layout.pad);
+  const uint32_t icrc_off = layout.frame_len - kIcrcLen;
+  uint8_t* ip = f + layout.l3_offset;
+  store_le32(f + icrc_off,
+             compute_icrc(ByteSpan(ip, icrc_off - layout.l3_offset), layout.ip_version, layout.ip_hdr_len));
+  if (layout.udp_checksum) {
+    uint8_t* udp = ip + layout.ip_hdr_len;
+    const uint32_t udp_len = layout.frame_len - layout.l3_offset - layout.ip_hdr_len;
+    store_be16(udp + 6, 0);
+    uint16_t c = static_cast<uint16_t>(~udp_sum(layout.ip_version, ip, udp, udp_len));
+    store_be16(udp + 6, c == 0 ? 0xffff : c);
+  }
+}
+
+uint32_t build_frame(MutByteSpan out, const FrameSpec& spec, ByteSpan payload) {
+  FrameLayout layout;
+  if (payload.size() > 0xffffu) return 0;
+  if (!build_headers(out, spec, static_cast<uint32_t>(payload.size()), layout)) return 0;
+  if (!payload.empty()) std::memcpy(out.data() + layout.payload_offset, payload.data(), payload.size());
+  seal_frame(out, layout);
+  return layout.frame_len;
+}
+
+}  // namespace urxe::wire

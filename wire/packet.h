@@ -1,0 +1,104 @@
+// Whole RoCEv2 frames: Ethernet [802.1Q] / IPv4|IPv6 / UDP 4791 / BTH / extension headers / payload / pad /
+// ICRC. parse_frame never reads outside the given bytes; build_headers + seal_frame write into a caller's
+// buffer so the engine can gather payload straight into the frame.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "wire/headers.h"
+#include "wire/icrc.h"
+#include "wire/opcode.h"
+
+namespace urxe::wire {
+
+enum class ParseError : uint8_t {
+  ok = 0,
+  truncated,       // the frame ends before a header it announces
+  not_roce,        // not IPv4/IPv6 + UDP to port 4791 (or an IP fragment)
+  bad_version,     // IP version field or BTH TVer not what RoCEv2 allows
+  bad_length,      // IP/UDP lengths disagree with the frame or the opcode's fixed layout
+  bad_checksum,    // IPv4 header checksum or non-zero UDP checksum wrong
+  unknown_opcode,  // BTH opcode not in the RC/UC/UD/CNP table
+  bad_pad,         // pad count larger than the payload, or pad on an opcode without payload
+  bad_icrc,        // everything parsed, but the ICRC does not match
+};
+std::string_view to_string(ParseError e);
+
+struct Packet {
+  EthHeader eth;
+  uint8_t ip_version = 0;  // 4 or 6
+  Ipv4Header ip4;
+  Ipv6Header ip6;
+  UdpHeader udp;
+  Bth bth;
+  const OpcodeInfo* info = nullptr;
+  uint16_t present = 0;  // ExtHeader bits actually present (== info->headers once the BTH parsed)
+  Reth reth;
+  Aeth aeth;
+  AtomicEth atomic_eth;
+  AtomicAckEth atomic_ack_eth;
+  Deth deth;
+  uint32_t imm = 0;        // ImmDt, big-endian wire value
+  uint32_t ieth_rkey = 0;  // IETH
+  uint32_t l3_offset = 0, l4_offset = 0, bth_offset = 0, payload_offset = 0;
+  uint32_t payload_len = 0;  // without pad
+  uint32_t frame_len = 0;    // through the ICRC; Ethernet padding after it is not counted
+  uint32_t icrc = 0;         // as stored
+  uint32_t icrc_expected = 0;
+  bool icrc_checked = false;
+  bool icrc_ok = false;
+  ByteSpan payload;
+  Gid src_gid() const;
+  Gid dst_gid() const;
+};
+
+struct ParseOptions {
+  bool verify_icrc = true;
+  bool verify_checksums = true;  // IPv4 header checksum; UDP checksum when non-zero
+};
+
+// Fills `out` as far as parsing got, even on error (so a decoder can show the fields), and returns the
+// first problem found.
+ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt = {});
+
+struct FrameSpec {
+  MacAddr dst_mac{}, src_mac{};
+  bool has_vlan = false;
+  uint16_t vlan_tci = 0;
+  uint8_t ip_version = 4;
+  Gid src_ip{}, dst_ip{};  // IPv4 as IPv4-mapped (::ffff:a.b.c.d); the last 4 bytes are used
+  uint8_t traffic_class = 0;  // IPv4 TOS / IPv6 traffic class
+  uint8_t ttl = 64;           // TTL / hop limit
+  uint16_t ip_id = 0;
+  bool df = true;
+  uint32_t flow_label = 0;
+  uint16_t udp_sport = 0xc000;
+  uint16_t udp_dport = kRoceV2Port;
+  bool udp_checksum = false;  // RoCEv2 NICs send 0 (rxe even over IPv6)
+  Bth bth;                    // pad is computed from the payload length
+  Reth reth;
+  Aeth aeth;
+  AtomicEth atomic_eth;
+  AtomicAckEth atomic_ack_eth;
+  Deth deth;
+  uint32_t imm = 0;
+  uint32_t ieth_rkey = 0;
+};
+
+struct FrameLayout {
+  uint32_t l3_offset = 0, ip_hdr_len = 0, payload_offset = 0, payload_len = 0, pad = 0, frame_len = 0;
+  uint8_t ip_version = 4;
+  bool udp_checksum = false;
+};
+
+// Size of the frame `spec` would produce with `payload_len` payload bytes.
+uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len);
+// Writes every header; the caller then puts payload_len bytes at out[layout.payload_offset] and calls
+// seal_frame. Returns false (writing nothing) when `out` is too small or the opcode is unknown.
+bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout);
+// Zeroes the pad, writes the ICRC (and the UDP checksum if asked).
+void seal_frame(MutByteSpan frame, const FrameLayout& layout);
+// Convenience: headers + copy of `payload` + seal. Returns the frame length, 0 if it does not fit.
+uint32_t build_frame(MutByteSpan out, const FrameSpec& spec, ByteSpan payload);
+
+}  // namespace urxe::wire
