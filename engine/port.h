@@ -1,0 +1,46 @@
+// The engine's only contact with the outside: a Port moves Ethernet frames, a Clock tells the time. A real
+// port (dpdk/) and a simulated one (tests/) implement the same interface, so every transport behaviour runs
+// deterministically in virtual time.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "wire/headers.h"
+
+namespace urxe::engine {
+
+// A frame buffer owned by the port (an mbuf, a sim slot). `opaque` is the port's handle.
+struct PacketBuf {
+  uint8_t* data = nullptr;
+  uint32_t len = 0;  // frame length (rx: as received; tx: set by the engine before tx_burst)
+  void* opaque = nullptr;
+};
+
+struct PortAttr {
+  wire::MacAddr mac{};
+  uint32_t mtu = 1500;  // Ethernet (IP) MTU of the link; the RoCE path MTU is the largest 256..4096 that fits
+                        // mtu - (IP + UDP + BTH + ext + ICRC) overhead, as rxe does.
+  std::vector<wire::Gid> gids;  // GID table, index = sgid_index
+};
+
+class Port {
+ public:
+  virtual ~Port() = default;
+  virtual const PortAttr& attr() const = 0;
+  // A buffer of at least `size` bytes for an outgoing frame; false when the port has none (backpressure).
+  virtual bool tx_alloc(uint32_t size, PacketBuf& buf) = 0;
+  // Hands frames to the port. Returns how many it took (from the front); the rest stay the caller's.
+  virtual uint32_t tx_burst(PacketBuf* bufs, uint32_t n) = 0;
+  virtual void tx_free(PacketBuf& buf) = 0;
+  // Received frames; each must be returned with rx_free once processed.
+  virtual uint32_t rx_burst(PacketBuf* bufs, uint32_t n) = 0;
+  virtual void rx_free(PacketBuf* bufs, uint32_t n) = 0;
+};
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual uint64_t now_ns() const = 0;
+};
+
+}  // namespace urxe::engine
