@@ -1,0 +1,165 @@
+// The transport engine: RC, UC and UD over a Port, in the time of a Clock. One Engine is one device
+// context. Verbs map 1:1 onto its methods; every method returns 0 or a positive errno with the meaning
+// rdma-core documents (EINVAL, ENOMEM, EBUSY, EOPNOTSUPP, ...), except poll_cq (count or -errno).
+//
+// Threads: progress() runs on one thread (the progress thread). post_send, post_recv, post_srq_recv,
+// poll_cq and req_notify_cq may run on any other threads at the same time: the queues between them are
+// single-producer/single-consumer rings with acquire/release indices (a small per-queue lock serialises
+// several application threads on one queue), preallocated at create time, so these calls never allocate,
+// never block on the progress thread and never make a syscall. The control verbs (create/modify/destroy,
+// reg/dereg) take the engine lock, which progress() also holds while it runs.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "engine/port.h"
+#include "engine/verbs.h"
+
+namespace urxe::engine {
+
+// Limits reported by query_device and enforced at create time (defaults follow kernel rxe's rxe_param.h
+// where a verbs app can observe them).
+struct DeviceAttr {
+  uint64_t max_mr_size = ~0ull;
+  uint32_t max_qp = 4096;  // also the QPN range: qpn_base .. qpn_base + max_qp - 1
+  uint32_t max_qp_wr = 16384;
+  uint32_t max_sge = 32;
+  uint32_t max_sge_rd = 32;
+  uint32_t max_inline_data = 400;
+  uint32_t max_cq = 4096;
+  uint32_t max_cqe = 32767;
+  uint32_t max_mr = 65536;
+  uint32_t max_pd = 4096;
+  uint32_t max_qp_rd_atom = 128;       // max_rd_atomic a QP may ask for
+  uint32_t max_qp_init_rd_atom = 128;  // max_dest_rd_atomic a QP may ask for
+  uint32_t max_srq = 1024;
+  uint32_t max_srq_wr = 16384;
+  uint32_t max_srq_sge = 27;
+  uint32_t max_ah = 32768;
+  uint32_t max_msg_sz = 0x80000000u;  // 2^31, as rxe
+};
+
+struct EngineConfig {
+  DeviceAttr device;
+  uint32_t qpn_base = 0x11;         // first QPN (rxe's first is 0x11); give processes disjoint ranges
+  uint32_t ack_every_n = 16;        // responder ACKs at least every N packets of a long message (≥ 1)
+  uint32_t max_unacked_psns = 256;  // requester's window of unacknowledged PSNs per QP
+  uint32_t rx_burst = 32;           // frames taken from the port per progress() round
+  uint32_t tx_budget = 64;          // packets the requester may send per QP per progress() round (fairness)
+  bool verify_icrc = true;
+};
+
+struct MrInfo {
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+};
+
+// Counters, named like rxe's hw_counters (rdma statistic / sysfs hw_counters), then urxe's own.
+enum class Counter : uint32_t {
+  sent_pkts,
+  rcvd_pkts,
+  duplicate_request,
+  out_of_seq_request,
+  rcvd_rnr_err,
+  send_rnr_err,
+  rcvd_seq_err,
+  ack_deferred,
+  retry_exceeded_err,
+  retry_rnr_exceeded_err,
+  completer_retry_err,
+  send_err,
+  link_downed,
+  rdma_sends,
+  rdma_recvs,
+  // urxe
+  rx_drop_parse,  // frame failed to parse (not RoCE, bad length, ...)
+  rx_drop_icrc,   // bad ICRC
+  rx_drop_qpn,    // no such QP, or the QP's type/state does not take this opcode
+  rx_drop_qkey,   // UD Q_Key mismatch
+  rx_drop_other,  // anything else silently dropped (UC gap, stray response, ...)
+  tx_no_buf,      // port had no tx buffer
+  cq_overflow,
+  num_counters
+};
+const char* counter_name(Counter c);
+
+// Notifications from the engine. Called on the thread running progress() (or the one running a control
+// verb), with the engine lock held: implementations must not call control verbs; post/poll are allowed.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void async_event(const AsyncEvent& ev) = 0;
+  // An armed CQ (req_notify_cq) received a completion that matches the arming; it is now disarmed.
+  virtual void comp_event(uint32_t cq) = 0;
+  // Called on the posting thread after post_send/post_recv/post_srq_recv queued work, so a sleeping
+  // progress thread can be woken (eventfd). Default: nothing.
+  virtual void doorbell() {}
+};
+
+struct EngineImpl;
+
+class Engine {
+ public:
+  Engine(Port& port, Clock& clock, const EngineConfig& config = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const DeviceAttr& device_attr() const;
+  // The largest path MTU the port's link MTU allows (what query_port reports as active_mtu).
+  Mtu active_mtu() const;
+  void set_event_sink(EventSink* sink);
+
+  // PD. dealloc_pd: EBUSY while MRs, QPs, SRQs or AHs use it.
+  int alloc_pd(uint32_t& pd);
+  int dealloc_pd(uint32_t pd);
+
+  // MR over caller memory [addr, addr+length) seen by peers and SGEs as [iova, iova+length) (iova 0 with
+  // ACCESS_ZERO_BASED). lkey = rkey = 24-bit index << 8 | 8-bit key. REMOTE_WRITE/ATOMIC without
+  // LOCAL_WRITE → EINVAL (IBTA).
+  int reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out);
+  int dereg_mr(uint32_t lkey);
+
+  // CQ with at least `cqe` entries (actual count in *actual_cqe). destroy_cq: EBUSY while QPs use it.
+  int create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual_cqe = nullptr);
+  int destroy_cq(uint32_t cq);
+  // Up to `num` completions into wc; returns how many (≥ 0) or -errno.
+  int poll_cq(uint32_t cq, int num, Wc* wc);
+  int req_notify_cq(uint32_t cq, bool solicited_only);
+
+  // QP in RESET. Capacities may be rounded up; the actual ones are returned in *actual.
+  int create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap* actual = nullptr);
+  // attr_mask validated per transition and QP type as the IBTA / rdma-core require (invalid → EINVAL).
+  int modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t attr_mask);
+  int query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init = nullptr);
+  int destroy_qp(uint32_t qpn);
+
+  int create_srq(uint32_t pd, const SrqAttr& attr, uint32_t& srq, SrqAttr* actual = nullptr);
+  int modify_srq(uint32_t srq, const SrqAttr& attr, uint32_t attr_mask);
+  int query_srq(uint32_t srq, SrqAttr& attr);
+  int destroy_srq(uint32_t srq);  // EBUSY while QPs use it
+
+  int create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah);
+  int destroy_ah(uint32_t ah);
+
+  // Data path. On error *bad_wr points at the first WR not posted (those before it are posted).
+  // post_send: EINVAL in RESET/INIT/RTR (and bad opcode/flags/SGE count/inline size for the QP type),
+  // ENOMEM when the send queue is full, EOPNOTSUPP for memory-window and TSO opcodes.
+  // post_recv: EINVAL in RESET or on a QP with an SRQ, ENOMEM when full.
+  int post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr);
+  int post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr);
+  int post_srq_recv(uint32_t srq, const RecvWr* wr, const RecvWr** bad_wr);
+
+  // One round of work: received frames, expired timers, send queues. True when anything was done.
+  bool progress();
+  // Clock time (ns) by which progress() must run again if nothing else happens: 0 when work is pending
+  // now, UINT64_MAX when only new packets or posts can create work.
+  uint64_t next_deadline_ns() const;
+
+  uint64_t counter(Counter c) const;
+
+ private:
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+}  // namespace urxe::engine

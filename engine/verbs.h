@@ -1,0 +1,300 @@
+// The engine's verbs vocabulary. Every enum has the same numeric values as rdma-core 44's
+// <infiniband/verbs.h> (checked by static_asserts in tests/engine), so the provider converts by cast; the
+// structs mirror the libibverbs ones field by field but carry engine handles instead of ibv_* pointers.
+// No libibverbs header is included here: the engine does not depend on rdma-core.
+#pragma once
+#include <cstdint>
+
+#include "wire/headers.h"
+
+namespace urxe::engine {
+
+// ---- completions (ibv_wc_status, ibv_wc_opcode, ibv_wc_flags) ----
+enum WcStatus : uint32_t {
+  WC_SUCCESS = 0,
+  WC_LOC_LEN_ERR = 1,
+  WC_LOC_QP_OP_ERR = 2,
+  WC_LOC_EEC_OP_ERR = 3,
+  WC_LOC_PROT_ERR = 4,
+  WC_WR_FLUSH_ERR = 5,
+  WC_MW_BIND_ERR = 6,
+  WC_BAD_RESP_ERR = 7,
+  WC_LOC_ACCESS_ERR = 8,
+  WC_REM_INV_REQ_ERR = 9,
+  WC_REM_ACCESS_ERR = 10,
+  WC_REM_OP_ERR = 11,
+  WC_RETRY_EXC_ERR = 12,
+  WC_RNR_RETRY_EXC_ERR = 13,
+  WC_LOC_RDD_VIOL_ERR = 14,
+  WC_REM_INV_RD_REQ_ERR = 15,
+  WC_REM_ABORT_ERR = 16,
+  WC_INV_EECN_ERR = 17,
+  WC_INV_EEC_STATE_ERR = 18,
+  WC_FATAL_ERR = 19,
+  WC_RESP_TIMEOUT_ERR = 20,
+  WC_GENERAL_ERR = 21,
+};
+const char* wc_status_str(WcStatus s);
+
+enum WcOpcode : uint32_t {
+  WC_SEND = 0,
+  WC_RDMA_WRITE = 1,
+  WC_RDMA_READ = 2,
+  WC_COMP_SWAP = 3,
+  WC_FETCH_ADD = 4,
+  WC_BIND_MW = 5,
+  WC_LOCAL_INV = 6,
+  WC_RECV = 1u << 7,  // (opcode & WC_RECV) tells a receive completion
+  WC_RECV_RDMA_WITH_IMM = (1u << 7) + 1,
+};
+
+enum WcFlags : uint32_t {
+  WC_GRH = 1u << 0,
+  WC_WITH_IMM = 1u << 1,
+  WC_IP_CSUM_OK = 1u << 2,
+  WC_WITH_INV = 1u << 3,
+};
+
+// Same fields and meaning as struct ibv_wc.
+struct Wc {
+  uint64_t wr_id = 0;
+  WcStatus status = WC_SUCCESS;
+  WcOpcode opcode = WC_SEND;
+  uint32_t vendor_err = 0;
+  uint32_t byte_len = 0;
+  // WC_WITH_IMM: imm_data in network byte order (the bytes as on the wire, like ibv_wc.imm_data);
+  // WC_WITH_INV: the invalidated rkey (host order). Same storage, as in ibv_wc.
+  uint32_t imm_data = 0;
+  uint32_t qp_num = 0;
+  uint32_t src_qp = 0;  // UD: the sender's QPN from the DETH
+  uint32_t wc_flags = 0;
+  uint16_t pkey_index = 0;
+  uint16_t slid = 0;
+  uint8_t sl = 0;
+  uint8_t dlid_path_bits = 0;
+};
+
+// ---- work requests (ibv_wr_opcode, ibv_send_flags) ----
+enum WrOpcode : uint32_t {
+  WR_RDMA_WRITE = 0,
+  WR_RDMA_WRITE_WITH_IMM = 1,
+  WR_SEND = 2,
+  WR_SEND_WITH_IMM = 3,
+  WR_RDMA_READ = 4,
+  WR_ATOMIC_CMP_AND_SWP = 5,
+  WR_ATOMIC_FETCH_AND_ADD = 6,
+  WR_LOCAL_INV = 7,
+  WR_BIND_MW = 8,  // refused: EOPNOTSUPP (no memory windows yet)
+  WR_SEND_WITH_INV = 9,
+  WR_TSO = 10,  // refused: EOPNOTSUPP
+};
+
+enum SendFlags : uint32_t {
+  SEND_FENCE = 1u << 0,
+  SEND_SIGNALED = 1u << 1,
+  SEND_SOLICITED = 1u << 2,
+  SEND_INLINE = 1u << 3,
+  SEND_IP_CSUM = 1u << 4,  // refused on RC/UC/UD: EINVAL
+};
+
+struct Sge {
+  uint64_t addr = 0;  // a virtual address inside the MR named by lkey (the MR's iova space)
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+// Same shape as struct ibv_send_wr. A linked list through `next`, like verbs.
+struct SendWr {
+  uint64_t wr_id = 0;
+  SendWr* next = nullptr;
+  const Sge* sg_list = nullptr;  // with SEND_INLINE: addr is a plain pointer to the bytes, lkey ignored
+  int num_sge = 0;
+  WrOpcode opcode = WR_SEND;
+  uint32_t send_flags = 0;
+  // *_WITH_IMM: imm_data in network byte order (as ibv_send_wr.imm_data); SEND_WITH_INV / LOCAL_INV:
+  // the rkey to invalidate (host order), as ibv_send_wr.invalidate_rkey.
+  uint32_t imm_data = 0;
+  uint32_t invalidate_rkey = 0;
+  struct {
+    uint64_t remote_addr = 0;
+    uint32_t rkey = 0;
+  } rdma;
+  struct {
+    uint64_t remote_addr = 0;
+    uint64_t compare_add = 0;
+    uint64_t swap = 0;
+    uint32_t rkey = 0;
+  } atomic;
+  struct {
+    uint32_t ah = 0;  // handle from Engine::create_ah
+    uint32_t remote_qpn = 0;
+    uint32_t remote_qkey = 0;  // bit 31 set: use the QP's own Q_Key (IBTA "privileged" Q_Key rule)
+  } ud;
+};
+
+// Same shape as struct ibv_recv_wr.
+struct RecvWr {
+  uint64_t wr_id = 0;
+  RecvWr* next = nullptr;
+  const Sge* sg_list = nullptr;
+  int num_sge = 0;
+};
+
+// ---- memory (ibv_access_flags) ----
+enum AccessFlags : uint32_t {
+  ACCESS_LOCAL_WRITE = 1u << 0,
+  ACCESS_REMOTE_WRITE = 1u << 1,
+  ACCESS_REMOTE_READ = 1u << 2,
+  ACCESS_REMOTE_ATOMIC = 1u << 3,
+  ACCESS_MW_BIND = 1u << 4,
+  ACCESS_ZERO_BASED = 1u << 5,
+  ACCESS_ON_DEMAND = 1u << 6,  // refused: EOPNOTSUPP
+  ACCESS_HUGETLB = 1u << 7,
+  ACCESS_RELAXED_ORDERING = 1u << 20,  // IBV_ACCESS_OPTIONAL_FIRST: optional, ignored
+};
+// Optional access bits (IBV_ACCESS_OPTIONAL_RANGE) a device may ignore.
+inline constexpr uint32_t kAccessOptionalRange = 0x3ffu << 20;
+
+// ---- QPs (ibv_qp_type, ibv_qp_state, ibv_mtu, ibv_mig_state, ibv_qp_attr_mask) ----
+enum QpType : uint32_t { QPT_RC = 2, QPT_UC = 3, QPT_UD = 4 };
+
+enum QpState : uint32_t {
+  QPS_RESET = 0,
+  QPS_INIT = 1,
+  QPS_RTR = 2,
+  QPS_RTS = 3,
+  QPS_SQD = 4,
+  QPS_SQE = 5,
+  QPS_ERR = 6,
+  QPS_UNKNOWN = 7,
+};
+const char* qp_state_str(QpState s);
+
+enum Mtu : uint32_t { MTU_256 = 1, MTU_512 = 2, MTU_1024 = 3, MTU_2048 = 4, MTU_4096 = 5 };
+constexpr uint32_t mtu_to_bytes(Mtu m) {
+  return (m >= MTU_256 && m <= MTU_4096) ? (128u << m) : 0;
+}
+
+enum MigState : uint32_t { MIG_MIGRATED = 0, MIG_REARM = 1, MIG_ARMED = 2 };
+
+enum QpAttrMask : uint32_t {
+  QP_STATE = 1u << 0,
+  QP_CUR_STATE = 1u << 1,
+  QP_EN_SQD_ASYNC_NOTIFY = 1u << 2,
+  QP_ACCESS_FLAGS = 1u << 3,
+  QP_PKEY_INDEX = 1u << 4,
+  QP_PORT = 1u << 5,
+  QP_QKEY = 1u << 6,
+  QP_AV = 1u << 7,
+  QP_PATH_MTU = 1u << 8,
+  QP_TIMEOUT = 1u << 9,
+  QP_RETRY_CNT = 1u << 10,
+  QP_RNR_RETRY = 1u << 11,
+  QP_RQ_PSN = 1u << 12,
+  QP_MAX_QP_RD_ATOMIC = 1u << 13,
+  QP_ALT_PATH = 1u << 14,
+  QP_MIN_RNR_TIMER = 1u << 15,
+  QP_SQ_PSN = 1u << 16,
+  QP_MAX_DEST_RD_ATOMIC = 1u << 17,
+  QP_PATH_MIG_STATE = 1u << 18,
+  QP_CAP = 1u << 19,
+  QP_DEST_QPN = 1u << 20,
+  QP_RATE_LIMIT = 1u << 25,
+};
+
+// The RoCEv2 address vector (ibv_ah_attr with its GRH, reduced to what RoCE uses). The provider resolves
+// the destination MAC (ARP/ND); the engine takes it as given.
+struct AddressVector {
+  wire::Gid dgid{};
+  uint8_t sgid_index = 0;  // index into PortAttr::gids; IPv4-mapped sgid → IPv4 frames, else IPv6
+  uint8_t hop_limit = 64;
+  uint8_t traffic_class = 0;
+  uint32_t flow_label = 0;
+  wire::MacAddr dmac{};
+  uint8_t sl = 0;
+  uint8_t port_num = 1;
+};
+
+struct QpCap {
+  uint32_t max_send_wr = 0;
+  uint32_t max_recv_wr = 0;
+  uint32_t max_send_sge = 0;
+  uint32_t max_recv_sge = 0;
+  uint32_t max_inline_data = 0;
+};
+
+struct QpInitAttr {
+  uint32_t send_cq = 0;  // CQ handles
+  uint32_t recv_cq = 0;
+  uint32_t srq = 0;  // 0 = none; else an SRQ handle (the RQ capacities are then ignored)
+  QpCap cap;
+  QpType qp_type = QPT_RC;
+  bool sq_sig_all = false;
+  uint32_t qpn = 0;  // 0: the engine picks; else a wanted QPN inside the engine's range (EBUSY if taken)
+};
+
+// Same fields as struct ibv_qp_attr (without the alternate path, which RoCE does not use: QP_ALT_PATH is
+// refused with EINVAL).
+struct QpAttr {
+  QpState qp_state = QPS_RESET;
+  QpState cur_qp_state = QPS_RESET;
+  Mtu path_mtu = MTU_1024;
+  MigState path_mig_state = MIG_MIGRATED;
+  uint32_t qkey = 0;
+  uint32_t rq_psn = 0;
+  uint32_t sq_psn = 0;
+  uint32_t dest_qp_num = 0;
+  uint32_t qp_access_flags = 0;  // REMOTE_WRITE / REMOTE_READ / REMOTE_ATOMIC
+  QpCap cap;
+  AddressVector ah_attr;
+  uint16_t pkey_index = 0;
+  uint8_t en_sqd_async_notify = 0;
+  uint8_t sq_draining = 0;
+  uint8_t max_rd_atomic = 0;       // outstanding READ/atomic requests this QP may have as requester
+  uint8_t max_dest_rd_atomic = 0;  // responder resources (READ/atomic replay slots)
+  uint8_t min_rnr_timer = 0;       // RNR NAK timer code (IBTA Table 45) this QP sends
+  uint8_t port_num = 1;
+  uint8_t timeout = 0;    // local ACK timeout: 4.096 µs × 2^timeout; 0 = infinite
+  uint8_t retry_cnt = 0;  // 0..7
+  uint8_t rnr_retry = 0;  // 0..7, 7 = retry forever
+  uint32_t rate_limit = 0;
+};
+
+// ---- SRQ (ibv_srq_attr_mask) ----
+enum SrqAttrMask : uint32_t { SRQ_MAX_WR = 1u << 0, SRQ_LIMIT = 1u << 1 };
+struct SrqAttr {
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  uint32_t srq_limit = 0;  // armed when non-zero: SRQ_LIMIT_REACHED once fewer WQEs remain, then disarmed
+};
+
+// ---- async events (ibv_event_type) ----
+enum EventType : uint32_t {
+  EVENT_CQ_ERR = 0,
+  EVENT_QP_FATAL = 1,
+  EVENT_QP_REQ_ERR = 2,
+  EVENT_QP_ACCESS_ERR = 3,
+  EVENT_COMM_EST = 4,
+  EVENT_SQ_DRAINED = 5,
+  EVENT_PATH_MIG = 6,
+  EVENT_PATH_MIG_ERR = 7,
+  EVENT_DEVICE_FATAL = 8,
+  EVENT_PORT_ACTIVE = 9,
+  EVENT_PORT_ERR = 10,
+  EVENT_LID_CHANGE = 11,
+  EVENT_PKEY_CHANGE = 12,
+  EVENT_SM_CHANGE = 13,
+  EVENT_SRQ_ERR = 14,
+  EVENT_SRQ_LIMIT_REACHED = 15,
+  EVENT_QP_LAST_WQE_REACHED = 16,
+  EVENT_CLIENT_REREGISTER = 17,
+  EVENT_GID_CHANGE = 18,
+};
+
+struct AsyncEvent {
+  EventType type = EVENT_CQ_ERR;
+  // The object the event is about: a QPN (QP events), a CQ or SRQ handle, or the port number.
+  uint32_t element = 0;
+};
+
+}  // namespace urxe::engine
