@@ -35,6 +35,13 @@ class Port {
   // Received frames; each must be returned with rx_free once processed.
   virtual uint32_t rx_burst(PacketBuf* bufs, uint32_t n) = 0;
   virtual void rx_free(PacketBuf* bufs, uint32_t n) = 0;
+
+  // Idle sleep for a progress thread: when rx_burst keeps returning 0, call rx_wait_arm(true), try rx_burst
+  // once more (a frame may have come in before arming), then poll(rx_wait_fd(), POLLIN, timeout); after
+  // waking call rx_wait_arm(false) and go back to rx_burst. Wakeups may be spurious. rx_wait_fd() == -1
+  // means the port has nothing to sleep on: sleep briefly (tens of microseconds) instead.
+  virtual int rx_wait_fd() const { return -1; }
+  virtual void rx_wait_arm(bool /*armed*/) {}
 };
 
 class Clock {
