@@ -1,0 +1,218 @@
+// A deterministic simulated Ethernet for engine tests: a virtual clock and N ports joined by links that drop,
+// reorder, duplicate, delay (with jitter), corrupt and MTU-limit frames, every decision drawn from a seeded
+// generator so one seed always replays the same run. Frames live in preallocated per-port buffer pools (no
+// allocation on the data path) and travel as events ordered by (delivery time, sequence number).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/port.h"
+
+namespace urxe::sim {
+
+// splitmix64-seeded xoshiro256**: the same sequence on every platform and standard library (std::
+// distributions are not portable), which is what makes a printed seed a reproducer.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) { reseed(seed); }
+  void reseed(uint64_t seed);
+  uint64_t next();
+  uint64_t below(uint64_t n) { return n ? next() % n : 0; }  // [0, n); the modulo bias is irrelevant here
+  uint64_t range(uint64_t lo, uint64_t hi) { return lo + below(hi - lo + 1); }  // [lo, hi]
+  double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }       // [0, 1)
+  bool chance(double p) { return p > 0 && unit() < p; }
+
+ private:
+  uint64_t s_[4]{};
+};
+
+class SimClock final : public engine::Clock {
+ public:
+  uint64_t now_ns() const override { return now_; }
+  void set(uint64_t t) { now_ = t; }
+
+ private:
+  uint64_t now_ = 0;
+};
+
+// Faults and timing of one direction of a link. Rates are probabilities per frame.
+struct LinkConfig {
+  uint64_t latency_ns = 1000;  // base one-way delay
+  uint64_t jitter_ns = 0;      // + uniform [0, jitter_ns]; jitter alone can reorder frames
+  double drop = 0;
+  double duplicate = 0;  // the copy gets its own delay
+  double reorder = 0;    // this frame is held back by reorder_delay_ns so later ones overtake it
+  uint64_t reorder_delay_ns = 20000;
+  double corrupt = 0;     // flip 1..3 random bits inside the ICRC-covered bytes
+  uint32_t mtu = 0;       // IP MTU of the link; 0 = the sending port's attr().mtu. Larger frames drop.
+  uint64_t rate_bps = 0;  // serialisation rate; 0 = infinitely fast
+};
+
+struct LinkStats {
+  uint64_t sent = 0;         // frames offered to the link
+  uint64_t delivered = 0;    // frames placed in the receiver's rx queue (duplicates included)
+  uint64_t dropped = 0;      // by the drop fault
+  uint64_t duplicated = 0;   // extra copies made
+  uint64_t reordered = 0;    // frames held back
+  uint64_t corrupted = 0;    // frames whose bits were flipped (each must fail ICRC at the receiver)
+  uint64_t oversize = 0;     // dropped for exceeding the MTU
+  uint64_t rx_overflow = 0;  // dropped because the receiver's rx queue was full
+  uint64_t bytes = 0;        // bytes of delivered frames
+};
+
+struct PortConfig {
+  wire::MacAddr mac{};
+  uint32_t mtu = 1500;
+  std::vector<wire::Gid> gids;
+  uint32_t pool_bufs = 1024;  // preallocated tx buffers of this port
+  uint32_t buf_size = 9216;   // each at least as large as any frame the link can carry
+  uint32_t rx_queue = 1024;   // rx ring depth; frames arriving at a full ring are dropped
+};
+
+class SimNet;
+
+class SimPort final : public engine::Port {
+ public:
+  const engine::PortAttr& attr() const override { return attr_; }
+  bool tx_alloc(uint32_t size, engine::PacketBuf& buf) override;
+  uint32_t tx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void tx_free(engine::PacketBuf& buf) override;
+  uint32_t rx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
+
+  uint32_t index() const { return index_; }
+  uint32_t free_bufs() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t pool_size() const { return static_cast<uint32_t>(slots_.size()); }
+  uint32_t rx_pending() const { return rx_count_; }
+  uint64_t tx_frames() const { return tx_frames_; }
+  uint64_t rx_frames() const { return rx_frames_; }
+  uint64_t tx_alloc_failures() const { return tx_alloc_failures_; }
+  // Buffers currently held by the engine (allocated and not yet sent/freed, or received and not yet freed).
+  uint32_t held_by_user() const { return held_; }
+
+ private:
+  friend class SimNet;
+  struct Slot {
+    std::unique_ptr<uint8_t[]> data;
+    uint32_t len = 0;
+    uint32_t state = 0;  // free / tx-held / in flight / rx-queued / rx-held: misuse aborts
+  };
+  SimPort(SimNet* net, uint32_t index, const PortConfig& cfg);
+  int32_t grab();  // a free slot or -1
+  void release(int32_t slot);
+  bool rx_push(SimPort* owner, int32_t slot);
+
+  SimNet* net_;
+  uint32_t index_;
+  engine::PortAttr attr_;
+  PortConfig cfg_;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> free_;
+  // rx ring of (owner port, slot): the frame stays in the sender's pool buffer (zero copy, like a NIC's DMA
+  // into an mbuf) and goes back to that pool on rx_free.
+  struct RxEntry {
+    SimPort* owner = nullptr;
+    int32_t slot = -1;
+  };
+  std::vector<RxEntry> rx_ring_;
+  uint32_t rx_head_ = 0, rx_count_ = 0;
+  uint32_t held_ = 0;
+  uint64_t tx_frames_ = 0, rx_frames_ = 0, tx_alloc_failures_ = 0;
+};
+
+// Anything that the network drives: an engine, usually. progress() polls the port and fires due timers;
+// next_deadline() is the earliest virtual time at which it wants progress() again without any frame arriving
+// (UINT64_MAX for none).
+struct Node {
+  std::function<void()> progress;
+  std::function<uint64_t()> next_deadline;
+};
+
+class SimNet {
+ public:
+  explicit SimNet(uint64_t seed = 1);
+  ~SimNet();
+  SimNet(const SimNet&) = delete;
+  SimNet& operator=(const SimNet&) = delete;
+
+  uint64_t seed() const { return seed_; }
+  SimClock& clock() { return clock_; }
+  uint64_t now_ns() const { return clock_.now_ns(); }
+
+  SimPort& add_port(const PortConfig& cfg);
+  SimPort& port(uint32_t i) { return *ports_[i]; }
+  uint32_t num_ports() const { return static_cast<uint32_t>(ports_.size()); }
+  // Joins a and b with one link each way (same config both ways unless set_link is used afterwards).
+  void connect(uint32_t a, uint32_t b, const LinkConfig& cfg = {});
+  void set_link(uint32_t from, uint32_t to, const LinkConfig& cfg);  // must be connected
+  LinkConfig& link_config(uint32_t from, uint32_t to);
+  const LinkStats& link_stats(uint32_t from, uint32_t to) const;
+  LinkStats total_stats() const;
+
+  void add_node(Node n) { nodes_.push_back(std::move(n)); }
+
+  // Runs the world until pred() holds (true) or virtual time reaches deadline_ns or nothing can ever happen
+  // again (false). Each step delivers due frames, calls every node's progress(), and jumps the clock to the
+  // next frame delivery or node deadline.
+  bool run_until(const std::function<bool()>& pred, uint64_t deadline_ns);
+  // Runs until no frame is in flight or queued and no node has a deadline before deadline_ns.
+  bool run_until_idle(uint64_t deadline_ns);
+  // One step at the current time: deliver due frames and progress every node once.
+  void step();
+
+  uint32_t in_flight() const { return static_cast<uint32_t>(events_.size()); }
+  // Frames dropped at send for lack of a route (no link to a port with the destination MAC/IP).
+  uint64_t unroutable() const { return unroutable_; }
+
+  // Called by SimPort::tx_burst.
+  void transmit(SimPort& from, int32_t slot);
+
+  // Optional observer of every frame as it enters a link (before faults), e.g. for traces.
+  std::function<void(uint32_t from, uint32_t to, const uint8_t* data, uint32_t len)> on_transmit;
+
+ private:
+  struct Link {
+    uint32_t from = 0, to = 0;
+    LinkConfig cfg;
+    LinkStats stats;
+    Rng rng;
+    uint64_t busy_until = 0;  // serialisation (rate_bps)
+  };
+  struct Event {
+    uint64_t time;
+    uint64_t seq;
+    uint32_t link;
+    SimPort* owner;
+    int32_t slot;
+  };
+  Link* find_link(uint32_t from, uint32_t to);
+  const Link* find_link(uint32_t from, uint32_t to) const;
+  Link* route(SimPort& from, const uint8_t* frame, uint32_t len);
+  void schedule(Link& l, SimPort* owner, int32_t slot, uint64_t extra_ns);
+  void corrupt(Link& l, uint8_t* frame, uint32_t len);
+  bool deliver_due();  // true if anything was delivered
+  uint64_t next_event_time() const;
+  void push_event(const Event& e);
+  Event pop_event();
+
+  uint64_t seed_;
+  SimClock clock_;
+  std::vector<std::unique_ptr<SimPort>> ports_;
+  std::vector<Link> links_;
+  std::vector<Node> nodes_;
+  std::vector<Event> events_;  // binary min-heap on (time, seq)
+  uint64_t seq_ = 0;
+  uint64_t unroutable_ = 0;
+  uint64_t activity_ = 0;  // bumped by every tx/rx; lets run_until see whether a step did anything
+  friend class SimPort;
+};
+
+// Helpers for tests.
+wire::MacAddr sim_mac(uint32_t i);  // 02:00:00:00:00:i+1, locally administered
+wire::Gid sim_gid_v4(uint32_t i);   // ::ffff:10.0.0.(i+1)
+std::string describe(const LinkStats& s);
+
+}  // namespace urxe::sim
