@@ -1,0 +1,224 @@
+#!/usr/bin/python3
+"""Compare `urxe pcap decode --json` with tshark's dissection of the same capture.
+
+For every frame tshark sees as UDP to port 4791 (the RoCEv2 port), urxe must report a RoCE frame with a good
+ICRC, and every field both decode must agree: Ethernet/VLAN/IP/UDP, the BTH, and each extension header
+(DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), plus the payload length where tshark shows the
+payload. Frames tshark does not count as RoCE must be skipped by urxe. Exit 0 when all agree.
+
+usage: tshark_compare.py URXE_BINARY CAPTURE...
+"""
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TSHARK = "/usr/bin/tshark"
+
+# Extension headers: tshark tree name -> urxe JSON key.
+EXT = {
+    "infiniband.deth": "deth",
+    "infiniband.reth": "reth",
+    "infiniband.atomiceth": "atomic_eth",
+    "infiniband.aeth": "aeth",
+    "infiniband.atomicacketh": "atomic_ack_eth",
+    "infiniband.immdt": "immdt",
+    "infiniband.ieth": "ieth",
+}
+
+
+def flatten(node, tree, out):
+    """tshark's nested JSON -> {(enclosing tree, field): [values...]}; trees are named by their field."""
+    for k, v in node.items():
+        if k.endswith("_tree") and isinstance(v, dict):
+            flatten(v, k[: -len("_tree")], out)
+        elif isinstance(v, dict):
+            flatten(v, tree, out)
+        else:
+            out.setdefault((tree, k), []).extend(v if isinstance(v, list) else [v])
+
+
+def tshark_frames(path):
+    env = dict(os.environ)
+    env["HOME"] = tempfile.mkdtemp(prefix="urxe-tshark-")  # no user profile, no recent-files writes
+    # rpcordma: Wireshark 4.0's RPC-over-RDMA heuristic claims small SEND payloads and marks them malformed.
+    cmd = [TSHARK, "-r", path, "-n", "-T", "json", "--no-duplicate-keys", "--disable-protocol", "rpcordma",
+           "-J", "frame eth vlan ip ipv6 udp infiniband data"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"tshark failed on {path}: {res.stderr}")
+    frames = {}
+    for pkt in json.loads(res.stdout):
+        flat = {}
+        flatten(pkt["_source"]["layers"], "", flat)
+        frames[int(first(flat, "frame.number"))] = flat
+    return frames
+
+
+def first(flat, field, tree=None):
+    """The first value of `field` (within `tree` if given), or None."""
+    for (t, k), vals in flat.items():
+        if k == field and (tree is None or t == tree):
+            return vals[0]
+    return None
+
+
+def num(s):
+    return int(s, 0) if isinstance(s, str) and s.startswith("0x") else int(s)
+
+
+def nbytes(s):
+    """tshark bytes 'aa:bb:cc' -> length."""
+    return 0 if not s else len(s.split(":"))
+
+
+def be_int(s):
+    return int(s.replace(":", ""), 16)
+
+
+class Checker:
+    def __init__(self, path):
+        self.path = os.path.basename(path)
+        self.errors = []
+        self.compared = 0
+
+    def eq(self, frame, what, ts, ours):
+        self.compared += 1
+        if ts != ours:
+            self.errors.append(f"{self.path} frame {frame}: {what}: tshark {ts!r}, urxe {ours!r}")
+
+    def check_frame(self, n, t, u):
+        eq = lambda what, ts, ours: self.eq(n, what, ts, ours)
+        if not u.get("roce"):
+            self.errors.append(f"{self.path} frame {n}: tshark says UDP port 4791, urxe skipped it: {u}")
+            return
+        eq("icrc_ok", True, u["icrc_ok"])
+        eq("error", None, u["error"])
+        # Link and network layers.
+        eq("eth.src", first(t, "eth.src"), u["eth"]["src"])
+        eq("eth.dst", first(t, "eth.dst"), u["eth"]["dst"])
+        if first(t, "vlan.id") is not None:
+            eq("vlan.vid", num(first(t, "vlan.id")), u["vlan"]["vid"])
+            eq("vlan.pcp", num(first(t, "vlan.priority")), u["vlan"]["pcp"])
+        else:
+            eq("vlan", None, u.get("vlan"))
+        ip = u["ip"]
+        if first(t, "ip.src") is not None:
+            eq("ip.version", 4, ip["version"])
+            eq("ip.src", first(t, "ip.src"), ip["src"])
+            eq("ip.dst", first(t, "ip.dst"), ip["dst"])
+            eq("ip.tos", num(first(t, "ip.dsfield")), ip["tos"])
+            eq("ip.ttl", num(first(t, "ip.ttl")), ip["ttl"])
+            eq("ip.id", num(first(t, "ip.id")), ip["id"])
+        else:
+            eq("ip.version", 6, ip["version"])
+            eq("ipv6.src", ipaddress.ip_address(first(t, "ipv6.src")), ipaddress.ip_address(ip["src"]))
+            eq("ipv6.dst", ipaddress.ip_address(first(t, "ipv6.dst")), ipaddress.ip_address(ip["dst"]))
+            eq("ipv6.tc", num(first(t, "ipv6.tclass")), ip["tc"])
+            eq("ipv6.flow", num(first(t, "ipv6.flow")), ip["flow_label"])
+            eq("ipv6.hlim", num(first(t, "ipv6.hlim")), ip["hop_limit"])
+        eq("udp.srcport", num(first(t, "udp.srcport")), u["udp"]["sport"])
+        eq("udp.dstport", num(first(t, "udp.dstport")), u["udp"]["dport"])
+        eq("udp.length", num(first(t, "udp.length")), u["udp"]["length"])
+        eq("udp.checksum", num(first(t, "udp.checksum")), u["udp"]["checksum"])
+        # BTH.
+        bth = "infiniband.bth"
+        eq("opcode", num(first(t, "infiniband.bth.opcode")), u["opcode"])
+        eq("se", bool(num(first(t, "infiniband.bth.se"))), u["se"])
+        eq("migreq", bool(num(first(t, "infiniband.bth.m"))), u["migreq"])
+        eq("pad", num(first(t, "infiniband.bth.padcnt")), u["pad"])
+        eq("tver", num(first(t, "infiniband.bth.tver")), u["tver"])
+        eq("pkey", num(first(t, "infiniband.bth.p_key")), u["pkey"])
+        byte4 = int(first(t, "infiniband.reserved", bth), 16)  # Wireshark 4.0 names FECN/BECN's byte "Reserved"
+        eq("fecn", bool(byte4 & 0x80), u["fecn"])
+        eq("becn", bool(byte4 & 0x40), u["becn"])
+        eq("dqpn", num(first(t, "infiniband.bth.destqp")), u["dqpn"])
+        eq("ack_req", bool(num(first(t, "infiniband.bth.a"))), u["ack_req"])
+        eq("psn", num(first(t, "infiniband.bth.psn")), u["psn"])
+        # Extension headers: the same set, and the same values.
+        ts_ext = {EXT[k] for (_, k) in t if k in EXT}
+        if u["opcode"] != 0x81:  # Wireshark 4.0 does not know the CNP and shows no headers after its BTH
+            eq("extension headers", sorted(ts_ext), sorted(k for k in EXT.values() if k in u))
+        if "deth" in ts_ext:
+            tree = "infiniband.deth"
+            eq("deth.qkey", num(first(t, "infiniband.deth.q_key", tree)), u["deth"]["qkey"])
+            eq("deth.src_qp", num(first(t, "infiniband.deth.srcqp", tree)), u["deth"]["src_qp"])
+        if "reth" in ts_ext:
+            tree = "infiniband.reth"
+            eq("reth.va", num(first(t, "infiniband.reth.va", tree)), u["reth"]["va"])
+            eq("reth.rkey", num(first(t, "infiniband.reth.r_key", tree)), u["reth"]["rkey"])
+            eq("reth.dma_len", num(first(t, "infiniband.reth.dmalen", tree)), u["reth"]["dma_len"])
+        if "atomic_eth" in ts_ext:
+            tree = "infiniband.atomiceth"  # Wireshark reuses RETH's field names for the VA and R_Key
+            eq("atomic_eth.va", num(first(t, "infiniband.reth.va", tree)), u["atomic_eth"]["va"])
+            eq("atomic_eth.rkey", num(first(t, "infiniband.reth.r_key", tree)), u["atomic_eth"]["rkey"])
+            eq("atomic_eth.swap_add", num(first(t, "infiniband.atomiceth.swapdt", tree)), u["atomic_eth"]["swap_add"])
+            eq("atomic_eth.compare", num(first(t, "infiniband.atomiceth.cmpdt", tree)), u["atomic_eth"]["compare"])
+        if "aeth" in ts_ext:
+            a = u["aeth"]
+            eq("aeth.syndrome", num(first(t, "infiniband.aeth.syndrome")), a["syndrome"])
+            eq("aeth.msn", num(first(t, "infiniband.aeth.msn")), a["msn"])
+            kind = num(first(t, "infiniband.aeth.syndrome.opcode"))
+            eq("aeth.type", ["ACK", "RNR_NAK", "RESERVED", "NAK"][kind], a["type"])
+            value_field = {0: "credit_count", 1: "timer", 2: "reserved_value", 3: "error_code"}[kind]
+            eq("aeth.value", num(first(t, "infiniband.aeth.syndrome." + value_field)), a["value"])
+        if "atomic_ack_eth" in ts_ext:
+            eq("atomic_ack_eth.orig_data", num(first(t, "infiniband.atomicacketh.origremdt")),
+               u["atomic_ack_eth"]["orig_data"])
+        if "immdt" in ts_ext:
+            eq("immdt", be_int(first(t, "infiniband.immdt")), u["immdt"])
+        if "ieth" in ts_ext:
+            eq("ieth.rkey", be_int(first(t, "infiniband.ieth")), u["ieth"]["rkey"])
+        # Wireshark shows the ICRC as the big-endian number of its 4 bytes; urxe the little-endian one.
+        crc = first(t, "infiniband.invariant.crc")
+        if crc is not None:
+            eq("icrc", int.from_bytes(num(crc).to_bytes(4, "big"), "little"), u["icrc"])
+        # Payload (with its pad bytes) where tshark shows it as payload or undissected data.
+        payload = first(t, "infiniband.payload") or first(t, "data.data")
+        if payload is not None:
+            eq("payload_len + pad", nbytes(payload), u["payload_len"] + u["pad"])
+
+
+def compare(urxe, path):
+    res = subprocess.run([urxe, "pcap", "decode", "--json", path], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return [f"{path}: urxe exited {res.returncode}: {res.stderr}"], 0, 0
+    ours = {}
+    for line in res.stdout.splitlines():
+        obj = json.loads(line)
+        ours[obj["frame"]] = obj
+    theirs = tshark_frames(path)
+    c = Checker(path)
+    if sorted(ours) != sorted(theirs):
+        c.errors.append(f"{path}: frame numbers differ: urxe {len(ours)}, tshark {len(theirs)}")
+    ts_roce = sorted(n for n, t in theirs.items() if first(t, "udp.dstport") == "4791")
+    our_roce = sorted(n for n, u in ours.items() if u["roce"])
+    if ts_roce != our_roce:
+        c.errors.append(f"{c.path}: RoCE frames: tshark counts {len(ts_roce)} with udp.dstport==4791, "
+                        f"urxe {len(our_roce)}; differing frames "
+                        f"{sorted(set(ts_roce) ^ set(our_roce))[:10]}")
+    for n in ts_roce:
+        if n in ours:
+            c.check_frame(n, theirs[n], ours[n])
+    return c.errors, len(ts_roce), c.compared
+
+
+def main():
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    urxe = sys.argv[1]
+    failed = False
+    for path in sys.argv[2:]:
+        errors, roce, compared = compare(urxe, path)
+        print(f"{os.path.basename(path)}: {roce} RoCE frames, {compared} field comparisons, "
+              f"{len(errors)} mismatches")
+        for e in errors[:20]:
+            print("  " + e)
+        failed |= bool(errors)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
