@@ -1,0 +1,78 @@
+// A Port on one kernel AF_PACKET socket (TPACKET_V2 rx and tx rings, bound to the interface, no promiscuous
+// mode), for where DPDK's af_packet vdev cannot start: a container with CAP_NET_RAW but no CAP_NET_ADMIN
+// (Docker's default set). It sends and receives whole Ethernet frames, so what the engine builds is exactly
+// what goes on the wire and received frames keep their IP headers for the ICRC check.
+//
+// Per packet: rx_burst reads the ring (no syscall, no copy); tx_burst copies each frame into the tx ring and
+// kicks it with one send() per burst. A classic-BPF filter in the kernel passes only UDP/4791 frames that
+// are addressed to this host (or sent by another socket on this host to this interface's MAC, which only
+// happens when that sender does not bypass the qdisc layer), so the process is not woken for other traffic.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dpdk/kernel_guard.h"
+#include "dpdk/netdev_info.h"
+#include "engine/port.h"
+
+namespace urxe::dpdk {
+
+struct SocketPortConfig {
+  std::string ifname;
+  uint32_t ring_frames = 512;   // per ring (rx and tx)
+  uint32_t max_frame = 0;       // largest Ethernet frame handled; 0 = interface MTU + 18 (Ethernet + VLAN)
+  bool qdisc_bypass = true;     // ~10 % faster; other packet sockets (tcpdump) then do not see our tx frames
+  bool guard_udp_port = true;   // hold a UdpPortGuard so the kernel does not answer RoCE with ICMP
+  std::vector<wire::Gid> gids;  // GID table override; empty = build_gid_table(interface)
+};
+
+struct PortStats {
+  uint64_t rx_frames = 0, rx_truncated = 0, tx_frames = 0, tx_ring_full = 0, tx_kick_errors = 0;
+  uint64_t kernel_rx_packets = 0, kernel_rx_drops = 0;  // PACKET_STATISTICS (reset on every read)
+};
+
+// Classic-BPF filters on a packet socket `fd` (also used by DpdkPort's wakeup socket): pass RoCE frames for
+// this host (see above), truncated to `snaplen` bytes, or drop everything.
+bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, std::string* err);
+bool attach_drop_filter(int fd, std::string* err);
+
+class SocketPort final : public engine::Port {
+ public:
+  // nullptr with a reason in *err (e.g. "socket(AF_PACKET): Operation not permitted" without CAP_NET_RAW).
+  static std::unique_ptr<SocketPort> open(const SocketPortConfig& cfg, std::string* err);
+  ~SocketPort() override;
+
+  const engine::PortAttr& attr() const override { return attr_; }
+  bool tx_alloc(uint32_t size, engine::PacketBuf& buf) override;
+  uint32_t tx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void tx_free(engine::PacketBuf& buf) override;
+  uint32_t rx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
+  int rx_wait_fd() const override { return fd_; }  // POLLIN when the rx ring holds a frame
+
+  const NetdevInfo& netdev() const { return info_; }
+  bool udp_guard_active() const { return guard_.active(); }
+  PortStats stats();
+
+ private:
+  SocketPort() = default;
+  uint8_t* rx_slot(uint32_t i) const { return ring_ + static_cast<size_t>(i) * frame_size_; }
+  uint8_t* tx_slot(uint32_t i) const { return ring_ + rx_bytes_ + static_cast<size_t>(i) * frame_size_; }
+
+  int fd_ = -1;
+  uint8_t* ring_ = nullptr;
+  size_t ring_bytes_ = 0, rx_bytes_ = 0;
+  uint32_t frame_size_ = 0, frame_nr_ = 0, max_frame_ = 0;
+  uint32_t rx_head_ = 0, tx_head_ = 0;
+  // tx buffers handed to the engine by tx_alloc: a fixed pool with a free stack (no allocation per packet).
+  std::vector<uint8_t> pool_;
+  std::vector<uint32_t> pool_free_;
+  PortStats stats_;
+  NetdevInfo info_;
+  engine::PortAttr attr_;
+  UdpPortGuard guard_;
+};
+
+}  // namespace urxe::dpdk
