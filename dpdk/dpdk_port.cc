@@ -1,0 +1,407 @@
+#include "dpdk/dpdk_port.h"
+
+#include <rte_bus_vdev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+
+#include <arpa/inet.h>
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+#include "dpdk/socket_port.h"
+
+namespace urxe::dpdk {
+namespace {
+
+std::mutex g_mu;
+bool g_eal_tried = false, g_eal_ok = false;
+std::string g_eal_err;
+std::set<uint16_t> g_ports_in_use;
+std::atomic<uint32_t> g_seq{0};
+
+uint64_t read_u64(const char* path) {
+  std::ifstream f(path);
+  uint64_t v = 0;
+  f >> v;
+  return v;
+}
+
+// Free hugepage memory in MiB (2 MiB and 1 GiB pages).
+uint64_t free_hugepage_mb() {
+  return read_u64("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") * 2 +
+         read_u64("/sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages") * 1024;
+}
+
+std::string cpu_list() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "0";
+  std::string s;
+  for (int i = 0; i < CPU_SETSIZE; ++i)
+    if (CPU_ISSET(i, &set)) s += (s.empty() ? "" : ",") + std::to_string(i);
+  return s.empty() ? "0" : s;
+}
+
+// Shell-like split: whitespace separates words; single or double quotes group.
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool in_word = false;
+  char quote = 0;
+  for (char c : s) {
+    if (quote) {
+      if (c == quote)
+        quote = 0;
+      else
+        cur += c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) out.push_back(cur);
+      cur.clear();
+      in_word = false;
+    } else {
+      cur += c;
+      in_word = true;
+    }
+  }
+  if (in_word) out.push_back(cur);
+  return out;
+}
+
+bool names_pci_device(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    if (a == "-a" || a.rfind("--allow", 0) == 0 || a == "-w" || a.rfind("-a", 0) == 0) return true;
+  return false;
+}
+
+// af_packet ring geometry for frames up to `max_frame` bytes: the block size must be a multiple of the page
+// and of the frame size (otherwise tx stalls after one ring's worth, as measured).
+void af_packet_geometry(uint32_t max_frame, uint32_t& framesz, uint32_t& blocksz) {
+  framesz = (max_frame + 128 + 2047) / 2048 * 2048;
+  uint32_t page = static_cast<uint32_t>(getpagesize());
+  blocksz = framesz;
+  while (blocksz % page) blocksz += framesz;
+}
+
+thread_local bool t_registered = false;
+
+// Gives a non-EAL thread (the engine's progress thread) an lcore id, so mempool per-lcore caches work.
+inline void ensure_lcore() {
+  if (__builtin_expect(t_registered, 1)) return;
+  t_registered = true;
+  if (rte_lcore_id() == LCORE_ID_ANY) rte_thread_register();
+}
+
+}  // namespace
+
+std::vector<std::string> eal_default_args(uint32_t mem_mb) {
+  std::vector<std::string> a = {"urxe"};
+  a.push_back("--file-prefix=urxe-" + std::to_string(getpid()) + "-" + std::to_string(g_seq.fetch_add(1)));
+  if (free_hugepage_mb() < mem_mb) {
+    a.push_back("--no-huge");
+    a.push_back("-m");
+    a.push_back(std::to_string(mem_mb));
+  }
+  a.push_back("--no-shconf");
+  a.push_back("--no-telemetry");
+  a.push_back("--lcores=0@(" + cpu_list() + ")");
+  a.push_back("--log-level=lib.eal:warning");
+  a.push_back("--log-level=pmd.*:warning");
+  return a;
+}
+
+bool eal_init_once(const std::vector<std::string>& extra, uint32_t mem_mb, std::string* err) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_eal_tried) {
+    if (!g_eal_ok && err) *err = g_eal_err;
+    return g_eal_ok;
+  }
+  g_eal_tried = true;
+  std::vector<std::string> args = eal_default_args(mem_mb);
+  if (!names_pci_device(extra)) args.push_back("--no-pci");
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  int r = rte_eal_init(static_cast<int>(args.size()), argv.data());
+  if (r < 0) {
+    g_eal_err = std::string("rte_eal_init: ") + rte_strerror(rte_errno);
+    for (const auto& s : args) g_eal_err += " " + s;
+    if (err) *err = g_eal_err;
+    return false;
+  }
+  g_eal_ok = true;
+  return true;
+}
+
+std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string* err) {
+  std::unique_ptr<DpdkPort> p(new DpdkPort());
+  if (!query_netdev(cfg.ifname, p->info_, err)) return nullptr;
+  p->attr_.mac = p->info_.mac;
+  p->attr_.mtu = p->info_.mtu;
+  p->attr_.gids = cfg.gids.empty() ? build_gid_table(p->info_) : cfg.gids;
+
+  // Split the user's words: every --vdev is hot-plugged after EAL is up (so a second port in the same
+  // process works too); the rest are EAL arguments.
+  std::vector<std::string> words = split_words(cfg.dpdk_args), eal_extra, vdevs;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (words[i] == "--vdev" && i + 1 < words.size())
+      vdevs.push_back(words[++i]);
+    else if (words[i].rfind("--vdev=", 0) == 0)
+      vdevs.push_back(words[i].substr(7));
+    else
+      eal_extra.push_back(words[i]);
+  }
+  if (!eal_init_once(eal_extra, cfg.eal_mem_mb, err)) return nullptr;
+
+  const uint32_t max_frame = p->info_.mtu + 18;
+  uint32_t framesz = 0, blocksz = 0;
+  af_packet_geometry(max_frame, framesz, blocksz);
+  bool af_packet = false;
+  std::string vdev_args;
+  if (vdevs.empty() && !names_pci_device(eal_extra)) {
+    af_packet = true;
+    p->dev_name_ = "net_af_packet_urxe" + std::to_string(g_seq.fetch_add(1));
+    vdev_args = "iface=" + cfg.ifname + ",qpairs=1,qdisc_bypass=1,blocksz=" + std::to_string(blocksz) +
+                ",framesz=" + std::to_string(framesz) + ",framecnt=512";
+  } else if (!vdevs.empty()) {
+    auto comma = vdevs[0].find(',');
+    p->dev_name_ = vdevs[0].substr(0, comma);
+    vdev_args = comma == std::string::npos ? "" : vdevs[0].substr(comma + 1);
+    af_packet = p->dev_name_.rfind("net_af_packet", 0) == 0;
+  }
+  if (!p->dev_name_.empty()) {
+    int r = rte_vdev_init(p->dev_name_.c_str(), vdev_args.c_str());
+    if (r != 0) {
+      if (err) *err = "rte_vdev_init(" + p->dev_name_ + "," + vdev_args + ") failed: " + rte_strerror(-r);
+      return nullptr;
+    }
+    p->hotplugged_ = true;
+    if (rte_eth_dev_get_port_by_name(p->dev_name_.c_str(), &p->port_id_) != 0) {
+      if (err) *err = "no ethdev named " + p->dev_name_;
+      return nullptr;
+    }
+  } else {
+    // A PCI NIC named with -a: the first ethdev no other DpdkPort uses.
+    std::lock_guard<std::mutex> lk(g_mu);
+    bool found = false;
+    for (uint16_t pid = 0; pid < RTE_MAX_ETHPORTS; ++pid) {
+      if (rte_eth_dev_is_valid_port(pid) && !g_ports_in_use.count(pid)) {
+        p->port_id_ = pid;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      if (err) *err = "no DPDK ethdev available (check the -a argument)";
+      return nullptr;
+    }
+    char name[RTE_ETH_NAME_MAX_LEN];
+    rte_eth_dev_get_name_by_port(p->port_id_, name);
+    p->dev_name_ = name;
+  }
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_ports_in_use.insert(p->port_id_);
+  }
+
+  // mbufs hold a whole frame (af_packet refuses queues whose ring frames would not fit one mbuf).
+  p->buf_size_ = std::max<uint32_t>(framesz, RTE_MBUF_DEFAULT_DATAROOM);
+  int socket_id = rte_eth_dev_socket_id(p->port_id_);
+  if (socket_id < 0) socket_id = SOCKET_ID_ANY;
+  std::string pool_name = "urxe_mp" + std::to_string(p->port_id_);
+  p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), cfg.mbufs, 256, 0,
+                                     static_cast<uint16_t>(p->buf_size_ + RTE_PKTMBUF_HEADROOM), socket_id);
+  if (!p->pool_) {
+    if (err) *err = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
+    return nullptr;
+  }
+  rte_eth_conf conf{};
+  bool rx_intr = !af_packet;  // af_packet has no rx interrupt; try it elsewhere (memif, NIC PMDs)
+  conf.intr_conf.rxq = rx_intr ? 1 : 0;
+  int r = rte_eth_dev_configure(p->port_id_, 1, 1, &conf);
+  if (r != 0 && rx_intr) {
+    rx_intr = false;
+    conf.intr_conf.rxq = 0;
+    r = rte_eth_dev_configure(p->port_id_, 1, 1, &conf);
+  }
+  if (r != 0) {
+    if (err) *err = "rte_eth_dev_configure(" + p->dev_name_ + "): " + rte_strerror(-r);
+    return nullptr;
+  }
+  if (!af_packet) rte_eth_dev_set_mtu(p->port_id_, static_cast<uint16_t>(p->info_.mtu));  // best effort
+  r = rte_eth_rx_queue_setup(p->port_id_, 0, cfg.rx_desc, static_cast<unsigned>(socket_id), nullptr,
+                             p->pool_);
+  if (r == 0)
+    r = rte_eth_tx_queue_setup(p->port_id_, 0, cfg.tx_desc, static_cast<unsigned>(socket_id), nullptr);
+  if (r != 0) {
+    if (err) *err = "queue setup(" + p->dev_name_ + "): " + rte_strerror(-r);
+    return nullptr;
+  }
+  r = rte_eth_dev_start(p->port_id_);
+  if (r != 0) {
+    if (err)
+      *err = "rte_eth_dev_start(" + p->dev_name_ + "): " + rte_strerror(-r) +
+             (af_packet ? " (net_af_packet needs CAP_NET_RAW and CAP_NET_ADMIN)" : "");
+    return nullptr;
+  }
+  p->started_ = true;
+
+  if (rx_intr) {
+    int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(p->port_id_, 0);
+    if (fd >= 0) p->wait_fd_ = fd;
+  } else if (af_packet) {
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_ll sll{};
+    sll.sll_family = AF_PACKET;
+    sll.sll_protocol = htons(ETH_P_ALL);
+    sll.sll_ifindex = p->info_.ifindex;
+    if (fd >= 0 && attach_drop_filter(fd, nullptr) &&
+        bind(fd, reinterpret_cast<sockaddr*>(&sll), sizeof sll) == 0) {
+      p->wait_fd_ = fd;
+      p->wait_is_socket_ = true;
+    } else if (fd >= 0) {
+      close(fd);
+    }
+  }
+  if (cfg.guard_udp_port) {
+    std::string gerr;
+    if (!p->guard_.open(&gerr))
+      fprintf(stderr, "urxe: %s: cannot hold UDP port 4791 (%s); the kernel may answer RoCE with ICMP\n",
+              cfg.ifname.c_str(), gerr.c_str());
+  }
+  return p;
+}
+
+DpdkPort::~DpdkPort() {
+  if (wait_fd_ >= 0 && wait_is_socket_) close(wait_fd_);
+  if (started_) rte_eth_dev_stop(port_id_);
+  if (g_eal_ok && !dev_name_.empty()) {
+    rte_eth_dev_close(port_id_);
+    if (hotplugged_) rte_vdev_uninit(dev_name_.c_str());
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_ports_in_use.erase(port_id_);
+  }
+  if (pool_) rte_mempool_free(pool_);
+}
+
+bool DpdkPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
+  ensure_lcore();
+  if (size > buf_size_) return false;
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (!m) return false;
+  buf.data = rte_pktmbuf_mtod(m, uint8_t*);
+  buf.len = 0;
+  buf.opaque = m;
+  return true;
+}
+
+void DpdkPort::tx_free(engine::PacketBuf& buf) {
+  if (buf.opaque) rte_pktmbuf_free(static_cast<rte_mbuf*>(buf.opaque));
+  buf.opaque = nullptr;
+  buf.data = nullptr;
+}
+
+uint32_t DpdkPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
+  constexpr uint32_t kMax = 64;
+  rte_mbuf* m[kMax];
+  uint32_t total = 0;
+  while (total < n) {
+    uint32_t k = std::min(kMax, n - total);
+    for (uint32_t i = 0; i < k; ++i) {
+      m[i] = static_cast<rte_mbuf*>(bufs[total + i].opaque);
+      m[i]->data_len = static_cast<uint16_t>(bufs[total + i].len);
+      m[i]->pkt_len = bufs[total + i].len;
+    }
+    uint16_t sent = rte_eth_tx_burst(port_id_, 0, m, static_cast<uint16_t>(k));
+    for (uint16_t i = 0; i < sent; ++i) {
+      bufs[total + i].opaque = nullptr;
+      bufs[total + i].data = nullptr;
+    }
+    total += sent;
+    if (sent < k) break;
+  }
+  return total;
+}
+
+uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
+  ensure_lcore();
+  constexpr uint32_t kMax = 64;
+  rte_mbuf* m[kMax];
+  uint16_t got = rte_eth_rx_burst(port_id_, 0, m, static_cast<uint16_t>(std::min(kMax, n)));
+  uint32_t out = 0;
+  for (uint16_t i = 0; i < got; ++i) {
+    if (m[i]->nb_segs != 1) {  // the engine takes contiguous frames; our mbufs fit any frame the link allows
+      ++multiseg_dropped_;
+      rte_pktmbuf_free(m[i]);
+      continue;
+    }
+    bufs[out++] = engine::PacketBuf{rte_pktmbuf_mtod(m[i], uint8_t*), m[i]->data_len, m[i]};
+  }
+  return out;
+}
+
+void DpdkPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    if (bufs[i].opaque) rte_pktmbuf_free(static_cast<rte_mbuf*>(bufs[i].opaque));
+    bufs[i].opaque = nullptr;
+  }
+}
+
+void DpdkPort::drain_wait_fd() {
+  uint8_t buf[64];
+  while (recv(wait_fd_, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+  }
+}
+
+void DpdkPort::rx_wait_arm(bool armed) {
+  if (wait_fd_ < 0) return;
+  if (wait_is_socket_) {
+    // Armed: frames for us are queued (1 byte each) on the wakeup socket; disarmed: dropped in the filter.
+    if (armed) {
+      attach_roce_filter(wait_fd_, info_.mac, 1, nullptr);
+    } else {
+      attach_drop_filter(wait_fd_, nullptr);
+      drain_wait_fd();
+    }
+  } else if (armed) {
+    rte_eth_dev_rx_intr_enable(port_id_, 0);
+  } else {
+    rte_eth_dev_rx_intr_disable(port_id_, 0);
+    uint64_t v;
+    [[maybe_unused]] ssize_t n = read(wait_fd_, &v, sizeof v);
+  }
+}
+
+DpdkPortStats DpdkPort::stats() const {
+  DpdkPortStats s;
+  rte_eth_stats st{};
+  if (rte_eth_stats_get(port_id_, &st) == 0) {
+    s.ipackets = st.ipackets;
+    s.opackets = st.opackets;
+    s.imissed = st.imissed;
+    s.ierrors = st.ierrors;
+    s.oerrors = st.oerrors;
+    s.rx_nombuf = st.rx_nombuf;
+  }
+  s.rx_multiseg_dropped = multiseg_dropped_;
+  return s;
+}
+
+}  // namespace urxe::dpdk

@@ -1,0 +1,84 @@
+// A Port on a DPDK ethdev. EAL is started lazily inside the application, once per process, with arguments
+// that work without any host setup (research/dpdk-on-this-machine.md): a unique --file-prefix, --no-huge
+// -m N when no hugepages are free, --no-pci unless the user names a PCI device, --no-telemetry, the main
+// lcore allowed on every CPU the process may use (so the app's thread is not pinned). The default device is
+// net_af_packet on the kernel interface (needs CAP_NET_RAW and CAP_NET_ADMIN: it sets promiscuous mode);
+// a user string passes any EAL and --vdev arguments through (net_af_xdp, net_memif, a NIC's PMD with -a).
+//
+// Per packet: tx_alloc = rte_pktmbuf_alloc, tx_burst = rte_eth_tx_burst, rx_burst = rte_eth_rx_burst,
+// nothing else. Idle sleep: the PMD's rx interrupt fd when it has one, else (af_packet) a second packet
+// socket on the interface whose filter passes RoCE frames only while armed.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dpdk/kernel_guard.h"
+#include "dpdk/netdev_info.h"
+#include "engine/port.h"
+
+struct rte_mempool;
+struct rte_mbuf;
+
+namespace urxe::dpdk {
+
+struct DpdkPortConfig {
+  std::string ifname;     // the kernel interface: MAC, MTU, GIDs, and the default af_packet vdev
+  std::string dpdk_args;  // extra EAL/vdev arguments, shell-like words; a --vdev here replaces the default
+  uint32_t mbufs = 4096;
+  uint16_t rx_desc = 1024, tx_desc = 1024;
+  uint32_t eal_mem_mb = 256;    // -m with --no-huge
+  bool guard_udp_port = true;   // hold a UdpPortGuard
+  std::vector<wire::Gid> gids;  // GID table override; empty = build_gid_table(interface)
+};
+
+struct DpdkPortStats {
+  uint64_t ipackets = 0, opackets = 0, imissed = 0, ierrors = 0, oerrors = 0, rx_nombuf = 0;
+  uint64_t rx_multiseg_dropped = 0;
+};
+
+// Starts EAL (once; later calls return the first result). `extra` are appended to the defaults.
+bool eal_init_once(const std::vector<std::string>& extra, uint32_t mem_mb, std::string* err);
+// The argv EAL was (or would be) started with, for diagnostics.
+std::vector<std::string> eal_default_args(uint32_t mem_mb);
+
+class DpdkPort final : public engine::Port {
+ public:
+  static std::unique_ptr<DpdkPort> open(const DpdkPortConfig& cfg, std::string* err);
+  ~DpdkPort() override;
+
+  const engine::PortAttr& attr() const override { return attr_; }
+  bool tx_alloc(uint32_t size, engine::PacketBuf& buf) override;
+  uint32_t tx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void tx_free(engine::PacketBuf& buf) override;
+  uint32_t rx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
+  int rx_wait_fd() const override { return wait_fd_; }
+  void rx_wait_arm(bool armed) override;
+
+  uint16_t port_id() const { return port_id_; }
+  const std::string& device_name() const { return dev_name_; }
+  const NetdevInfo& netdev() const { return info_; }
+  bool udp_guard_active() const { return guard_.active(); }
+  DpdkPortStats stats() const;
+
+ private:
+  DpdkPort() = default;
+  void drain_wait_fd();
+
+  uint16_t port_id_ = 0;
+  bool started_ = false;
+  bool hotplugged_ = false;
+  std::string dev_name_;
+  rte_mempool* pool_ = nullptr;
+  uint32_t buf_size_ = 0;
+  int wait_fd_ = -1;
+  bool wait_is_socket_ = false;  // our own packet socket (else the PMD's rx interrupt)
+  uint64_t multiseg_dropped_ = 0;
+  NetdevInfo info_;
+  engine::PortAttr attr_;
+  UdpPortGuard guard_;
+};
+
+}  // namespace urxe::dpdk
