@@ -421,7 +421,7 @@ bool SimNet::deliver_due() {
 void SimNet::step() {
   if (deliver_due()) ++activity_;
   for (auto& n : nodes_)
-    if (n.progress) n.progress();
+    if (n.progress && n.progress()) ++activity_;
 }
 
 bool SimNet::run_until(const std::function<bool()>& pred, uint64_t deadline_ns) {
@@ -443,7 +443,7 @@ bool SimNet::run_until(const std::function<bool()>& pred, uint64_t deadline_ns) 
     uint64_t t = next_event_time();
     for (auto& n : nodes_) {
       uint64_t d = n.next_deadline ? n.next_deadline() : now + kPollNs;
-      // A deadline already past that produced no activity is not a reason to spin: wait for something else.
+      // A deadline already due whose progress() did nothing is not a reason to spin: go on to the next event.
       if (d > now) t = std::min(t, d);
     }
     if (t == kNever) return false;  // nothing can ever happen again

@@ -123,11 +123,12 @@ class SimPort final : public engine::Port {
   uint64_t tx_frames_ = 0, rx_frames_ = 0, tx_alloc_failures_ = 0;
 };
 
-// Anything that the network drives: an engine, usually. progress() polls the port and fires due timers;
-// next_deadline() is the earliest virtual time at which it wants progress() again without any frame arriving
-// (UINT64_MAX for none).
+// Anything that the network drives: an engine, usually. progress() polls the port and fires due timers, and
+// returns whether it did anything; next_deadline() is the virtual time at which it wants progress() again if
+// no frame arrives (UINT64_MAX for none, <= now for "work pending now"). Without next_deadline the node is
+// polled every microsecond of virtual time.
 struct Node {
-  std::function<void()> progress;
+  std::function<bool()> progress;
   std::function<uint64_t()> next_deadline;
 };
 

@@ -43,6 +43,7 @@ class SimNetTest : public ::testing::Test {
                         }
                         net_->port(1).rx_free(b, n);
                       }
+                      return false;
                     },
                     [] { return ~0ull; }});
   }
@@ -258,6 +259,7 @@ TEST_F(SimNetTest, NodeDeadlineAdvancesTime) {
   uint64_t wake = 5'000'000, woke_at = 0;
   net_->add_node({[&] {
                     if (net_->now_ns() >= wake && !woke_at) woke_at = net_->now_ns();
+                    return false;
                   },
                   [&] { return woke_at ? ~0ull : wake; }});
   EXPECT_TRUE(net_->run_until([&] { return woke_at != 0; }, 10'000'000));
