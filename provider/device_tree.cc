@@ -1,0 +1,474 @@
+#include "provider/device_tree.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#ifndef URXE_PROVIDER_BUILD_PATH
+#define URXE_PROVIDER_BUILD_PATH ""
+#endif
+#ifndef URXE_PROVIDER_INSTALL_PATH
+#define URXE_PROVIDER_INSTALL_PATH "/usr/local/lib/liburxe-rdmav34.so"
+#endif
+#ifndef URXE_BUILD_DIR
+#define URXE_BUILD_DIR ""
+#endif
+
+namespace fs = std::filesystem;
+
+namespace urxe::provider {
+namespace {
+
+constexpr const char* kV1 = "IB/RoCE v1";
+constexpr const char* kV2 = "RoCE v2";
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Writes a whole file through a temporary and a rename, so a concurrent reader (libibverbs reading GIDs)
+// sees the old or the new contents, never a torn one. The rename changes only the parent directory.
+bool write_atomic(const std::string& path, const std::string& text) {
+  fs::path p(path);
+  std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return false;
+    f << text;
+    if (!f.flush()) return false;
+  }
+  return ::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) return false;
+  f << text;
+  return static_cast<bool>(f.flush());
+}
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() >= 64) return false;
+  // libibverbs' rxe provider claims "rdma_device:*Nrxe*" by name; a urxe device must not look like rxe.
+  if (name.rfind("rxe", 0) == 0) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+std::array<uint8_t, 16> v4_mapped(const in_addr& a) {
+  std::array<uint8_t, 16> g{};
+  g[10] = 0xff;
+  g[11] = 0xff;
+  std::memcpy(&g[12], &a, 4);
+  return g;
+}
+
+std::string class_ib(const Paths& p) {
+  return p.sysfs() + "/class/infiniband";
+}
+std::string class_verbs(const Paths& p) {
+  return p.sysfs() + "/class/infiniband_verbs";
+}
+
+// Serialises link add/del on one run directory.
+struct RunLock {
+  int fd = -1;
+  explicit RunLock(const Paths& p) {
+    std::error_code ec;
+    fs::create_directories(p.run_dir, ec);
+    fd = ::open((p.run_dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) ::flock(fd, LOCK_EX);
+  }
+  ~RunLock() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string config_text(const DeviceConfig& c) {
+  std::ostringstream o;
+  o << "name=" << c.name << "\nnetdev=" << c.netdev << "\ndpdk=" << c.dpdk << "\nmtu=" << c.mtu
+    << "\nport=" << c.port << "\ngid_tbl_len=" << c.gid_tbl_len << "\nuverbs=" << c.uverbs << "\n";
+  return o.str();
+}
+
+void write_gid_files(const std::string& port_dir, uint32_t n, const std::vector<GidEntry>& table) {
+  for (uint32_t i = 0; i < n; ++i) {
+    GidEntry e;
+    if (i < table.size()) e = table[i];
+    std::string idx = std::to_string(i);
+    write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
+    write_atomic(port_dir + "/gid_attrs/types/" + idx,
+                 std::string(e.type == GidType::roce_v1 ? kV1 : kV2) + "\n");
+    // An empty ndevs file reads as "no netdev" (ifindex 0); a wrong name would make query_gid_ex fail.
+    write_atomic(port_dir + "/gid_attrs/ndevs/" + idx, e.ndev.empty() ? std::string() : e.ndev + "\n");
+  }
+}
+
+}  // namespace
+
+Paths Paths::from_env() {
+  Paths p;
+  if (const char* r = std::getenv("URXE_RUN_DIR"); r && *r) p.run_dir = r;
+  if (const char* d = std::getenv("URXE_DEV_DIR"); d && *d) p.dev_dir = d;
+  return p;
+}
+
+bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err) {
+  if (netdev.empty() || netdev.size() >= IFNAMSIZ) {
+    if (err) *err = "bad interface name '" + netdev + "'";
+    return false;
+  }
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    if (err) *err = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, netdev.c_str(), netdev.size());
+  bool ok = false;
+  if (::ioctl(s, SIOCGIFINDEX, &ifr) == 0) {
+    out.ifindex = ifr.ifr_ifindex;
+    if (::ioctl(s, SIOCGIFHWADDR, &ifr) == 0) {
+      std::memcpy(out.mac.data(), ifr.ifr_hwaddr.sa_data, 6);
+      if (::ioctl(s, SIOCGIFMTU, &ifr) == 0) {
+        out.mtu = static_cast<uint32_t>(ifr.ifr_mtu);
+        if (::ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+          out.up = (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING);
+          ok = true;
+        }
+      }
+    }
+  }
+  if (!ok && err) *err = "interface '" + netdev + "': " + std::strerror(errno);
+  ::close(s);
+  return ok;
+}
+
+uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& m) {
+  const uint8_t b[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  uint64_t g = 0;
+  for (uint8_t x : b) g = (g << 8) | x;
+  return g;
+}
+
+std::string format_guid(uint64_t guid) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%04x:%04x:%04x:%04x", static_cast<unsigned>((guid >> 48) & 0xffff),
+                static_cast<unsigned>((guid >> 32) & 0xffff), static_cast<unsigned>((guid >> 16) & 0xffff),
+                static_cast<unsigned>(guid & 0xffff));
+  return buf;
+}
+
+std::string format_gid(const std::array<uint8_t, 16>& g) {
+  char buf[48];
+  int n = 0;
+  for (int i = 0; i < 8; ++i)
+    n += std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), i ? ":%02x%02x" : "%02x%02x", g[2 * i],
+                       g[2 * i + 1]);
+  return buf;
+}
+
+bool parse_gid(const std::string& text, std::array<uint8_t, 16>& g) {
+  unsigned v[8];
+  if (std::sscanf(text.c_str(), "%4x:%4x:%4x:%4x:%4x:%4x:%4x:%4x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                  &v[6], &v[7]) != 8)
+    return false;
+  for (int i = 0; i < 8; ++i) {
+    g[2 * i] = static_cast<uint8_t>(v[i] >> 8);
+    g[2 * i + 1] = static_cast<uint8_t>(v[i]);
+  }
+  return true;
+}
+
+std::vector<GidEntry> build_gid_table(const std::string& netdev, const std::array<uint8_t, 6>& mac) {
+  std::vector<std::array<uint8_t, 16>> addrs;
+  // The default GID: the link-local address the MAC's EUI-64 gives, present even without IPv6.
+  std::array<uint8_t, 16> def{};
+  def[0] = 0xfe;
+  def[1] = 0x80;
+  uint64_t eui = node_guid_from_mac(mac);
+  for (int i = 0; i < 8; ++i) def[8 + i] = static_cast<uint8_t>(eui >> (56 - 8 * i));
+  addrs.push_back(def);
+
+  std::vector<std::array<uint8_t, 16>> v4, v6;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a; a = a->ifa_next) {
+      if (!a->ifa_addr || !a->ifa_name || netdev != a->ifa_name) continue;
+      if (a->ifa_addr->sa_family == AF_INET) {
+        v4.push_back(v4_mapped(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr));
+      } else if (a->ifa_addr->sa_family == AF_INET6) {
+        std::array<uint8_t, 16> g{};
+        std::memcpy(g.data(), &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, 16);
+        v6.push_back(g);
+      }
+    }
+    ::freeifaddrs(list);
+  }
+  for (auto* group : {&v4, &v6})
+    for (auto& g : *group)
+      if (std::find(addrs.begin(), addrs.end(), g) == addrs.end()) addrs.push_back(g);
+
+  std::vector<GidEntry> table;
+  for (auto& g : addrs) table.push_back({g, GidType::roce_v2, netdev});
+  return table;
+}
+
+int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
+  if (!valid_name(cfg.name)) {
+    err = "bad device name '" + cfg.name + "' (letters, digits, _-. ; not starting with 'rxe')";
+    return EINVAL;
+  }
+  if (cfg.gid_tbl_len < 2 || cfg.gid_tbl_len > 1024) {
+    err = "gid_tbl_len must be 2..1024";
+    return EINVAL;
+  }
+  NetdevInfo nd;
+  if (!query_netdev(cfg.netdev, nd, &err)) return ENODEV;
+
+  RunLock lock(paths);
+  std::error_code ec;
+  const std::string dev_path = class_ib(paths) + "/" + cfg.name;
+  if (fs::exists(dev_path)) {
+    err = "device '" + cfg.name + "' exists";
+    return EEXIST;
+  }
+  fs::create_directories(class_verbs(paths), ec);
+  fs::create_directories(paths.dev_dir, ec);
+  if (ec) {
+    err = paths.dev_dir + ": " + ec.message();
+    return EACCES;
+  }
+  if (cfg.uverbs < 0) {
+    for (int n = 0; n < 1024 && cfg.uverbs < 0; ++n) {
+      std::string u = "uverbs" + std::to_string(n);
+      struct stat st {};
+      if (!fs::exists(class_verbs(paths) + "/" + u) && ::lstat((paths.dev_dir + "/" + u).c_str(), &st) != 0)
+        cfg.uverbs = n;
+    }
+    if (cfg.uverbs < 0) {
+      err = "no free uverbs index";
+      return ENOSPC;
+    }
+  }
+  const std::string uverbs = "uverbs" + std::to_string(cfg.uverbs);
+
+  // The device directory and everything in it first; the infiniband_verbs entry that makes libibverbs
+  // look at it last.
+  const std::string port_dir = dev_path + "/ports/1";
+  for (const char* d : {"/gids", "/gid_attrs/types", "/gid_attrs/ndevs", "/pkeys"})
+    fs::create_directories(port_dir + d, ec);
+  if (ec) {
+    err = port_dir + ": " + ec.message();
+    return EACCES;
+  }
+  const uint64_t guid = node_guid_from_mac(nd.mac);
+  bool ok = write_file(dev_path + "/node_type", "1: CA\n") &&
+            write_file(dev_path + "/node_guid", format_guid(guid) + "\n") &&
+            write_file(dev_path + "/sys_image_guid", format_guid(guid) + "\n") &&
+            write_file(dev_path + "/board_id", "urxe\n") && write_file(dev_path + "/fw_ver", "0.1.0\n") &&
+            write_file(dev_path + "/urxe.conf", config_text(cfg)) &&
+            // Byte i locked (OFD lock) by a context = that context owns QPN block i; see provider.
+            write_file(dev_path + "/urxe.qpn", "") && write_file(port_dir + "/pkeys/0", "0xffff\n");
+  if (!ok) {
+    err = dev_path + ": cannot write";
+    return EIO;
+  }
+  write_gid_files(port_dir, cfg.gid_tbl_len, build_gid_table(cfg.netdev, nd.mac));
+
+  ok = write_file(class_verbs(paths) + "/abi_version", "6\n");
+  const std::string vdir = class_verbs(paths) + "/" + uverbs;
+  fs::create_directories(vdir, ec);
+  ok = ok && !ec && write_file(vdir + "/ibdev", cfg.name + "\n") && write_file(vdir + "/dev", "1:3\n") &&
+       write_file(vdir + "/abi_version", "1\n");
+  if (!ok) {
+    err = vdir + ": cannot write";
+    return EIO;
+  }
+  // /dev/null's numbers: libibverbs requires a character device whose rdev matches "dev".
+  const std::string node = paths.dev_dir + "/" + uverbs;
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    ::chmod(node.c_str(), 0666);
+  } else if (errno != EEXIST && ::symlink("/dev/null", node.c_str()) != 0 && errno != EEXIST) {
+    err = node + ": " + std::strerror(errno);
+    fs::remove_all(vdir, ec);
+    fs::remove_all(dev_path, ec);
+    return EACCES;
+  }
+  return 0;
+}
+
+int remove_device(const Paths& paths, const std::string& name, std::string& err) {
+  RunLock lock(paths);
+  const std::string dev_path = class_ib(paths) + "/" + name;
+  DeviceConfig cfg;
+  if (!valid_name(name) || !read_device_config(dev_path, cfg)) {
+    err = "no urxe device '" + name + "'";
+    return ENODEV;
+  }
+  std::error_code ec;
+  if (cfg.uverbs >= 0) {
+    const std::string uverbs = "uverbs" + std::to_string(cfg.uverbs);
+    if (read_text(class_verbs(paths) + "/" + uverbs + "/ibdev") == name) {
+      fs::remove_all(class_verbs(paths) + "/" + uverbs, ec);
+      ::unlink((paths.dev_dir + "/" + uverbs).c_str());
+    }
+  }
+  fs::remove_all(dev_path, ec);
+  if (ec) {
+    err = dev_path + ": " + ec.message();
+    return EIO;
+  }
+  return 0;
+}
+
+bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
+  std::ifstream f(ibdev_path + "/urxe.conf");
+  if (!f) return false;
+  std::string line;
+  bool have_name = false;
+  while (std::getline(f, line)) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    char* end = nullptr;
+    if (k == "name") {
+      cfg.name = v;
+      have_name = true;
+    } else if (k == "netdev") {
+      cfg.netdev = v;
+    } else if (k == "dpdk") {
+      cfg.dpdk = v;
+    } else if (k == "port") {
+      cfg.port = v;
+    } else if (k == "mtu") {
+      cfg.mtu = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
+    } else if (k == "gid_tbl_len") {
+      cfg.gid_tbl_len = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
+    } else if (k == "uverbs") {
+      cfg.uverbs = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+    }
+  }
+  return have_name && !cfg.netdev.empty() && cfg.gid_tbl_len > 0;
+}
+
+std::vector<std::pair<uint32_t, GidEntry>> read_gid_table(const std::string& ibdev_path, uint32_t n) {
+  std::vector<std::pair<uint32_t, GidEntry>> out;
+  const std::string port_dir = ibdev_path + "/ports/1";
+  for (uint32_t i = 0; i < n; ++i) {
+    GidEntry e;
+    std::string idx = std::to_string(i);
+    if (!parse_gid(read_text(port_dir + "/gids/" + idx), e.gid)) continue;
+    if (e.gid == std::array<uint8_t, 16>{}) continue;
+    e.type = read_text(port_dir + "/gid_attrs/types/" + idx) == kV1 ? GidType::roce_v1 : GidType::roce_v2;
+    e.ndev = read_text(port_dir + "/gid_attrs/ndevs/" + idx);
+    out.emplace_back(i, e);
+  }
+  return out;
+}
+
+std::vector<DeviceInfo> list_devices(const Paths& paths) {
+  std::vector<DeviceInfo> out;
+  std::error_code ec;
+  for (auto& ent : fs::directory_iterator(class_verbs(paths), ec)) {
+    const std::string u = ent.path().filename().string();
+    if (u.rfind("uverbs", 0) != 0) continue;
+    DeviceInfo info;
+    info.uverbs_name = u;
+    std::string ibdev = read_text(ent.path().string() + "/ibdev");
+    info.ibdev_path = class_ib(paths) + "/" + ibdev;
+    if (ibdev.empty() || !read_device_config(info.ibdev_path, info.config)) continue;
+    for (auto& [idx, e] : read_gid_table(info.ibdev_path, info.config.gid_tbl_len)) info.gids.push_back(e);
+    struct stat st {};
+    info.dev_node_ok = ::stat((paths.dev_dir + "/" + u).c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+    NetdevInfo nd;
+    info.netdev_present = query_netdev(info.config.netdev, nd);
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const DeviceInfo& a, const DeviceInfo& b) { return a.config.uverbs < b.config.uverbs; });
+  return out;
+}
+
+int refresh_gids(const Paths& paths, const std::string& name, std::string& err) {
+  const std::string dev_path = class_ib(paths) + "/" + name;
+  DeviceConfig cfg;
+  if (!valid_name(name) || !read_device_config(dev_path, cfg)) {
+    err = "no urxe device '" + name + "'";
+    return ENODEV;
+  }
+  NetdevInfo nd;
+  std::vector<GidEntry> table;
+  if (query_netdev(cfg.netdev, nd, &err)) table = build_gid_table(cfg.netdev, nd.mac);
+  // A vanished interface leaves an all-empty table (the kernel drops the GIDs too).
+  write_gid_files(dev_path + "/ports/1", cfg.gid_tbl_len, table);
+  if (table.size() > cfg.gid_tbl_len) {
+    err =
+        name + ": " + std::to_string(table.size()) + " GIDs, table holds " + std::to_string(cfg.gid_tbl_len);
+    return ENOSPC;
+  }
+  return 0;
+}
+
+std::string provider_library_path() {
+  if (const char* p = std::getenv("URXE_PROVIDER"); p && *p) return p;
+  const std::string build = URXE_PROVIDER_BUILD_PATH, install = URXE_PROVIDER_INSTALL_PATH;
+  const std::string build_dir = URXE_BUILD_DIR;
+  std::error_code ec;
+  const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  const bool in_build = !build_dir.empty() && exe.rfind(build_dir + "/", 0) == 0;
+  const std::string& first = in_build ? build : install;
+  const std::string& second = in_build ? install : build;
+  if (!first.empty() && fs::exists(first, ec)) return first;
+  if (!second.empty() && fs::exists(second, ec)) return second;
+  return first.empty() ? second : first;
+}
+
+std::vector<std::pair<std::string, std::string>> app_environment(const Paths& paths,
+                                                                 const std::string& current_ld_preload) {
+  const std::string lib = provider_library_path();
+  std::string preload = lib;
+  if (!current_ld_preload.empty()) {
+    // Keep what is there; add the provider only once.
+    preload = current_ld_preload;
+    if (current_ld_preload.find(lib) == std::string::npos) preload += ":" + lib;
+  }
+  return {{"SYSFS_PATH", paths.sysfs()}, {"LD_PRELOAD", preload}};
+}
+
+std::string driver_file_content() {
+  // libibverbs appends "-rdmav34.so" to an absolute driver path.
+  std::string lib = provider_library_path();
+  const std::string suffix = "-rdmav34.so";
+  if (lib.size() > suffix.size() && lib.compare(lib.size() - suffix.size(), suffix.size(), suffix) == 0)
+    lib.resize(lib.size() - suffix.size());
+  return "driver " + lib + "\n";
+}
+
+}  // namespace urxe::provider

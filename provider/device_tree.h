@@ -1,0 +1,104 @@
+// A urxe device as libibverbs sees it without a kernel: a fake sysfs tree (found through SYSFS_PATH), a
+// /dev/infiniband/uverbsN node with /dev/null's numbers, and the device's config, kept inside the tree so the
+// provider finds it from the ibdev_path libibverbs gives it. Facts: research/provider-without-kernel.md §1.
+//
+// Layout under Paths::sysfs():
+//   class/infiniband_verbs/abi_version                 "6"
+//   class/infiniband_verbs/uverbsN/{ibdev,dev,abi_version}
+//   class/infiniband/<name>/{node_type,node_guid,sys_image_guid,board_id,fw_ver,urxe.conf,urxe.qpn}
+//   class/infiniband/<name>/ports/1/{gids,gid_attrs/types,gid_attrs/ndevs}/0..gid_tbl_len-1, pkeys/0
+// class/infiniband/<name>/ itself is never changed after creation (its mtime is the device's identity to
+// libibverbs); GIDs are rewritten inside ports/1/.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace urxe::provider {
+
+struct Paths {
+  std::string run_dir = "/run/urxe";        // the tree lives in run_dir/sys
+  std::string dev_dir = "/dev/infiniband";  // libibverbs hard-codes this; overridable for unit tests only
+  std::string sysfs() const { return run_dir + "/sys"; }
+  // run_dir from $URXE_RUN_DIR, dev_dir from $URXE_DEV_DIR, else the defaults above.
+  static Paths from_env();
+};
+
+struct DeviceConfig {
+  std::string name;           // IB device name, e.g. "urxe0" (must not start with "rxe")
+  std::string netdev;         // the Ethernet interface the device sits on
+  std::string dpdk;           // EAL/vdev arguments passed through to the DPDK port ("" = default)
+  uint32_t mtu = 0;           // Ethernet MTU to use; 0 = the interface's
+  std::string port = "auto";  // packet I/O: auto | dpdk | socket | loop | null
+  uint32_t gid_tbl_len = 16;
+  int uverbs = -1;  // N of uverbsN; -1 at creation = lowest free
+};
+
+enum class GidType { roce_v1, roce_v2 };
+
+struct GidEntry {
+  std::array<uint8_t, 16> gid{};
+  GidType type = GidType::roce_v2;
+  std::string ndev;  // "" for an unused slot
+};
+
+struct NetdevInfo {
+  std::array<uint8_t, 6> mac{};
+  uint32_t mtu = 0;
+  int ifindex = 0;
+  bool up = false;
+};
+
+struct DeviceInfo {
+  DeviceConfig config;
+  std::string uverbs_name;     // "uverbs0"
+  std::string ibdev_path;      // sysfs()/class/infiniband/<name>
+  std::vector<GidEntry> gids;  // as currently in the tree, unused slots left out
+  bool dev_node_ok = false;    // /dev/infiniband/uverbsN exists
+  bool netdev_present = false;
+};
+
+// Interface facts from the current network namespace (ioctl on a socket, so it follows the netns).
+bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err = nullptr);
+
+// The RoCE GID table for an interface in the kernel's order (roce_gid_mgmt): the default GID
+// fe80::<EUI-64 of the MAC> first, then each IPv4 address (as ::ffff:a.b.c.d), then each IPv6 address not
+// already present. One RoCE v2 entry per address (urxe speaks RoCE v2 only; the kernel would add a v1 twin),
+// so a sysfs GID index is the engine's sgid_index.
+std::vector<GidEntry> build_gid_table(const std::string& netdev, const std::array<uint8_t, 6>& mac);
+
+// "0200:00ff:fe00:0001" style EUI-64 from a MAC, as rxe derives its node GUID.
+uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac);
+std::string format_guid(uint64_t guid);
+std::string format_gid(const std::array<uint8_t, 16>& gid);  // 8 groups of 4 hex digits, as sysfs
+bool parse_gid(const std::string& text, std::array<uint8_t, 16>& gid);
+
+// Creates the tree, the config and the /dev node. Returns 0 or an errno (EEXIST, ENODEV for a missing
+// netdev, EINVAL for a bad name, ...) with a message in err. cfg.uverbs is filled in.
+int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err);
+int remove_device(const Paths& paths, const std::string& name, std::string& err);
+std::vector<DeviceInfo> list_devices(const Paths& paths);
+// Rewrites ports/1/gids, types and ndevs from the interface's current addresses. Returns 0 or an errno.
+int refresh_gids(const Paths& paths, const std::string& name, std::string& err);
+
+// Reads ibdev_path/urxe.conf (what the provider does in alloc_device). Returns false if missing/invalid.
+bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg);
+// Reads the GID table back from ports/1 (used entries only, index order preserved in `index`).
+std::vector<std::pair<uint32_t, GidEntry>> read_gid_table(const std::string& ibdev_path,
+                                                          uint32_t gid_tbl_len);
+
+// Where liburxe-rdmav34.so is: $URXE_PROVIDER if set; else the build tree's copy when the running
+// program is in the build tree; else the install location.
+std::string provider_library_path();
+// The variables an unmodified verbs application needs (in order): SYSFS_PATH and LD_PRELOAD (the provider
+// appended to any existing LD_PRELOAD). LD_PRELOAD registers the provider before device discovery and is the
+// only way ibv_create_comp_channel works without a kernel.
+std::vector<std::pair<std::string, std::string>> app_environment(const Paths& paths,
+                                                                 const std::string& current_ld_preload = "");
+// Contents for /etc/libibverbs.d/urxe.driver ("driver /abs/path/liburxe"): loads the provider without
+// LD_PRELOAD (completion channels then fail cleanly with EBADF).
+std::string driver_file_content();
+
+}  // namespace urxe::provider

@@ -1,0 +1,194 @@
+// The fake device tree libibverbs discovers urxe devices through (provider/device_tree.h), on `lo`.
+#include "provider/device_tree.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using namespace urxe::provider;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+DeviceConfig dev(const char* name, const char* netdev) {
+  DeviceConfig c;
+  c.name = name;
+  c.netdev = netdev;
+  return c;
+}
+
+class DeviceTreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/urxe-dt-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    paths_.run_dir = root_ + "/run";
+    paths_.dev_dir = root_ + "/dev/infiniband";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  std::string ib(const std::string& name) { return paths_.sysfs() + "/class/infiniband/" + name; }
+  std::string root_;
+  Paths paths_;
+};
+
+TEST(DeviceTreeFormat, GuidAndGidText) {
+  EXPECT_EQ(format_guid(node_guid_from_mac({0x00, 0x11, 0x22, 0x33, 0x44, 0x55})), "0211:22ff:fe33:4455");
+  std::array<uint8_t, 16> g{};
+  ASSERT_TRUE(parse_gid("0000:0000:0000:0000:0000:ffff:0a00:0001", g));
+  EXPECT_EQ(g[10], 0xff);
+  EXPECT_EQ(g[12], 10);
+  EXPECT_EQ(g[15], 1);
+  EXPECT_EQ(format_gid(g), "0000:0000:0000:0000:0000:ffff:0a00:0001");
+  EXPECT_FALSE(parse_gid("fe80::1", g));
+}
+
+TEST_F(DeviceTreeTest, CreateWritesWhatLibibverbsReads) {
+  DeviceConfig cfg;
+  cfg.name = "urxe0";
+  cfg.netdev = "lo";
+  cfg.port = "loop";
+  cfg.mtu = 4200;
+  std::string err;
+  ASSERT_EQ(create_device(paths_, cfg, err), 0) << err;
+  EXPECT_EQ(cfg.uverbs, 0);
+
+  const std::string verbs = paths_.sysfs() + "/class/infiniband_verbs";
+  EXPECT_EQ(slurp(verbs + "/abi_version"), "6\n");
+  EXPECT_EQ(slurp(verbs + "/uverbs0/ibdev"), "urxe0\n");
+  EXPECT_EQ(slurp(verbs + "/uverbs0/dev"), "1:3\n");
+  EXPECT_EQ(slurp(ib("urxe0") + "/node_type"), "1: CA\n");
+  // lo's MAC is all zeros: EUI-64 flips the U/L bit.
+  EXPECT_EQ(slurp(ib("urxe0") + "/node_guid"), "0200:00ff:fe00:0000\n");
+  EXPECT_EQ(slurp(ib("urxe0") + "/ports/1/pkeys/0"), "0xffff\n");
+
+  // GID 0 is the default link-local GID, GID 1 lo's IPv4 address; all RoCE v2 on lo; the rest empty.
+  const std::string port = ib("urxe0") + "/ports/1";
+  EXPECT_EQ(slurp(port + "/gids/0"), "fe80:0000:0000:0000:0200:00ff:fe00:0000\n");
+  EXPECT_EQ(slurp(port + "/gids/1"), "0000:0000:0000:0000:0000:ffff:7f00:0001\n");
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(slurp(port + "/gid_attrs/types/" + std::to_string(i)), "RoCE v2\n");
+    EXPECT_EQ(slurp(port + "/gid_attrs/ndevs/" + std::to_string(i)), "lo\n");
+  }
+  EXPECT_EQ(slurp(port + "/gids/15"), "0000:0000:0000:0000:0000:0000:0000:0000\n");
+  EXPECT_EQ(slurp(port + "/gid_attrs/ndevs/15"), "");
+  EXPECT_FALSE(fs::exists(port + "/gids/16"));
+
+  struct stat st {};
+  ASSERT_EQ(::lstat((paths_.dev_dir + "/uverbs0").c_str(), &st), 0);
+  if (S_ISCHR(st.st_mode)) {
+    EXPECT_EQ(major(st.st_rdev), 1u);
+    EXPECT_EQ(minor(st.st_rdev), 3u);
+  } else {
+    ASSERT_TRUE(S_ISLNK(st.st_mode));
+    EXPECT_EQ(fs::read_symlink(paths_.dev_dir + "/uverbs0").string(), "/dev/null");
+  }
+
+  DeviceConfig back;
+  ASSERT_TRUE(read_device_config(ib("urxe0"), back));
+  EXPECT_EQ(back.name, "urxe0");
+  EXPECT_EQ(back.netdev, "lo");
+  EXPECT_EQ(back.port, "loop");
+  EXPECT_EQ(back.mtu, 4200u);
+  EXPECT_EQ(back.uverbs, 0);
+}
+
+TEST_F(DeviceTreeTest, SeveralDevicesListAndRemove) {
+  std::string err;
+  DeviceConfig a = dev("urxe0", "lo");
+  DeviceConfig b = dev("urxe1", "lo");
+  ASSERT_EQ(create_device(paths_, a, err), 0) << err;
+  ASSERT_EQ(create_device(paths_, b, err), 0) << err;
+  EXPECT_EQ(b.uverbs, 1);
+  auto list = list_devices(paths_);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].config.name, "urxe0");
+  EXPECT_EQ(list[0].uverbs_name, "uverbs0");
+  EXPECT_EQ(list[1].config.name, "urxe1");
+  EXPECT_TRUE(list[1].netdev_present);
+  EXPECT_GE(list[1].gids.size(), 2u);
+
+  ASSERT_EQ(remove_device(paths_, "urxe0", err), 0) << err;
+  EXPECT_FALSE(fs::exists(ib("urxe0")));
+  EXPECT_FALSE(fs::exists(paths_.sysfs() + "/class/infiniband_verbs/uverbs0"));
+  struct stat st {};
+  EXPECT_NE(::lstat((paths_.dev_dir + "/uverbs0").c_str(), &st), 0);
+  list = list_devices(paths_);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].config.name, "urxe1");
+
+  // The freed index is reused.
+  DeviceConfig c = dev("urxe2", "lo");
+  ASSERT_EQ(create_device(paths_, c, err), 0) << err;
+  EXPECT_EQ(c.uverbs, 0);
+  EXPECT_EQ(remove_device(paths_, "nosuch", err), ENODEV);
+}
+
+TEST_F(DeviceTreeTest, RefusesBadRequests) {
+  std::string err;
+  DeviceConfig rxe = dev("rxe0", "lo");  // would be claimed by libibverbs' rxe provider
+  EXPECT_EQ(create_device(paths_, rxe, err), EINVAL);
+  DeviceConfig slash = dev("a/b", "lo");
+  EXPECT_EQ(create_device(paths_, slash, err), EINVAL);
+  DeviceConfig nodev = dev("urxe0", "no-such-if0");
+  EXPECT_EQ(create_device(paths_, nodev, err), ENODEV);
+  DeviceConfig ok = dev("urxe0", "lo");
+  ASSERT_EQ(create_device(paths_, ok, err), 0) << err;
+  DeviceConfig again = dev("urxe0", "lo");
+  EXPECT_EQ(create_device(paths_, again, err), EEXIST);
+}
+
+TEST_F(DeviceTreeTest, RefreshRewritesGidsWithoutTouchingTheDeviceDirectory) {
+  std::string err;
+  DeviceConfig cfg = dev("urxe0", "lo");
+  ASSERT_EQ(create_device(paths_, cfg, err), 0) << err;
+  const std::string gid1 = ib("urxe0") + "/ports/1/gids/1";
+  const std::string want = slurp(gid1);
+  {
+    std::ofstream f(gid1, std::ios::trunc);
+    f << "0000:0000:0000:0000:0000:ffff:0a0a:0a0a\n";  // a stale address
+  }
+  struct stat before {
+  }, after{};
+  ASSERT_EQ(::stat(ib("urxe0").c_str(), &before), 0);
+  ASSERT_EQ(refresh_gids(paths_, "urxe0", err), 0) << err;
+  ASSERT_EQ(::stat(ib("urxe0").c_str(), &after), 0);
+  EXPECT_EQ(slurp(gid1), want);
+  // libibverbs identifies a device by this directory's mtime: a change would make it a new device.
+  EXPECT_EQ(before.st_mtim.tv_sec, after.st_mtim.tv_sec);
+  EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+}
+
+TEST_F(DeviceTreeTest, AppEnvironment) {
+  ::setenv("URXE_PROVIDER", "/opt/urxe/lib/liburxe-rdmav34.so", 1);
+  auto env = app_environment(paths_);
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_EQ(env[0].first, "SYSFS_PATH");
+  EXPECT_EQ(env[0].second, paths_.run_dir + "/sys");
+  EXPECT_EQ(env[1].first, "LD_PRELOAD");
+  EXPECT_EQ(env[1].second, "/opt/urxe/lib/liburxe-rdmav34.so");
+  EXPECT_EQ(app_environment(paths_, "libfoo.so")[1].second, "libfoo.so:/opt/urxe/lib/liburxe-rdmav34.so");
+  EXPECT_EQ(app_environment(paths_, "/opt/urxe/lib/liburxe-rdmav34.so")[1].second,
+            "/opt/urxe/lib/liburxe-rdmav34.so");
+  EXPECT_EQ(driver_file_content(), "driver /opt/urxe/lib/liburxe\n");
+  ::unsetenv("URXE_PROVIDER");
+  // Without an override the path is a real liburxe-rdmav34.so location.
+  EXPECT_NE(provider_library_path().find("liburxe-rdmav34.so"), std::string::npos);
+}
+
+}  // namespace
