@@ -1,0 +1,23 @@
+// Packet ports the provider can open for a device, chosen by the device config's `port=` (or $URXE_PORT).
+// Real I/O (dpdk, kernel sockets) comes from dpdk/ once it exists; the two here need no network:
+//   loop — every frame sent is received again by the same port (one context talks to itself);
+//   null — frames sent are dropped, nothing is received (open/query/PD/MR/CQ work, traffic does not).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/port.h"
+#include "provider/device_tree.h"
+
+namespace urxe::provider {
+
+struct PortRequest {
+  DeviceConfig config;
+  NetdevInfo netdev;
+  engine::PortAttr attr;  // MAC, MTU and GID table the device presents
+};
+
+// Returns nullptr with a message in err when the kind is unknown or cannot start.
+std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortRequest& req, std::string& err);
+
+}  // namespace urxe::provider
