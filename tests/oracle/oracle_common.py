@@ -77,11 +77,13 @@ def pad_count(payload_len):
     return (4 - payload_len % 4) % 4
 
 
-def icrc_ref(l3, ipv, ip_hdr_len):
+def icrc_ref(l3, ipv, ip_hdr_len, udp=True):
     """ICRC per IBTA Annex A17.3.3 over `l3` (IP header through the pad): CRC-32 of 8 bytes of ones for the
     absent LRH, then the packet with the variant fields set to ones: IPv4 TOS, TTL, header checksum; IPv6
     traffic class, flow label, hop limit; UDP checksum; the BTH byte holding FECN, BECN and 6 reserved bits.
-    Returned as the 4 bytes stored on the wire (CRC little-endian). Cross-checked against Scapy on IPv4."""
+    Returned as the 4 bytes stored on the wire (CRC little-endian). udp=False: RoCE v1, a GRH (laid out as
+    an IPv6 header) directly followed by the BTH. Cross-checked against Scapy on IPv4 and against hardware
+    RoCE v1 frames for the IPv6/GRH rules (scapy_oracle.py)."""
     b = bytearray(l3)
     if ipv == 4:
         b[1] = 0xFF
@@ -91,8 +93,9 @@ def icrc_ref(l3, ipv, ip_hdr_len):
         b[0] |= 0x0F
         b[1] = b[2] = b[3] = 0xFF
         b[7] = 0xFF
-    b[ip_hdr_len + 6] = b[ip_hdr_len + 7] = 0xFF
-    b[ip_hdr_len + 8 + 4] = 0xFF
+    if udp:
+        b[ip_hdr_len + 6] = b[ip_hdr_len + 7] = 0xFF
+    b[ip_hdr_len + (8 if udp else 0) + 4] = 0xFF
     return struct.pack("<I", zlib.crc32(b"\xff" * 8 + bytes(b)) & 0xFFFFFFFF)
 
 
