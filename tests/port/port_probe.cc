@@ -1,0 +1,333 @@
+// port_probe: drives one urxe port (DPDK or kernel socket) for tests/port/port_test.py and port_bench.py.
+//
+//   port_probe [--port auto|dpdk|socket] [--dpdk-args '...'] --if IFACE COMMAND ...
+//     info                      port kind, MAC, MTU, GID table (one "gid N ADDR" line each)
+//     neigh --dst-ip IP         resolve the destination MAC of IP from the kernel's neighbour table
+//     send --dst-ip IP --count N --sizes a,b,..   N RoCEv2 SEND-only frames (payload sizes cycling), paced
+//     recv --count N --sizes a,b,.. --timeout-ms T   receive, verify each frame (parse, ICRC, payload) and
+//                               exit 0 only when all N arrived intact exactly once; sleeps on rx_wait_fd
+//     blast --dst-ip IP --size S --seconds T       send as fast as the port takes frames; prints pps
+//     sink --seconds T          count received RoCE frames (busy polling); prints pps
+// Prints "ready" on stdout once the port is open (receivers), and one "key=value ..." result line.
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dpdk/dpdk_port.h"
+#include "dpdk/netdev_info.h"
+#include "dpdk/port_factory.h"
+#include "dpdk/socket_port.h"
+#include "wire/packet.h"
+
+using namespace urxe;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint32_t kDqpn = 0x000123;
+constexpr uint8_t kSendOnly = 0x04;  // RC SEND Only
+
+[[noreturn]] void die(const std::string& m) {
+  fprintf(stderr, "port_probe: %s\n", m.c_str());
+  exit(2);
+}
+
+std::vector<uint32_t> parse_sizes(const std::string& s) {
+  std::vector<uint32_t> v;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t c = s.find(',', pos);
+    v.push_back(static_cast<uint32_t>(std::stoul(s.substr(pos, c - pos))));
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  if (v.empty()) die("empty --sizes");
+  return v;
+}
+
+uint8_t pattern(uint32_t seq, uint32_t i) {
+  return static_cast<uint8_t>(seq * 31u + i * 7u + (i >> 8));
+}
+
+double secs_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Args {
+  std::string port = "auto", dpdk_args, ifname, cmd, dst_ip, sizes = "64";
+  uint32_t count = 0, size = 64, timeout_ms = 5000, gap_us = 200;
+  double seconds = 3;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value for " + k);
+      return argv[++i];
+    };
+    if (k == "--port")
+      a.port = val();
+    else if (k == "--dpdk-args")
+      a.dpdk_args = val();
+    else if (k == "--if")
+      a.ifname = val();
+    else if (k == "--dst-ip")
+      a.dst_ip = val();
+    else if (k == "--count")
+      a.count = static_cast<uint32_t>(std::stoul(val()));
+    else if (k == "--sizes")
+      a.sizes = val();
+    else if (k == "--size")
+      a.size = static_cast<uint32_t>(std::stoul(val()));
+    else if (k == "--timeout-ms")
+      a.timeout_ms = static_cast<uint32_t>(std::stoul(val()));
+    else if (k == "--gap-us")
+      a.gap_us = static_cast<uint32_t>(std::stoul(val()));
+    else if (k == "--seconds")
+      a.seconds = std::stod(val());
+    else if (k[0] != '-' && a.cmd.empty())
+      a.cmd = k;
+    else
+      die("unknown argument " + k);
+  }
+  if (a.ifname.empty() || a.cmd.empty())
+    die("usage: port_probe [--port auto|dpdk|socket] --if IFACE COMMAND");
+  return a;
+}
+
+// The frame template for one destination: addresses resolved like the engine will resolve them.
+wire::FrameSpec make_spec(engine::Port& port, const dpdk::NetdevInfo& info, const std::string& dst_ip) {
+  wire::FrameSpec spec;
+  wire::Gid dst{};
+  if (!dpdk::gid_from_string(dst_ip, dst)) die("bad --dst-ip " + dst_ip);
+  auto nr = dpdk::resolve_neighbor(dst, info.ifindex, 3000);
+  if (nr.state != dpdk::NeighState::resolved) die("cannot resolve the MAC of " + dst_ip);
+  spec.dst_mac = nr.mac;
+  spec.src_mac = port.attr().mac;
+  spec.ip_version = wire::gid_is_ipv4_mapped(dst) ? 4 : 6;
+  spec.dst_ip = dst;
+  bool found = false;
+  for (const auto& a : info.addrs) {
+    bool ll = a.addr[0] == 0xfe && (a.addr[1] & 0xc0) == 0x80;
+    bool dst_ll = dst[0] == 0xfe && (dst[1] & 0xc0) == 0x80;
+    if (a.ipv4 == (spec.ip_version == 4) && ll == dst_ll) {
+      spec.src_ip = a.addr;
+      found = true;
+      break;
+    }
+  }
+  if (!found) die("no source address of the right family on " + info.name);
+  spec.bth.opcode = kSendOnly;
+  spec.bth.dqpn = kDqpn;
+  spec.bth.ack_req = true;
+  return spec;
+}
+
+uint32_t build_into(uint8_t* out, uint32_t cap, wire::FrameSpec& spec, uint32_t seq, uint32_t payload_len,
+                    std::vector<uint8_t>& payload) {
+  payload.resize(payload_len);
+  for (uint32_t i = 0; i < payload_len; ++i) payload[i] = pattern(seq, i);
+  spec.bth.psn = seq & 0xffffff;
+  spec.udp_sport = static_cast<uint16_t>(0xc000 | (seq & 0x3fff));
+  return wire::build_frame(wire::MutByteSpan(out, cap), spec, wire::ByteSpan(payload.data(), payload.size()));
+}
+
+// Sends one frame, retrying while the port pushes back (bounded).
+bool send_one(engine::Port& port, wire::FrameSpec& spec, uint32_t seq, uint32_t plen,
+              std::vector<uint8_t>& pl) {
+  uint32_t need = wire::frame_size(spec, plen);
+  auto t0 = Clock::now();
+  engine::PacketBuf b;
+  while (!port.tx_alloc(need, b)) {
+    if (secs_since(t0) > 2) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  b.len = build_into(b.data, need, spec, seq, plen, pl);
+  if (b.len == 0) die("build_frame failed");
+  while (port.tx_burst(&b, 1) != 1) {
+    if (secs_since(t0) > 2) {
+      port.tx_free(b);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse_args(argc, argv);
+  dpdk::PortOptions opt;
+  opt.ifname = a.ifname;
+  opt.dpdk_args = a.dpdk_args;
+  opt.kind = a.port == "dpdk"     ? dpdk::PortKind::dpdk
+             : a.port == "socket" ? dpdk::PortKind::socket
+                                  : dpdk::PortKind::automatic;
+  std::string notice, err;
+  std::unique_ptr<engine::Port> port = dpdk::open_port(opt, &notice, &err);
+  if (!port) die("open_port: " + err);
+  fprintf(stderr, "%s\n", notice.c_str());
+  dpdk::NetdevInfo info;
+  if (!dpdk::query_netdev(a.ifname, info, &err)) die(err);
+  const char* kind = dynamic_cast<dpdk::DpdkPort*>(port.get()) ? "dpdk" : "socket";
+
+  if (a.cmd == "info") {
+    printf("kind=%s mac=%02x:%02x:%02x:%02x:%02x:%02x mtu=%u ifindex=%d\n", kind, port->attr().mac[0],
+           port->attr().mac[1], port->attr().mac[2], port->attr().mac[3], port->attr().mac[4],
+           port->attr().mac[5], port->attr().mtu, info.ifindex);
+    for (size_t i = 0; i < port->attr().gids.size(); ++i)
+      printf("gid %zu %s\n", i, dpdk::gid_to_string(port->attr().gids[i]).c_str());
+    return 0;
+  }
+  if (a.cmd == "neigh") {
+    wire::Gid dst{};
+    if (!dpdk::gid_from_string(a.dst_ip, dst)) die("bad --dst-ip");
+    auto r = dpdk::resolve_neighbor(dst, info.ifindex, 3000);
+    printf("state=%d local=%d mac=%02x:%02x:%02x:%02x:%02x:%02x\n", static_cast<int>(r.state),
+           r.local ? 1 : 0, r.mac[0], r.mac[1], r.mac[2], r.mac[3], r.mac[4], r.mac[5]);
+    return r.state == dpdk::NeighState::resolved ? 0 : 1;
+  }
+  if (a.cmd == "send") {
+    auto sizes = parse_sizes(a.sizes);
+    wire::FrameSpec spec = make_spec(*port, info, a.dst_ip);
+    std::vector<uint8_t> pl;
+    uint32_t sent = 0;
+    for (uint32_t seq = 0; seq < a.count; ++seq) {
+      if (!send_one(*port, spec, seq, sizes[seq % sizes.size()], pl)) break;
+      ++sent;
+      std::this_thread::sleep_for(std::chrono::microseconds(a.gap_us));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the ring drain before closing
+    printf("kind=%s sent=%u\n", kind, sent);
+    return sent == a.count ? 0 : 1;
+  }
+  if (a.cmd == "recv") {
+    auto sizes = parse_sizes(a.sizes);
+    std::vector<uint8_t> seen(a.count, 0);
+    uint32_t ok = 0, dup = 0, bad = 0, other = 0, wakeups = 0, timeouts = 0;
+    printf("ready\n");
+    fflush(stdout);
+    auto t0 = Clock::now();
+    engine::PacketBuf bufs[32];
+    while (ok < a.count && secs_since(t0) * 1000 < a.timeout_ms) {
+      uint32_t n = port->rx_burst(bufs, 32);
+      if (n == 0) {
+        // The idle protocol a progress thread uses: arm, look once more, sleep on the fd, disarm.
+        port->rx_wait_arm(true);
+        n = port->rx_burst(bufs, 32);
+        if (n == 0) {
+          int fd = port->rx_wait_fd();
+          if (fd >= 0) {
+            pollfd p{fd, POLLIN, 0};
+            if (poll(&p, 1, 20) > 0)
+              ++wakeups;
+            else
+              ++timeouts;
+          } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+          }
+        }
+        port->rx_wait_arm(false);
+        if (n == 0) continue;
+      }
+      for (uint32_t i = 0; i < n; ++i) {
+        wire::Packet pkt;
+        auto e = wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt);
+        // not RoCE, or an empty UDP/4791 datagram (how netdev_info makes the kernel resolve a neighbour)
+        if (e == wire::ParseError::not_roce || (pkt.l4_offset && pkt.udp.length == 8)) {
+          ++other;
+          continue;
+        }
+        uint32_t seq = pkt.bth.psn;
+        bool good = e == wire::ParseError::ok && pkt.icrc_ok && pkt.bth.opcode == kSendOnly &&
+                    pkt.bth.dqpn == kDqpn && seq < a.count && pkt.payload_len == sizes[seq % sizes.size()];
+        for (uint32_t j = 0; good && j < pkt.payload_len; ++j)
+          good = pkt.payload.data()[j] == pattern(seq, j);
+        if (!good) {
+          ++bad;
+          fprintf(stderr, "bad frame: len=%u parse=%s psn=%u payload_len=%u\n", bufs[i].len,
+                  std::string(wire::to_string(e)).c_str(), seq, pkt.payload_len);
+        } else if (seen[seq]) {
+          ++dup;
+        } else {
+          seen[seq] = 1;
+          ++ok;
+        }
+      }
+      port->rx_free(bufs, n);
+    }
+    printf("kind=%s expected=%u ok=%u dup=%u bad=%u other=%u wakeups=%u timeouts=%u\n", kind, a.count, ok,
+           dup, bad, other, wakeups, timeouts);
+    return ok == a.count && dup == 0 && bad == 0 ? 0 : 1;
+  }
+  if (a.cmd == "blast") {
+    wire::FrameSpec spec = make_spec(*port, info, a.dst_ip);
+    std::vector<uint8_t> pl, tmpl(16384);
+    uint32_t flen = build_into(tmpl.data(), static_cast<uint32_t>(tmpl.size()), spec, 0, a.size, pl);
+    if (!flen) die("frame too large");
+    constexpr uint32_t kBurst = 32;
+    engine::PacketBuf bufs[kBurst];
+    uint64_t sent = 0, full = 0;
+    auto t0 = Clock::now();
+    while (secs_since(t0) < a.seconds) {
+      uint32_t n = 0;
+      while (n < kBurst && port->tx_alloc(flen, bufs[n])) {
+        std::memcpy(bufs[n].data, tmpl.data(), flen);
+        bufs[n].len = flen;
+        ++n;
+      }
+      uint32_t s = port->tx_burst(bufs, n);
+      for (uint32_t i = s; i < n; ++i) port->tx_free(bufs[i]);
+      sent += s;
+      if (s < n) ++full;
+    }
+    double el = secs_since(t0);
+    printf("kind=%s frame=%u sent=%llu pps=%.0f full=%llu\n", kind, flen,
+           static_cast<unsigned long long>(sent), static_cast<double>(sent) / el,
+           static_cast<unsigned long long>(full));
+    return 0;
+  }
+  if (a.cmd == "sink") {
+    printf("ready\n");
+    fflush(stdout);
+    engine::PacketBuf bufs[32];
+    uint64_t frames = 0, bytes = 0;
+    auto t0 = Clock::now();
+    Clock::time_point first{};
+    // Count from the first frame so the sender's start-up does not dilute the rate.
+    while (secs_since(t0) < a.seconds + 5 && (frames == 0 || secs_since(first) < a.seconds)) {
+      uint32_t n = port->rx_burst(bufs, 32);
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint8_t* d = bufs[i].data;
+        if (bufs[i].len > 42 && d[12] == 0x08 && d[13] == 0x00 && d[23] == 17 && d[36] == 0x12 &&
+            d[37] == 0xb7) {
+          if (frames == 0) first = Clock::now();
+          ++frames;
+          bytes += bufs[i].len;
+        } else if (bufs[i].len > 62 && d[12] == 0x86 && d[13] == 0xdd && d[20] == 17 && d[56] == 0x12 &&
+                   d[57] == 0xb7) {
+          if (frames == 0) first = Clock::now();
+          ++frames;
+          bytes += bufs[i].len;
+        }
+      }
+      if (n) port->rx_free(bufs, n);
+    }
+    double el = frames ? secs_since(first) : 1;
+    printf("kind=%s frames=%llu pps=%.0f gbit=%.2f\n", kind, static_cast<unsigned long long>(frames),
+           static_cast<double>(frames) / el, static_cast<double>(bytes) * 8 / el / 1e9);
+    return frames ? 0 : 1;
+  }
+  die("unknown command " + a.cmd);
+}

@@ -1,0 +1,281 @@
+#!/usr/bin/python3
+"""urxe's ports between two network namespaces joined by a veth pair (MTU 4200, so 4096-byte RoCE payloads
+fit), created here with unique names and deleted at exit.
+
+Checked, for the DPDK af_packet port and the kernel-socket port, both directions, IPv4 and IPv6, payloads
+0..4096 bytes: every RoCEv2 frame built with wire::build_frame arrives exactly once, intact, with a valid
+ICRC (port_probe recv); the frames on the wire, captured by dumpcap on the receiving veth, have a valid
+ICRC by an independent zlib CRC-32 written from IBTA A17.3.3, IPv4 ID 0 + DF + UDP checksum 0, and tshark
+dissects them as RoCE without malformed fields; the receiving kernel sends no ICMP port/destination
+unreachable (Icmp OutDestUnreachs, Icmp6OutDestUnreachs, Udp(6) NoPorts unchanged); the socket port works
+with CAP_NET_RAW alone (setpriv), chosen automatically with a notice, and DPDK is refused there with a
+clear error; GID table, MAC, MTU and neighbour resolution agree with `ip`.
+Exit 77 (skip) when not root or network namespaces are unavailable.
+"""
+import argparse
+import ipaddress
+import os
+import select
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netns_pair import NetnsPair, run  # noqa: E402
+
+SIZES = [0, 1, 2, 3, 4, 5, 63, 64, 65, 256, 1000, 1024, 2048, 4000, 4095, 4096]
+NET_RAW_ONLY = ["setpriv", "--inh-caps=-all,+net_raw", "--ambient-caps=+net_raw", "--bounding-set=-all,+net_raw"]
+HEURISTICS_OFF = ["rpcrdma_infiniband", "smb_direct_infiniband", "nvme_rdma", "iser_infiniband",
+                  "smcr_infiniband", "lnet_ib", "sdp_infiniband", "fc_infiniband", "drbd_rdma", "mellanox_eoib",
+                  "eth_over_ib"]
+TSHARK_PREFS = ["udp.ignore_ipv6_zero_checksum:TRUE", "ip.check_checksum:TRUE", "udp.check_checksum:TRUE"]
+ICMP_COUNTERS = ["Icmp.OutDestUnreachs", "Icmp6OutDestUnreachs", "Udp.NoPorts", "Udp6NoPorts"]
+
+failures = []
+
+
+def check(cond, what):
+    print(("PASS " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def skip(reason):
+    print(f"SKIP: {reason}", flush=True)
+    sys.exit(77)
+
+
+# ---- independent wire checks -------------------------------------------------------------------------------
+def read_pcap(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    magic = struct.unpack("<I", data[:4])[0]
+    e = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    if struct.unpack(e + "I", data[20:24])[0] != 1:
+        raise ValueError("not an Ethernet pcap")
+    off, out = 24, []
+    while off + 16 <= len(data):
+        incl = struct.unpack(e + "I", data[off + 8:off + 12])[0]
+        out.append(data[off + 16:off + 16 + incl])
+        off += 16 + incl
+    return out
+
+
+def roce_frame_problems(fr):
+    """None if `fr` is not RoCE-carrying UDP/4791 with a payload, else the list of problems found."""
+    et = struct.unpack("!H", fr[12:14])[0]
+    off = 14
+    if et == 0x0800:
+        ihl = (fr[off] & 0xF) * 4
+        ip = bytearray(fr[off:off + ihl])
+        if ip[9] != 17:
+            return None
+        probs = []
+        if struct.unpack("!H", ip[4:6])[0] != 0:
+            probs.append("IPv4 ID not 0")
+        if struct.unpack("!H", ip[6:8])[0] != 0x4000:
+            probs.append("IPv4 flags/frag not DF")
+        ip[1] = 0xFF  # TOS
+        ip[8] = 0xFF  # TTL
+        ip[10:12] = b"\xff\xff"  # header checksum
+    elif et == 0x86DD:
+        ip = bytearray(fr[off:off + 40])
+        if ip[6] != 17:
+            return None
+        probs = []
+        ip[0] |= 0x0F  # traffic class (low nibble of byte 0, high of byte 1) and flow label
+        ip[1:4] = b"\xff\xff\xff"
+        ip[7] = 0xFF  # hop limit
+    else:
+        return None
+    u = off + len(ip)
+    udp = bytearray(fr[u:u + 8])
+    dport, ulen, csum = struct.unpack("!HHH", udp[2:8])
+    if dport != 4791 or ulen == 8:  # not RoCE, or the empty neighbour-resolution datagram
+        return None
+    if csum != 0:
+        probs.append("UDP checksum not 0")
+    udp[6:8] = b"\xff\xff"
+    bth = bytearray(fr[u + 8:u + 20])
+    bth[4] = 0xFF  # FECN/BECN/resv6
+    end = u + ulen
+    crc = zlib.crc32(b"\xff" * 8 + bytes(ip) + bytes(udp) + bytes(bth) + fr[u + 20:end - 4])
+    if struct.pack("<I", crc) != fr[end - 4:end]:
+        probs.append("bad ICRC")
+    return probs
+
+
+def tshark_problems(pcap, tmp):
+    env = dict(os.environ, HOME=tmp, XDG_CONFIG_HOME=tmp, XDG_CACHE_HOME=tmp, XDG_DATA_HOME=tmp)
+    cmd = ["tshark", "-n", "-r", pcap, "-T", "fields", "-E", "separator=\t", "-e", "infiniband.bth.opcode",
+           "-e", "_ws.malformed", "-e", "_ws.expert.severity", "-e", "infiniband.invariant.crc"]
+    for h in HEURISTICS_OFF:
+        cmd += ["--disable-heuristic", h]
+    for p in TSHARK_PREFS:
+        cmd += ["-o", p]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    rows = [l.split("\t") for l in r.stdout.splitlines()]
+    roce = [x for x in rows if x[0]]
+    bad = [x for x in roce if x[1] or (x[2] and int(x[2].split(",")[0]) >= 0x00600000)]
+    return len(roce), bad, r.returncode
+
+
+# ---- probe processes ---------------------------------------------------------------------------------------
+class Receiver:
+    def __init__(self, pair, side, probe, port, count, sizes, caps=(), timeout_ms=8000):
+        cmd = pair.prefix(side) + list(caps) + [probe, "--port", port, "--if", pair.ifname[side], "recv",
+                                                "--count", str(count), "--sizes", ",".join(map(str, sizes)),
+                                                "--timeout-ms", str(timeout_ms)]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.timeout = timeout_ms / 1000 + 10
+
+    def wait_ready(self, limit=20):
+        r, _, _ = select.select([self.p.stdout], [], [], limit)
+        return bool(r) and self.p.stdout.readline().strip() == "ready"
+
+    def finish(self):
+        try:
+            out, err = self.p.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            out, err = self.p.communicate()
+        return self.p.returncode, out.strip(), err.strip()
+
+
+class Capture:
+    def __init__(self, pair, side, path):
+        self.path = path
+        self.p = subprocess.Popen(pair.prefix(side) + ["dumpcap", "-q", "-P", "-i", pair.ifname[side], "-f",
+                                                       "udp port 4791", "-w", path],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 10
+        while time.time() < deadline and not os.path.exists(path):
+            time.sleep(0.05)
+        time.sleep(0.3)  # the capture filter is attached once the file exists; give it a moment
+
+    def stop(self):
+        time.sleep(0.3)
+        self.p.terminate()
+        try:
+            self.p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+        return read_pcap(self.path)
+
+
+def transfer(pair, probe, tmp, src, dst, ipver, tx_port, rx_port, caps=(), capture=True, label=""):
+    dst_ip = pair.ip4[dst] if ipver == 4 else pair.ip6[dst]
+    count = 2 * len(SIZES)
+    what = f"{label}{tx_port}({src})->{rx_port}({dst}) IPv{ipver}"
+    before = pair.snmp(dst)
+    cap = Capture(pair, dst, os.path.join(tmp, f"{src}{dst}{ipver}{tx_port}{rx_port}.pcap")) if capture else None
+    rx = Receiver(pair, dst, probe, rx_port, count, SIZES, caps)
+    if not check(rx.wait_ready(), f"{what}: receiver ready"):
+        print(rx.finish())
+        return
+    tx = pair.exec(src, list(caps) + [probe, "--port", tx_port, "--if", pair.ifname[src], "send", "--dst-ip",
+                                      dst_ip, "--count", str(count), "--sizes", ",".join(map(str, SIZES))],
+                   check=False, timeout=60)
+    rc, out, err = rx.finish()
+    check(tx.returncode == 0, f"{what}: sender sent {count} frames ({tx.stdout.strip()} {tx.stderr.strip()})")
+    check(rc == 0, f"{what}: all {count} frames arrived once, intact, ICRC valid ({out})")
+    if rc != 0:
+        print(err)
+    if caps:
+        check("kernel-socket port" in err, f"{what}: receiver chose the socket port with a notice ({err})")
+        check("kernel-socket port" in tx.stderr, f"{what}: sender chose the socket port with a notice")
+    if cap:
+        frames = cap.stop()
+        results = [x for x in (roce_frame_problems(f) for f in frames) if x is not None]
+        check(len(results) == count, f"{what}: {len(results)} RoCE frames captured on the wire, want {count}")
+        probs = sorted({p for x in results for p in x})
+        check(not probs, f"{what}: wire frames have valid ICRC, IPv4 ID 0 + DF, UDP checksum 0 {probs}")
+        n, bad, trc = tshark_problems(cap.path, tmp)
+        check(trc == 0 and n == count and not bad,
+              f"{what}: tshark dissects {n}/{count} frames as RoCE, {len(bad)} malformed/error")
+    after = pair.snmp(dst)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in ICMP_COUNTERS}
+    check(all(v == 0 for v in delta.values()), f"{what}: receiving kernel sent no ICMP unreachable {delta}")
+
+
+def eui64_gid(mac):
+    b = bytes.fromhex(mac.replace(":", ""))
+    return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\0" * 6 + bytes([b[0] ^ 2]) + b[1:3] + b"\xff\xfe" + b[3:]))
+
+
+def check_info(pair, probe):
+    for side in "ab":
+        r = pair.exec(side, [probe, "--port", "socket", "--if", pair.ifname[side], "info"], check=False)
+        lines = r.stdout.splitlines()
+        head = dict(kv.split("=") for kv in lines[0].split()) if lines else {}
+        gids = [l.split()[2] for l in lines[1:] if l.startswith("gid ")]
+        mac = pair.mac(side)
+        check(head.get("mac") == mac and head.get("mtu") == str(pair.mtu), f"info {side}: MAC {mac}, MTU {pair.mtu}")
+        addrs = pair.addrs(side)
+        want = [eui64_gid(mac)] + ["::ffff:" + a for f, a, _ in addrs if f == "inet"]
+        want += [a for f, a, _ in addrs if f == "inet6" and a not in want]
+        check(gids == want, f"info {side}: GID table {gids} == {want} (link-local, IPv4-mapped, IPv6)")
+        lls = [a for f, a, s in addrs if f == "inet6" and s == "link"]
+        check(lls == [eui64_gid(mac)], f"info {side}: kernel link-local {lls} is GID 0")
+
+
+def check_neigh(pair, probe):
+    for dst_ip in (pair.ip4["b"], pair.ip6["b"]):
+        r = pair.exec("a", [probe, "--if", pair.ifname["a"], "--port", "socket", "neigh", "--dst-ip", dst_ip],
+                      check=False)
+        check(r.returncode == 0 and f"mac={pair.mac('b')}" in r.stdout, f"neighbour {dst_ip} -> {r.stdout.strip()}")
+    r = pair.exec("a", [probe, "--if", pair.ifname["a"], "--port", "socket", "neigh", "--dst-ip", pair.ip4["a"]],
+                  check=False)
+    check(r.returncode == 0 and "local=1" in r.stdout and f"mac={pair.mac('a')}" in r.stdout,
+          f"own address resolves to own MAC: {r.stdout.strip()}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--probe", required=True)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        skip("needs root (creates network namespaces and a veth pair)")
+    probe_ns = f"urxpchk{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", probe_ns], capture_output=True).returncode != 0:
+        skip("network namespaces unavailable (ip netns add failed)")
+    subprocess.run(["ip", "netns", "del", probe_ns], capture_output=True)
+
+    pair = NetnsPair().open()
+    with tempfile.TemporaryDirectory(prefix="urxe-port-") as tmp:
+        check_info(pair, args.probe)
+        check_neigh(pair, args.probe)
+        # Control: with no urxe port on the receiving side the kernel does answer RoCE with ICMP, so the
+        # "no ICMP" checks below can fail.
+        before = pair.snmp("b")
+        pair.exec("a", [args.probe, "--port", "socket", "--if", pair.ifname["a"], "send", "--dst-ip",
+                        pair.ip4["b"], "--count", "4", "--sizes", "64"], check=False)
+        sent_icmp = pair.snmp("b")["Icmp.OutDestUnreachs"] - before["Icmp.OutDestUnreachs"]
+        check(sent_icmp > 0, f"control: without a urxe port the kernel answers RoCE with ICMP ({sent_icmp})")
+        for port in ("socket", "dpdk"):
+            for src, dst in (("a", "b"), ("b", "a")):
+                for ipver in (4, 6):
+                    transfer(pair, args.probe, tmp, src, dst, ipver, port, port)
+        # The two ports interoperate (one side DPDK, the other kernel sockets).
+        transfer(pair, args.probe, tmp, "a", "b", 4, "dpdk", "socket", capture=False)
+        transfer(pair, args.probe, tmp, "b", "a", 6, "socket", "dpdk", capture=False)
+        # Docker's default capability set: NET_RAW, no NET_ADMIN. The factory must pick the socket port.
+        for src, dst in (("a", "b"), ("b", "a")):
+            for ipver in (4, 6):
+                transfer(pair, args.probe, tmp, src, dst, ipver, "auto", "auto", caps=NET_RAW_ONLY,
+                         label="NET_RAW only: ")
+        r = pair.exec("a", NET_RAW_ONLY + [args.probe, "--port", "dpdk", "--if", pair.ifname["a"], "info"],
+                      check=False)
+        check(r.returncode != 0 and "NET_ADMIN" in r.stderr,
+              "NET_RAW only: forcing DPDK fails with an error naming CAP_NET_ADMIN")
+    pair.close()
+    print(f"{len(failures)} failure(s)" if failures else "all port checks passed", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
