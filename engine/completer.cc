@@ -1,0 +1,307 @@
+// Completer: consumes ACKs, NAKs, READ responses and atomic ACKs, completes send WQEs in order, runs the
+// retransmit timer (4.096 µs × 2^timeout, retry_cnt) and RNR waits (IBTA Table 45, rnr_retry, 7 = forever),
+// and turns fatal outcomes into error completions followed by WR_FLUSH_ERR for the rest.
+#include "engine/internal.h"
+
+namespace urxe::engine {
+
+namespace {
+
+uint64_t timeout_ns(uint8_t t) {
+  return t ? (uint64_t{4096} << t) : 0;
+}
+
+}  // namespace
+
+void EngineImpl::complete_send(Qp& q, SendWqe& w) {
+  const bool signaled = q.sq_sig_all || (w.send_flags & SEND_SIGNALED);
+  if (!signaled && w.status == WC_SUCCESS) return;
+  Wc wc;
+  wc.wr_id = w.wr_id;
+  wc.status = w.status;
+  const WrInfo& info = wr_info(w.opcode);
+  wc.opcode = info.wc_opcode;
+  wc.byte_len = info.is_atomic ? 8u : static_cast<uint32_t>(w.length);
+  wc.qp_num = q.qpn;
+  cq_post(*q.scq, wc, false);
+}
+
+namespace {
+
+void restart_timer(EngineImpl& e, Qp& q) {
+  q.timer_deadline = (q.una_psn != q.sent_end && q.attr.timeout) ? e.now + timeout_ns(q.attr.timeout) : 0;
+}
+
+// Marks the oldest outstanding WQE failed with `status`; the in-order completion then moves the QP to ERR.
+void fail_head(EngineImpl&, Qp& q, WcStatus status) {
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != prod; i++) {
+    SendWqe& w = q.sq.at(i);
+    if (w.done && w.status == WC_SUCCESS) continue;
+    w.status = status;
+    w.started = w.sent_all = w.done = true;
+    return;
+  }
+}
+
+// Everything through `psn` is acknowledged. READs and atomics are only done once their data arrived: an
+// ACK beyond one that is not means its responses were lost, so the requester goes back to re-ask.
+// Returns whether anything new was acknowledged.
+bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
+  if (wire::psn_lt(psn, wire::psn_sub(q.una_psn, 1)) || !wire::psn_lt(psn, q.sent_end)) return false;
+  bool progress = false;
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  uint32_t new_una = wire::psn_add(psn, 1);
+  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != prod; i++) {
+    SendWqe& w = q.sq.at(i);
+    if (!w.started) break;
+    const WrInfo& info = wr_info(w.opcode);
+    if (info.is_local || w.done) continue;
+    if (wire::psn_lt(psn, w.last_psn)) break;
+    if (info.is_read || info.is_atomic) {
+      const uint32_t from = info.is_read ? w.resp_psn : w.first_psn;
+      if (wire::psn_lt(from, new_una)) new_una = from;
+      if (!(q.retry_marker && q.marker_psn == from)) {
+        q.retry_marker = true;
+        q.marker_psn = from;
+        e.go_back(q, from);
+      }
+      break;
+    }
+    w.done = true;
+    progress = true;
+  }
+  if (wire::psn_gt(new_una, q.una_psn)) {
+    q.una_psn = new_una;
+    progress = true;
+  }
+  if (progress) {
+    q.retry_left = q.attr.retry_cnt;
+    q.rnr_left = q.attr.rnr_retry;
+    // an ACK past the requester's go-back position: skip what is already acknowledged
+    if (wire::psn_lt(q.next_psn, q.una_psn)) e.go_back(q, q.una_psn);
+    restart_timer(e, q);
+  }
+  return progress;
+}
+
+// The oldest WQE not yet done (skipping executed LOCAL_INVs); nullptr when none is outstanding.
+SendWqe* head_wqe(Qp& q) {
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != prod; i++) {
+    SendWqe& w = q.sq.at(i);
+    if (!w.started) return nullptr;
+    if (w.done) continue;
+    return &w;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
+  if (q.type != QPT_RC) {
+    count(Counter::rx_drop_other);
+    return;
+  }
+  const uint32_t psn = pkt.bth.psn;
+  const wire::OpcodeInfo& info = *pkt.info;
+  if (info.kind == wire::OpKind::ack) {
+    const wire::Aeth& a = pkt.aeth;
+    switch (a.type()) {
+      case wire::AethType::ack:
+        if (!ack_upto(*this, q, psn)) count(Counter::rx_drop_other);
+        return;
+      case wire::AethType::rnr_nak: {
+        if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) return;
+        ack_upto(*this, q, wire::psn_sub(psn, 1));
+        count(Counter::rcvd_rnr_err);
+        if (q.rnr_left == 0) {
+          count(Counter::retry_rnr_exceeded_err);
+          fail_head(*this, q, WC_RNR_RETRY_EXC_ERR);
+          return;
+        }
+        if (q.attr.rnr_retry != 7) q.rnr_left--;
+        q.rnr_until = now + wire::rnr_timer_ns(a.value());
+        if (q.rnr_until == 0) q.rnr_until = 1;
+        q.rnr_psn = psn;
+        q.timer_deadline = 0;
+        return;
+      }
+      case wire::AethType::nak: {
+        if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) return;
+        ack_upto(*this, q, wire::psn_sub(psn, 1));
+        switch (static_cast<wire::NakCode>(a.value())) {
+          case wire::NakCode::psn_seq_error:
+            count(Counter::rcvd_seq_err);
+            go_back(q, psn);
+            restart_timer(*this, q);
+            return;
+          case wire::NakCode::invalid_request:
+            fail_head(*this, q, WC_REM_INV_REQ_ERR);
+            return;
+          case wire::NakCode::remote_access_error:
+            fail_head(*this, q, WC_REM_ACCESS_ERR);
+            return;
+          case wire::NakCode::remote_operational_error:
+            fail_head(*this, q, WC_REM_OP_ERR);
+            return;
+          case wire::NakCode::invalid_rd_request:
+            fail_head(*this, q, WC_REM_INV_RD_REQ_ERR);
+            return;
+          default:
+            fail_head(*this, q, WC_BAD_RESP_ERR);
+            return;
+        }
+      }
+      default:
+        count(Counter::rx_drop_other);
+        return;
+    }
+  }
+
+  // READ responses and atomic ACKs acknowledge everything before them
+  if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) {
+    count(Counter::rx_drop_other);  // old duplicate
+    return;
+  }
+  ack_upto(*this, q, wire::psn_sub(psn, 1));
+  SendWqe* w = head_wqe(q);
+  if (!w) return;
+  const WrInfo& wi = wr_info(w->opcode);
+  if (info.kind == wire::OpKind::atomic_ack) {
+    if (!wi.is_atomic || w->first_psn != psn) {
+      count(Counter::rx_drop_other);
+      return;
+    }
+    uint8_t orig[8];
+    const uint64_t v = pkt.atomic_ack_eth.orig_data;
+    std::memcpy(orig, &v, 8);  // host order, as verbs returns it
+    if (!sge_copy(*this, q.pd, q.sq_sges.data() + w->sge_base, w->num_sge, 0, orig, 8, true))
+      w->status = WC_LOC_PROT_ERR;
+    w->done = true;
+    q.retry_marker = false;
+    ack_upto(*this, q, psn);
+    restart_timer(*this, q);
+    return;
+  }
+  if (info.kind != wire::OpKind::rdma_read_response || !wi.is_read || wire::psn_lt(psn, w->first_psn) ||
+      wire::psn_gt(psn, w->last_psn)) {
+    count(Counter::rx_drop_other);
+    return;
+  }
+  if (psn != w->resp_psn) {
+    if (wire::psn_gt(psn, w->resp_psn) && !(q.retry_marker && q.marker_psn == w->resp_psn)) {
+      // a response went missing: ask again for the rest, once per gap
+      q.retry_marker = true;
+      q.marker_psn = w->resp_psn;
+      count(Counter::rcvd_seq_err);
+      go_back(q, w->resp_psn);
+      restart_timer(*this, q);
+    }
+    return;
+  }
+  const uint32_t len = pkt.payload_len;
+  const bool last = info.is_last();
+  if (len > q.mtu || (!last && len != q.mtu) || w->resp_offset + len > w->length ||
+      (last && w->resp_offset + len != w->length)) {
+    count(Counter::rx_drop_other);
+    return;
+  }
+  if (len && !sge_copy(*this, q.pd, q.sq_sges.data() + w->sge_base, w->num_sge, w->resp_offset,
+                       const_cast<uint8_t*>(pkt.payload.data()), len, true)) {
+    w->status = WC_LOC_PROT_ERR;
+    w->done = true;
+    return;
+  }
+  w->resp_offset += len;
+  w->resp_psn = wire::psn_add(w->resp_psn, 1);
+  q.retry_marker = false;
+  q.retry_left = q.attr.retry_cnt;
+  if (last) {
+    w->done = true;
+    ack_upto(*this, q, psn);
+  } else if (wire::psn_gt(psn, q.una_psn) || psn == q.una_psn) {
+    q.una_psn = wire::psn_add(psn, 1);
+  }
+  restart_timer(*this, q);
+}
+
+bool EngineImpl::completer_run(Qp& q) {
+  bool did = false;
+  const QpState st = q.state.load(std::memory_order_relaxed);
+  if (st == QPS_RESET || st == QPS_INIT) return false;
+  if (st == QPS_ERR || st == QPS_SQE) {
+    const bool pending =
+        q.flush_needed ||
+        q.sq.cons.load(std::memory_order_relaxed) != q.sq.prod.load(std::memory_order_acquire) ||
+        (st == QPS_ERR && !q.srq &&
+         q.rq.ring.cons.load(std::memory_order_relaxed) != q.rq.ring.prod.load(std::memory_order_acquire));
+    if (pending) {
+      qp_flush(q);
+      did = true;
+    }
+    return did;
+  }
+  // in-order completions
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  uint32_t cons = q.sq.cons.load(std::memory_order_relaxed);
+  while (cons != prod) {
+    SendWqe& w = q.sq.at(cons);
+    if (!w.done) break;
+    if (w.status != WC_SUCCESS) {
+      // RC: the QP goes to ERR; UC/UD: the send queue goes to SQE. qp_flush reports this WQE with its
+      // own status and flushes the rest.
+      if (q.type == QPT_RC) {
+        qp_set_error(q, false, EVENT_QP_FATAL);
+      } else {
+        q.state.store(QPS_SQE, std::memory_order_release);
+        q.attr.qp_state = QPS_SQE;
+      }
+      q.sq.cons.store(cons, std::memory_order_release);
+      qp_flush(q);
+      return true;
+    }
+    complete_send(q, w);
+    w.started = w.sent_all = w.done = false;
+    cons++;
+    q.sq.cons.store(cons, std::memory_order_release);
+    did = true;
+  }
+  if (static_cast<int32_t>(q.req_idx - cons) < 0) {
+    q.req_idx = cons;
+    q.req_offset = 0;
+  }
+  // RNR wait over: resend from the NAKed PSN
+  if (q.rnr_until && now >= q.rnr_until) {
+    q.rnr_until = 0;
+    go_back(q, q.rnr_psn);
+    restart_timer(*this, q);
+    did = true;
+  }
+  // retransmit timer
+  if (q.timer_deadline && now >= q.timer_deadline) {
+    if (q.una_psn == q.sent_end) {
+      q.timer_deadline = 0;
+    } else if (q.retry_left == 0) {
+      count(Counter::retry_exceeded_err);
+      q.timer_deadline = 0;
+      fail_head(*this, q, WC_RETRY_EXC_ERR);
+      did = true;
+    } else {
+      q.retry_left--;
+      count(Counter::completer_retry_err);
+      q.retry_marker = false;
+      go_back(q, q.una_psn);
+      q.timer_deadline = now + timeout_ns(q.attr.timeout);
+      did = true;
+    }
+  }
+  if (st == QPS_SQD && !q.sqd_notified && q.una_psn == q.sent_end && cons == q.req_idx) {
+    q.sqd_notified = true;
+    if (q.attr.en_sqd_async_notify) async_event(EVENT_SQ_DRAINED, q.qpn);
+  }
+  return did;
+}
+
+}  // namespace urxe::engine

@@ -1,0 +1,83 @@
+// Completion queues: the progress thread produces, applications poll. Overflow puts the CQ in error and
+// raises EVENT_CQ_ERR (the completion is lost, as on hardware).
+#include <cerrno>
+
+#include "engine/internal.h"
+
+namespace urxe::engine {
+
+int EngineImpl::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual) {
+  if (cqe < 1 || cqe > config.device.max_cqe) return EINVAL;
+  for (uint32_t i = 1; i < cqs.size(); i++) {
+    if (cqs[i].load(std::memory_order_relaxed)) continue;
+    auto* c = new Cq;
+    c->handle = i;
+    c->cqe = cqe;
+    c->ring.init(cqe);
+    cqs[i].store(c, std::memory_order_release);
+    cq = i;
+    if (actual) *actual = cqe;
+    return 0;
+  }
+  return ENOMEM;
+}
+
+Cq* EngineImpl::cq_get(uint32_t cq) const {
+  return (cq > 0 && cq < cqs.size()) ? cqs[cq].load(std::memory_order_acquire) : nullptr;
+}
+
+int EngineImpl::destroy_cq(uint32_t cq) {
+  Cq* c = cq_get(cq);
+  if (!c) return EINVAL;
+  if (c->refs) return EBUSY;
+  cqs[cq].store(nullptr, std::memory_order_release);
+  delete c;
+  return 0;
+}
+
+bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
+  Ring<Wc>& r = cq.ring;
+  const uint32_t p = r.prod.load(std::memory_order_relaxed);
+  if (cq.overflowed || p - r.cons.load(std::memory_order_acquire) >= r.capacity) {
+    count(Counter::cq_overflow);
+    if (!cq.overflowed) {
+      cq.overflowed = true;
+      async_event(EVENT_CQ_ERR, cq.handle);
+    }
+    return false;
+  }
+  r.at(p) = wc;
+  r.prod.store(p + 1, std::memory_order_release);
+  const int armed = cq.armed.load(std::memory_order_acquire);
+  // A solicited-only arming fires on solicited receives and on any error completion (IBTA 11.4.2.2).
+  if (armed == 2 || (armed == 1 && (solicited || wc.status != WC_SUCCESS))) {
+    if (cq.armed.exchange(0, std::memory_order_acq_rel) != 0 && sink) sink->comp_event(cq.handle);
+  }
+  return true;
+}
+
+int Engine::poll_cq(uint32_t cq, int num, Wc* wc) {
+  Cq* c = impl_->cq_get(cq);
+  if (!c || num < 0) return -EINVAL;
+  Ring<Wc>& r = c->ring;
+  std::lock_guard<SpinLock> g(r.lock);
+  const uint32_t cons = r.cons.load(std::memory_order_relaxed);
+  const uint32_t avail = r.prod.load(std::memory_order_acquire) - cons;
+  const uint32_t n = avail < static_cast<uint32_t>(num) ? avail : static_cast<uint32_t>(num);
+  for (uint32_t i = 0; i < n; i++) wc[i] = r.at(cons + i);
+  r.cons.store(cons + n, std::memory_order_release);
+  return static_cast<int>(n);
+}
+
+int Engine::req_notify_cq(uint32_t cq, bool solicited_only) {
+  Cq* c = impl_->cq_get(cq);
+  if (!c) return EINVAL;
+  // Arming to "any" never weakens an existing arming; arming solicited-only never clears "any".
+  int want = solicited_only ? 1 : 2;
+  int cur = c->armed.load(std::memory_order_relaxed);
+  while (cur < want && !c->armed.compare_exchange_weak(cur, want, std::memory_order_acq_rel)) {
+  }
+  return 0;
+}
+
+}  // namespace urxe::engine

@@ -1,0 +1,403 @@
+// Engine front: the public methods, the progress loop, frame rx dispatch and tx batching, and the shared
+// tables (WR behaviour, counter names).
+#include "engine/engine.h"
+
+#include <cerrno>
+#include <climits>
+
+#include "engine/internal.h"
+
+namespace urxe::engine {
+
+namespace {
+constexpr uint8_t kNone = 0xff;
+// Indexed by WrOpcode. Which transports take the WR, the completion opcode and the wire opcodes.
+const WrInfo kWrTable[] = {
+    // WR_RDMA_WRITE
+    {true, true, true, false, WC_RDMA_WRITE, wire::op::write_first, wire::op::write_middle,
+     wire::op::write_last, wire::op::write_only, false, false, false, false, false, true, false},
+    // WR_RDMA_WRITE_WITH_IMM
+    {true, true, true, false, WC_RDMA_WRITE, wire::op::write_first, wire::op::write_middle,
+     wire::op::write_last_imm, wire::op::write_only_imm, false, false, false, true, false, true, false},
+    // WR_SEND
+    {true, true, true, true, WC_SEND, wire::op::send_first, wire::op::send_middle, wire::op::send_last,
+     wire::op::send_only, false, false, false, false, false, false, true},
+    // WR_SEND_WITH_IMM
+    {true, true, true, true, WC_SEND, wire::op::send_first, wire::op::send_middle, wire::op::send_last_imm,
+     wire::op::send_only_imm, false, false, false, true, false, false, true},
+    // WR_RDMA_READ
+    {true, true, false, false, WC_RDMA_READ, kNone, kNone, kNone, wire::op::read_request, true, false, false,
+     false, false, false, false},
+    // WR_ATOMIC_CMP_AND_SWP
+    {true, true, false, false, WC_COMP_SWAP, kNone, kNone, kNone, wire::op::compare_swap, false, true, false,
+     false, false, false, false},
+    // WR_ATOMIC_FETCH_AND_ADD
+    {true, true, false, false, WC_FETCH_ADD, kNone, kNone, kNone, wire::op::fetch_add, false, true, false,
+     false, false, false, false},
+    // WR_LOCAL_INV
+    {true, true, true, true, WC_LOCAL_INV, kNone, kNone, kNone, kNone, false, false, true, false, false,
+     false, false},
+    // WR_BIND_MW: not supported
+    {},
+    // WR_SEND_WITH_INV (RC only: UC and UD have no SEND_*_INV opcodes)
+    {true, true, false, false, WC_SEND, wire::op::send_first, wire::op::send_middle, wire::op::send_last_inv,
+     wire::op::send_only_inv, false, false, false, false, true, false, true},
+};
+const WrInfo kInvalidWr{};
+}  // namespace
+
+const WrInfo& wr_info(WrOpcode op) {
+  return op < sizeof(kWrTable) / sizeof(kWrTable[0]) ? kWrTable[op] : kInvalidWr;
+}
+
+uint16_t udp_sport_connected(uint32_t flow_label, uint32_t lqpn, uint32_t rqpn) {
+  uint32_t fl = flow_label & 0xfffff;
+  if (fl == 0) {
+    uint64_t v = uint64_t{lqpn} * rqpn;
+    v ^= v >> 20;
+    v ^= v >> 40;
+    fl = static_cast<uint32_t>(v & 0xfffff);
+  }
+  const uint32_t low = (fl & 0x3fff) ^ ((fl & 0xfc000) >> 14);
+  return static_cast<uint16_t>(low | 0xc000);
+}
+
+uint16_t udp_sport_ud(uint32_t qpn) {
+  const uint32_t h = (qpn * 0x61C88647u) >> 18;  // 14-bit multiplicative hash
+  return static_cast<uint16_t>(0xc000 | (h & 0x3fff));
+}
+
+bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint8_t* data,
+              uint32_t len, bool to_sges) {
+  uint32_t i = 0;
+  while (i < num_sge && offset >= sges[i].length) offset -= sges[i++].length;
+  while (len > 0) {
+    if (i >= num_sge) return false;
+    const Sge& s = sges[i];
+    const uint64_t room = s.length - offset;
+    const uint32_t n = static_cast<uint32_t>(room < len ? room : len);
+    MrError err;
+    uint8_t* p =
+        e.mr_resolve(s.lkey, pd, to_sges ? uint32_t{ACCESS_LOCAL_WRITE} : 0u, s.addr + offset, n, err);
+    if (!p) return false;
+    if (to_sges)
+      std::memcpy(p, data, n);
+    else
+      std::memcpy(data, p, n);
+    data += n;
+    len -= n;
+    offset = 0;
+    i++;
+  }
+  return true;
+}
+
+const char* wc_status_str(WcStatus s) {
+  static const char* const names[] = {"success",
+                                      "local length error",
+                                      "local QP operation error",
+                                      "local EE context operation error",
+                                      "local protection error",
+                                      "Work Request Flushed Error",
+                                      "memory bind operation error",
+                                      "bad response error",
+                                      "local access error",
+                                      "remote invalid request error",
+                                      "remote access error",
+                                      "remote operation error",
+                                      "transport retry counter exceeded",
+                                      "RNR retry counter exceeded",
+                                      "local RDD violation error",
+                                      "remote invalid RD request",
+                                      "aborted error",
+                                      "invalid EE context number",
+                                      "invalid EE context state",
+                                      "fatal error",
+                                      "response timeout error",
+                                      "general error"};
+  return s < sizeof(names) / sizeof(names[0]) ? names[s] : "unknown";
+}
+
+const char* qp_state_str(QpState s) {
+  static const char* const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
+  return s <= QPS_UNKNOWN ? names[s] : "UNKNOWN";
+}
+
+const char* counter_name(Counter c) {
+  static const char* const names[] = {"sent_pkts",           "rcvd_pkts",
+                                      "duplicate_request",   "out_of_seq_request",
+                                      "rcvd_rnr_err",        "send_rnr_err",
+                                      "rcvd_seq_err",        "ack_deferred",
+                                      "retry_exceeded_err",  "retry_rnr_exceeded_err",
+                                      "completer_retry_err", "send_err",
+                                      "link_downed",         "rdma_sends",
+                                      "rdma_recvs",          "rx_drop_parse",
+                                      "rx_drop_icrc",        "rx_drop_qpn",
+                                      "rx_drop_qkey",        "rx_drop_other",
+                                      "tx_no_buf",           "cq_overflow"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Counter::num_counters));
+  const auto i = static_cast<size_t>(c);
+  return i < sizeof(names) / sizeof(names[0]) ? names[i] : "?";
+}
+
+EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), clock(c), config(cfg) {
+  if (config.ack_every_n < 1) config.ack_every_n = 1;
+  if (config.max_unacked_psns < 1) config.max_unacked_psns = 1;
+  if (config.max_unacked_psns > 0x400000) config.max_unacked_psns = 0x400000;
+  if (config.rx_burst < 1) config.rx_burst = 1;
+  if (config.tx_budget < 1) config.tx_budget = 1;
+  const DeviceAttr& d = config.device;
+  pds.resize(size_t{d.max_pd} + 1);
+  mrs.resize(size_t{d.max_mr} + 1);
+  ahs.resize(size_t{d.max_ah} + 1);
+  cqs = std::vector<std::atomic<Cq*>>(size_t{d.max_cq} + 1);
+  srqs = std::vector<std::atomic<Srq*>>(size_t{d.max_srq} + 1);
+  qps = std::vector<std::atomic<Qp*>>(d.max_qp);
+  qp_list.reserve(d.max_qp);
+  tx.reserve(64);
+  rx.resize(config.rx_burst);
+}
+
+uint32_t EngineImpl::active_mtu_bytes() const {
+  return mtu_to_bytes(active_mtu());
+}
+
+Mtu EngineImpl::active_mtu() const {
+  // rxe: the largest IB MTU not above netdev MTU minus the RoCEv2 overhead (IPv6 40 + UDP 8 + BTH 12 +
+  // the largest ext header (RETH/AtomicETH 28) + ICRC 4): 1500 → 1024, 9000 → 4096.
+  const uint32_t link = port.attr().mtu;
+  const uint32_t overhead =
+      wire::kIpv6Len + wire::kUdpLen + wire::kBthLen + wire::kAtomicEthLen + wire::kIcrcLen;
+  const uint32_t room = link > overhead ? link - overhead : 0;
+  Mtu best = MTU_256;
+  for (uint32_t m = MTU_256; m <= MTU_4096; m++)
+    if (mtu_to_bytes(static_cast<Mtu>(m)) <= room) best = static_cast<Mtu>(m);
+  return best;
+}
+
+void EngineImpl::async_event(EventType t, uint32_t element) {
+  if (sink) sink->async_event(AsyncEvent{t, element});
+}
+
+uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_len) {
+  const uint32_t size = wire::frame_size(spec, payload_len);
+  if (tx.size() >= 64) tx_flush();
+  if (!port.tx_alloc(size, cur_buf)) {
+    count(Counter::tx_no_buf);
+    return nullptr;
+  }
+  if (!wire::build_headers(wire::MutByteSpan(cur_buf.data, size), spec, payload_len, cur_layout)) {
+    port.tx_free(cur_buf);
+    return nullptr;
+  }
+  return cur_buf.data + cur_layout.payload_offset;
+}
+
+void EngineImpl::finish_frame() {
+  wire::seal_frame(wire::MutByteSpan(cur_buf.data, cur_layout.frame_len), cur_layout);
+  cur_buf.len = cur_layout.frame_len;
+  tx.push_back(cur_buf);
+  count(Counter::sent_pkts);
+}
+
+void EngineImpl::abort_frame() {
+  port.tx_free(cur_buf);
+}
+
+void EngineImpl::tx_flush() {
+  uint32_t done = 0;
+  const uint32_t n = static_cast<uint32_t>(tx.size());
+  while (done < n) {
+    const uint32_t k = port.tx_burst(tx.data() + done, n - done);
+    if (k == 0) break;
+    done += k;
+  }
+  for (uint32_t i = done; i < n; i++) {
+    port.tx_free(tx[i]);
+    count(Counter::tx_no_buf);
+  }
+  tx.clear();
+}
+
+void EngineImpl::rx_frame(PacketBuf& buf) {
+  wire::Packet pkt;
+  wire::ParseOptions opt;
+  opt.verify_icrc = config.verify_icrc;
+  const wire::ParseError pe = wire::parse_frame(wire::ByteSpan(buf.data, buf.len), pkt, opt);
+  if (pe != wire::ParseError::ok) {
+    count(pe == wire::ParseError::bad_icrc ? Counter::rx_drop_icrc : Counter::rx_drop_parse);
+    return;
+  }
+  count(Counter::rcvd_pkts);
+  const uint32_t dqpn = pkt.bth.dqpn;
+  Qp* qp = (dqpn >= config.qpn_base && dqpn - config.qpn_base < qps.size())
+               ? qps[dqpn - config.qpn_base].load(std::memory_order_relaxed)
+               : nullptr;
+  const wire::OpcodeInfo& info = *pkt.info;
+  const wire::Transport want = !qp                  ? wire::Transport::none
+                               : qp->type == QPT_RC ? wire::Transport::rc
+                               : qp->type == QPT_UC ? wire::Transport::uc
+                                                    : wire::Transport::ud;
+  if (!qp || info.transport != want) {
+    count(Counter::rx_drop_qpn);
+    return;
+  }
+  // P_Key: the only table entry is the default full-membership key.
+  if ((pkt.bth.pkey & 0x7fff) != 0x7fff) {
+    count(Counter::rx_drop_other);
+    return;
+  }
+  const QpState st = qp->state.load(std::memory_order_relaxed);
+  if (info.is_response) {
+    if (st != QPS_RTS && st != QPS_SQD) {
+      count(Counter::rx_drop_qpn);
+      return;
+    }
+    completer_rx(*qp, pkt);
+  } else {
+    if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD && st != QPS_SQE) {
+      count(Counter::rx_drop_qpn);
+      return;
+    }
+    if (st == QPS_RTR && !qp->comm_est) {
+      qp->comm_est = true;
+      async_event(EVENT_COMM_EST, qp->qpn);
+    }
+    responder_rx(*qp, pkt, buf.data);
+  }
+}
+
+// ---- Engine ----
+
+Engine::Engine(Port& port, Clock& clock, const EngineConfig& config)
+    : impl_(std::make_unique<EngineImpl>(port, clock, config)) {}
+
+Engine::~Engine() {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  for (Qp* q : impl_->qp_list) delete q;
+  for (auto& c : impl_->cqs) delete c.load();
+  for (auto& s : impl_->srqs) delete s.load();
+  impl_->qp_list.clear();
+}
+
+const DeviceAttr& Engine::device_attr() const {
+  return impl_->config.device;
+}
+Mtu Engine::active_mtu() const {
+  return impl_->active_mtu();
+}
+void Engine::set_event_sink(EventSink* sink) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->sink = sink;
+}
+
+#define LOCKED(expr)                           \
+  do {                                         \
+    std::lock_guard<std::mutex> g_(impl_->mu); \
+    impl_->now = impl_->clock.now_ns();        \
+    return impl_->expr;                        \
+  } while (0)
+
+int Engine::alloc_pd(uint32_t& pd) {
+  LOCKED(alloc_pd(pd));
+}
+int Engine::dealloc_pd(uint32_t pd) {
+  LOCKED(dealloc_pd(pd));
+}
+int Engine::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out) {
+  LOCKED(reg_mr(pd, addr, length, iova, access, out));
+}
+int Engine::dereg_mr(uint32_t lkey) {
+  LOCKED(dereg_mr(lkey));
+}
+int Engine::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual) {
+  LOCKED(create_cq(cqe, cq, actual));
+}
+int Engine::destroy_cq(uint32_t cq) {
+  LOCKED(destroy_cq(cq));
+}
+int Engine::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap* actual) {
+  LOCKED(create_qp(pd, init, qpn, actual));
+}
+int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask) {
+  LOCKED(modify_qp(qpn, attr, mask));
+}
+int Engine::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
+  LOCKED(query_qp(qpn, attr, init));
+}
+int Engine::destroy_qp(uint32_t qpn) {
+  LOCKED(destroy_qp(qpn));
+}
+int Engine::create_srq(uint32_t pd, const SrqAttr& attr, uint32_t& srq, SrqAttr* actual) {
+  LOCKED(create_srq(pd, attr, srq, actual));
+}
+int Engine::modify_srq(uint32_t srq, const SrqAttr& attr, uint32_t mask) {
+  LOCKED(modify_srq(srq, attr, mask));
+}
+int Engine::query_srq(uint32_t srq, SrqAttr& attr) {
+  LOCKED(query_srq(srq, attr));
+}
+int Engine::destroy_srq(uint32_t srq) {
+  LOCKED(destroy_srq(srq));
+}
+int Engine::create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah) {
+  LOCKED(create_ah(pd, av, ah));
+}
+int Engine::destroy_ah(uint32_t ah) {
+  LOCKED(destroy_ah(ah));
+}
+#undef LOCKED
+
+bool Engine::progress() {
+  EngineImpl& e = *impl_;
+  std::lock_guard<std::mutex> g(e.mu);
+  e.now = e.clock.now_ns();
+  bool did = false;
+  const uint32_t n = e.port.rx_burst(e.rx.data(), static_cast<uint32_t>(e.rx.size()));
+  for (uint32_t i = 0; i < n; i++) e.rx_frame(e.rx[i]);
+  if (n) {
+    e.port.rx_free(e.rx.data(), n);
+    did = true;
+  }
+  for (Qp* qp : e.qp_list) {
+    if (e.completer_run(*qp)) did = true;
+    if (e.responder_tx(*qp)) did = true;
+    if (e.requester_run(*qp)) did = true;
+    if (e.completer_run(*qp)) did = true;
+  }
+  e.tx_flush();
+  return did;
+}
+
+uint64_t Engine::next_deadline_ns() const {
+  EngineImpl& e = *impl_;
+  std::lock_guard<std::mutex> g(e.mu);
+  uint64_t best = UINT64_MAX;
+  for (const Qp* qp : e.qp_list) {
+    const QpState st = qp->state.load(std::memory_order_relaxed);
+    if (qp->flush_needed) return 0;
+    if ((st == QPS_ERR || st == QPS_SQE) &&
+        qp->sq.cons.load(std::memory_order_relaxed) != qp->sq.prod.load(std::memory_order_acquire))
+      return 0;
+    if (st == QPS_ERR && !qp->srq &&
+        qp->rq.ring.cons.load(std::memory_order_relaxed) != qp->rq.ring.prod.load(std::memory_order_acquire))
+      return 0;
+    if (qp->ack_pending) return 0;
+    for (const RespRes& r : qp->res)
+      if (r.pending) return 0;
+    if (qp->rnr_until) {
+      best = std::min(best, qp->rnr_until);
+    } else if (!e.requester_blocked(*qp)) {
+      return 0;
+    }
+    if (qp->timer_deadline) best = std::min(best, qp->timer_deadline);
+  }
+  return best;
+}
+
+uint64_t Engine::counter(Counter c) const {
+  const auto i = static_cast<size_t>(c);
+  return i < impl_->counters.size() ? impl_->counters[i].load(std::memory_order_relaxed) : 0;
+}
+
+}  // namespace urxe::engine

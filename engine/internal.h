@@ -1,0 +1,346 @@
+// Engine internals shared by the role files (pd_mr, cq, srq, qp, requester, responder, completer). Not a
+// public header: the provider and the tests use engine.h only.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/engine.h"
+#include "wire/packet.h"
+#include "wire/psn.h"
+
+namespace urxe::engine {
+
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.test_and_set(std::memory_order_acquire))
+      while (flag_.test(std::memory_order_relaxed)) {
+      }
+  }
+  void unlock() { flag_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
+};
+
+inline uint32_t round_up_pow2(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Single-producer/single-consumer ring. Indices run freely (mod 2^32); slots are preallocated. The
+// producer fills slot(prod) then publishes with a release store; the consumer reads after an acquire load
+// and frees with a release store of cons. `lock` serialises several threads on the application side.
+template <class T>
+struct Ring {
+  std::vector<T> slots;
+  uint32_t mask = 0;
+  uint32_t capacity = 0;  // usable entries (≤ slots.size())
+  alignas(64) std::atomic<uint32_t> prod{0};
+  alignas(64) std::atomic<uint32_t> cons{0};
+  SpinLock lock;
+  void init(uint32_t cap) {
+    capacity = cap;
+    const uint32_t n = round_up_pow2(cap < 1 ? 1 : cap);
+    slots.assign(n, T{});
+    mask = n - 1;
+    prod.store(0, std::memory_order_relaxed);
+    cons.store(0, std::memory_order_relaxed);
+  }
+  T& at(uint32_t i) { return slots[i & mask]; }
+  const T& at(uint32_t i) const { return slots[i & mask]; }
+};
+
+struct Pd {
+  bool used = false;
+  uint32_t refs = 0;
+};
+
+struct Mr {
+  bool used = false;
+  bool valid = false;  // false after SEND_WITH_INV / LOCAL_INV
+  uint32_t pd = 0;
+  uint8_t* addr = nullptr;
+  uint64_t length = 0;
+  uint64_t iova = 0;
+  uint32_t access = 0;
+  uint8_t key = 0;
+};
+
+enum class MrError : uint8_t { ok, bad_key, bad_pd, bad_access, bad_bounds, invalidated };
+
+struct Cq {
+  uint32_t handle = 0;
+  uint32_t cqe = 0;
+  Ring<Wc> ring;
+  std::atomic<int> armed{0};  // 0 no, 1 solicited only, 2 any
+  bool overflowed = false;
+  uint32_t refs = 0;
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  uint32_t sge_base = 0;  // index of its first Sge in the owner's sge pool
+};
+
+// A receive queue (a QP's own RQ or an SRQ's).
+struct RecvQueue {
+  Ring<RecvWqe> ring;
+  std::vector<Sge> sges;
+  uint32_t max_sge = 0;
+  void init(uint32_t cap, uint32_t max_sge_) {
+    ring.init(cap);
+    max_sge = max_sge_ < 1 ? 1 : max_sge_;
+    sges.assign(size_t{ring.slots.size()} * max_sge, Sge{});
+    for (uint32_t i = 0; i < ring.slots.size(); i++) ring.slots[i].sge_base = i * max_sge;
+  }
+};
+
+struct Srq {
+  uint32_t handle = 0;
+  uint32_t pd = 0;
+  RecvQueue rq;
+  std::atomic<uint32_t> limit{0};
+  uint32_t refs = 0;
+};
+
+struct Ah {
+  bool used = false;
+  uint32_t pd = 0;
+  AddressVector av;
+};
+
+// One send WQE: the WR as posted plus the requester's per-WQE state.
+struct SendWqe {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WR_SEND;
+  uint32_t send_flags = 0;
+  uint32_t imm = 0;  // wire value (load_be32 of the verbs bytes)
+  uint32_t inv_rkey = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0, swap = 0;
+  uint32_t ah = 0, remote_qpn = 0, remote_qkey = 0;
+  uint32_t num_sge = 0;
+  uint32_t sge_base = 0;     // first Sge in the QP's sge pool
+  uint32_t inline_base = 0;  // offset of its inline bytes in the QP's inline pool
+  bool is_inline = false;
+  uint64_t length = 0;
+  // requester / completer state (progress thread only)
+  bool started = false;   // PSNs assigned
+  bool sent_all = false;  // every request packet sent at least once
+  bool done = false;      // ready to complete (UC/UD sent, RC acked, LOCAL_INV executed)
+  WcStatus status = WC_SUCCESS;
+  uint32_t first_psn = 0, last_psn = 0, npkts = 0;
+  uint32_t resp_psn = 0;     // READ: next response PSN expected; atomic: its PSN
+  uint64_t resp_offset = 0;  // READ: bytes received
+};
+
+// Responder resource (IBTA "responder resources"): one per READ / atomic, kept for duplicates.
+struct RespRes {
+  bool valid = false;
+  bool is_read = false;
+  uint32_t first_psn = 0, last_psn = 0;
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint64_t length = 0;
+  uint64_t orig = 0;  // atomic: the value before the operation (replayed for duplicates)
+  // output state: still owes response packets from cur_psn / cur_offset
+  bool pending = false;
+  uint32_t cur_psn = 0;
+  uint32_t start_psn = 0;  // PSN of this (re)transmission's first response packet
+  uint64_t cur_offset = 0;
+};
+
+struct Qp {
+  uint32_t qpn = 0;
+  QpType type = QPT_RC;
+  uint32_t pd = 0;
+  Cq* scq = nullptr;
+  Cq* rcq = nullptr;
+  Srq* srq = nullptr;
+  bool sq_sig_all = false;
+  std::atomic<QpState> state{QPS_RESET};
+  QpAttr attr;  // last values set by modify_qp
+  QpCap cap;
+  uint32_t mtu = 1024;   // effective path MTU in bytes
+  wire::FrameSpec spec;  // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
+  bool comm_est = false;
+
+  // send queue (app produces, progress consumes)
+  Ring<SendWqe> sq;
+  std::vector<Sge> sq_sges;
+  std::vector<uint8_t> sq_inline;
+  // own receive queue (unused with an SRQ)
+  RecvQueue rq;
+
+  // requester
+  uint32_t req_idx = 0;     // next WQE to (re)send
+  uint64_t req_offset = 0;  // bytes of it already sent
+  uint32_t next_psn = 0;    // PSN of the next packet to send
+  uint32_t sent_end = 0;    // one past the highest PSN ever sent
+  uint32_t rnr_psn = 0;
+  bool sqd_notified = false;
+
+  // completer
+  uint32_t una_psn = 0;         // oldest unacknowledged PSN
+  uint64_t timer_deadline = 0;  // 0 = retransmit timer stopped
+  uint8_t retry_left = 0, rnr_left = 0;
+  uint64_t rnr_until = 0;     // RNR wait: no sending before this time (0 = not waiting)
+  bool retry_marker = false;  // a go-back-N for a read-response gap was already issued at marker_psn
+  uint32_t marker_psn = 0;
+
+  // responder
+  uint32_t epsn = 0;  // expected request PSN
+  uint32_t msn = 0;
+  bool nak_sent = false;     // a PSN-seq or RNR NAK is outstanding: drop silently until epsn arrives
+  uint8_t in_msg = 0;        // 0 none, 1 send, 2 write: a multi-packet message is in progress
+  bool uc_dropping = false;  // UC: rest of a message with a lost packet is being dropped
+  uint64_t msg_offset = 0;
+  // current receive WQE (copied out of the RQ/SRQ at the first packet of a SEND)
+  bool have_recv = false;
+  uint64_t recv_wr_id = 0;
+  uint32_t recv_num_sge = 0;
+  std::vector<Sge> recv_sges;
+  // current WRITE target
+  uint64_t write_va = 0;
+  uint32_t write_rkey = 0;
+  uint64_t write_len = 0;
+  // responses owed (ACK coalescing): the newest ACK/NAK not yet sent
+  bool ack_pending = false;
+  uint8_t ack_syndrome = 0;
+  uint32_t ack_psn = 0, ack_msn = 0;
+  uint32_t pkts_since_ack = 0;
+  std::vector<RespRes> res;
+  uint32_t res_next = 0;  // allocation counter; slot = res_next % res.size()
+
+  bool flush_needed = false;  // in ERR/SQE: complete what remains with WR_FLUSH_ERR
+  bool error_event_sent = false;
+};
+
+struct EngineImpl {
+  EngineImpl(Port& p, Clock& c, const EngineConfig& cfg);
+
+  Port& port;
+  Clock& clock;
+  EngineConfig config;
+  EventSink* sink = nullptr;
+  mutable std::mutex mu;  // control verbs and progress()
+
+  std::vector<Pd> pds;
+  std::vector<Mr> mrs;
+  std::vector<Ah> ahs;
+  std::vector<std::atomic<Cq*>> cqs;
+  std::vector<std::atomic<Srq*>> srqs;
+  std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
+  std::vector<Qp*> qp_list;           // every live QP, for progress()
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Counter::num_counters)> counters{};
+
+  // tx batch
+  std::vector<PacketBuf> tx;
+  std::vector<PacketBuf> rx;
+  uint64_t now = 0;
+
+  void count(Counter c, uint64_t n = 1) {
+    auto& a = counters[static_cast<size_t>(c)];
+    a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  uint32_t active_mtu_bytes() const;
+  Mtu active_mtu() const;
+
+  // pd_mr.cc
+  int alloc_pd(uint32_t& pd);
+  int dealloc_pd(uint32_t pd);
+  Pd* pd_get(uint32_t pd);
+  int reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out);
+  int dereg_mr(uint32_t lkey);
+  // The memory at [va, va+len) of the MR named by `key` if it belongs to `pd` and allows `access`.
+  uint8_t* mr_resolve(uint32_t key, uint32_t pd, uint32_t access, uint64_t va, uint64_t len, MrError& err);
+  int invalidate_key(uint32_t key, uint32_t pd);  // 0 or EINVAL
+  int create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah);
+  int destroy_ah(uint32_t ah);
+
+  // cq.cc
+  int create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual);
+  int destroy_cq(uint32_t cq);
+  Cq* cq_get(uint32_t cq) const;
+  bool cq_post(Cq& cq, const Wc& wc, bool solicited);
+
+  // srq.cc
+  int create_srq(uint32_t pd, const SrqAttr& attr, uint32_t& srq, SrqAttr* actual);
+  int modify_srq(uint32_t srq, const SrqAttr& attr, uint32_t mask);
+  int query_srq(uint32_t srq, SrqAttr& attr);
+  int destroy_srq(uint32_t srq);
+  Srq* srq_get(uint32_t srq) const;
+  void srq_check_limit(Srq& s);
+
+  // qp.cc
+  int create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap* actual);
+  int modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask);
+  int query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init);
+  int destroy_qp(uint32_t qpn);
+  Qp* qp_get(uint32_t qpn) const;
+  void qp_reset(Qp& qp);
+  void qp_set_error(Qp& qp, bool event, EventType type);
+  void qp_flush(Qp& qp);
+  bool pop_recv(Qp& qp);  // copies the next receive WQE into qp's current-recv slot; false if none
+  void async_event(EventType t, uint32_t element);
+
+  // requester.cc
+  bool requester_run(Qp& qp);
+  bool requester_blocked(const Qp& qp) const;
+  void go_back(Qp& qp, uint32_t psn);
+
+  // completer.cc
+  bool completer_run(Qp& qp);  // in-order completions + timers
+  void completer_rx(Qp& qp, const wire::Packet& pkt);
+  void complete_send(Qp& qp, SendWqe& w);
+
+  // responder.cc
+  void responder_rx(Qp& qp, const wire::Packet& pkt, const uint8_t* frame);
+  bool responder_tx(Qp& qp);
+
+  // engine.cc: frames
+  void rx_frame(PacketBuf& buf);
+  // Allocates a frame for `spec` with `payload_len` bytes, writes the headers; returns the payload
+  // pointer (or nullptr when the port has no buffer). Then finish_frame() seals and queues it.
+  uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len);
+  void finish_frame();
+  void abort_frame();
+  void tx_flush();
+  PacketBuf cur_buf{};
+  wire::FrameLayout cur_layout{};
+};
+
+// Per-WR-opcode behaviour (the requester's and completer's one table).
+struct WrInfo {
+  bool valid = false;
+  bool rc = false, uc = false, ud = false;
+  WcOpcode wc_opcode = WC_SEND;
+  uint8_t op_first = 0, op_middle = 0, op_last = 0, op_only = 0;  // low 5 bits of the BTH opcode
+  bool is_read = false, is_atomic = false, is_local = false, has_imm = false, has_inv = false;
+  bool is_write = false, is_send = false;
+};
+const WrInfo& wr_info(WrOpcode op);
+
+inline uint8_t transport_base(QpType t) {
+  return t == QPT_RC ? wire::op::kRc : t == QPT_UC ? wire::op::kUc : wire::op::kUd;
+}
+// RoCEv2 UDP source port as rxe chooses it (entropy for ECMP): RC/UC from the QPN pair's flow label, UD
+// from a hash of the QPN.
+uint16_t udp_sport_connected(uint32_t flow_label, uint32_t lqpn, uint32_t rqpn);
+uint16_t udp_sport_ud(uint32_t qpn);
+
+// Copies between a message offset and a scatter/gather list, resolving each SGE's lkey (per packet, so a
+// deregistered MR cannot be touched). Returns false on a key/bounds/access failure.
+bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint8_t* data,
+              uint32_t len, bool to_sges);
+
+}  // namespace urxe::engine

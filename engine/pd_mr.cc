@@ -1,0 +1,128 @@
+// Protection domains, memory regions (key → memory with PD/access/bounds checks) and address handles.
+#include <cerrno>
+
+#include "engine/internal.h"
+
+namespace urxe::engine {
+
+int EngineImpl::alloc_pd(uint32_t& pd) {
+  for (uint32_t i = 1; i < pds.size(); i++) {
+    if (!pds[i].used) {
+      pds[i] = Pd{true, 0};
+      pd = i;
+      return 0;
+    }
+  }
+  return ENOMEM;
+}
+
+Pd* EngineImpl::pd_get(uint32_t pd) {
+  return (pd > 0 && pd < pds.size() && pds[pd].used) ? &pds[pd] : nullptr;
+}
+
+int EngineImpl::dealloc_pd(uint32_t pd) {
+  Pd* p = pd_get(pd);
+  if (!p) return EINVAL;
+  if (p->refs) return EBUSY;
+  p->used = false;
+  return 0;
+}
+
+int EngineImpl::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access,
+                       MrInfo& out) {
+  Pd* p = pd_get(pd);
+  if (!p) return EINVAL;
+  const uint32_t known = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ |
+                         ACCESS_REMOTE_ATOMIC | ACCESS_MW_BIND | ACCESS_ZERO_BASED | ACCESS_ON_DEMAND |
+                         ACCESS_HUGETLB | kAccessOptionalRange;
+  if (access & ~known) return EINVAL;
+  if (access & (ACCESS_ON_DEMAND | ACCESS_MW_BIND)) return EOPNOTSUPP;
+  // IBTA 10.6.3.1 / rdma-core: remote write or atomic access requires local write.
+  if ((access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC)) && !(access & ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  if (!addr && length) return EINVAL;
+  if (length > config.device.max_mr_size) return EINVAL;
+  if (access & ACCESS_ZERO_BASED) iova = 0;
+  if (iova + length < iova) return EINVAL;
+  for (uint32_t i = 1; i < mrs.size() && i < (1u << 24); i++) {
+    Mr& m = mrs[i];
+    if (m.used) continue;
+    const uint8_t key = static_cast<uint8_t>(m.key + 1);  // a new key each time the index is reused
+    m = Mr{true, true, pd, static_cast<uint8_t*>(addr), length, iova, access & ~kAccessOptionalRange, key};
+    out.lkey = out.rkey = (i << 8) | key;
+    p->refs++;
+    return 0;
+  }
+  return ENOMEM;
+}
+
+int EngineImpl::dereg_mr(uint32_t lkey) {
+  const uint32_t i = lkey >> 8;
+  if (i == 0 || i >= mrs.size() || !mrs[i].used || mrs[i].key != (lkey & 0xff)) return EINVAL;
+  Mr& m = mrs[i];
+  if (Pd* p = pd_get(m.pd)) p->refs--;
+  m.used = false;
+  m.valid = false;
+  return 0;
+}
+
+uint8_t* EngineImpl::mr_resolve(uint32_t key, uint32_t pd, uint32_t access, uint64_t va, uint64_t len,
+                                MrError& err) {
+  const uint32_t i = key >> 8;
+  if (i == 0 || i >= mrs.size() || !mrs[i].used || mrs[i].key != (key & 0xff)) {
+    err = MrError::bad_key;
+    return nullptr;
+  }
+  const Mr& m = mrs[i];
+  if (!m.valid) {
+    err = MrError::invalidated;
+    return nullptr;
+  }
+  if (m.pd != pd) {
+    err = MrError::bad_pd;
+    return nullptr;
+  }
+  if ((m.access & access) != access) {
+    err = MrError::bad_access;
+    return nullptr;
+  }
+  if (va < m.iova || len > m.length || va - m.iova > m.length - len) {
+    err = MrError::bad_bounds;
+    return nullptr;
+  }
+  err = MrError::ok;
+  return m.addr + (va - m.iova);
+}
+
+int EngineImpl::invalidate_key(uint32_t key, uint32_t pd) {
+  const uint32_t i = key >> 8;
+  if (i == 0 || i >= mrs.size() || !mrs[i].used || mrs[i].key != (key & 0xff) || mrs[i].pd != pd)
+    return EINVAL;
+  mrs[i].valid = false;
+  return 0;
+}
+
+int EngineImpl::create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah) {
+  Pd* p = pd_get(pd);
+  if (!p) return EINVAL;
+  if (av.sgid_index >= port.attr().gids.size()) return EINVAL;
+  if (av.port_num != 1) return EINVAL;
+  for (uint32_t i = 1; i < ahs.size(); i++) {
+    if (!ahs[i].used) {
+      ahs[i] = Ah{true, pd, av};
+      p->refs++;
+      ah = i;
+      return 0;
+    }
+  }
+  return ENOMEM;
+}
+
+int EngineImpl::destroy_ah(uint32_t ah) {
+  if (ah == 0 || ah >= ahs.size() || !ahs[ah].used) return EINVAL;
+  if (Pd* p = pd_get(ahs[ah].pd)) p->refs--;
+  ahs[ah].used = false;
+  return 0;
+}
+
+}  // namespace urxe::engine

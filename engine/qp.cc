@@ -1,0 +1,581 @@
+// QPs: creation, the state machine with the attribute masks the IBTA requires per transition and QP type
+// (the table the kernel's ib_modify_qp_is_ok applies for rdma-core), flush on error, and the post verbs.
+#include <cerrno>
+
+#include "engine/internal.h"
+
+namespace urxe::engine {
+
+namespace {
+
+struct Masks {
+  bool valid = false;
+  uint32_t req[3] = {0, 0, 0};  // indexed RC, UC, UD
+  uint32_t opt[3] = {0, 0, 0};
+};
+
+int type_index(QpType t) {
+  return t == QPT_RC ? 0 : t == QPT_UC ? 1 : 2;
+}
+
+// IBTA 11.2.4.2 / Table 91-ish, as ib_modify_qp_is_ok encodes it for RC, UC and UD.
+Masks transition(QpState cur, QpState next) {
+  Masks m;
+  if (next == QPS_RESET || next == QPS_ERR) {  // from any state
+    m.valid = cur <= QPS_ERR;
+    return m;
+  }
+  constexpr uint32_t kPath = QP_ALT_PATH | QP_PATH_MIG_STATE;
+  switch (cur) {
+    case QPS_RESET:
+      if (next == QPS_INIT) {
+        m.valid = true;
+        m.req[0] = m.req[1] = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
+        m.req[2] = QP_PKEY_INDEX | QP_PORT | QP_QKEY;
+      }
+      break;
+    case QPS_INIT:
+      if (next == QPS_INIT) {
+        m.valid = true;
+        m.opt[0] = m.opt[1] = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
+        m.opt[2] = QP_PKEY_INDEX | QP_PORT | QP_QKEY;
+      } else if (next == QPS_RTR) {
+        m.valid = true;
+        m.req[0] = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN | QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER;
+        m.req[1] = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN;
+        m.opt[0] = m.opt[1] = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX;
+        m.opt[2] = QP_PKEY_INDEX | QP_QKEY;
+      }
+      break;
+    case QPS_RTR:
+      if (next == QPS_RTS) {
+        m.valid = true;
+        m.req[0] = QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_SQ_PSN | QP_MAX_QP_RD_ATOMIC;
+        m.req[1] = m.req[2] = QP_SQ_PSN;
+        m.opt[0] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER;
+        m.opt[1] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS;
+        m.opt[2] = QP_CUR_STATE | QP_QKEY;
+      }
+      break;
+    case QPS_RTS:
+      if (next == QPS_RTS) {
+        m.valid = true;
+        m.opt[0] = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath | QP_MIN_RNR_TIMER;
+        m.opt[1] = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath;
+        m.opt[2] = QP_CUR_STATE | QP_QKEY;
+      } else if (next == QPS_SQD) {
+        m.valid = true;
+        m.opt[0] = m.opt[1] = m.opt[2] = QP_EN_SQD_ASYNC_NOTIFY;
+      }
+      break;
+    case QPS_SQD:
+      if (next == QPS_RTS) {
+        m.valid = true;
+        m.opt[0] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER;
+        m.opt[1] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS;
+        m.opt[2] = QP_CUR_STATE | QP_QKEY;
+      } else if (next == QPS_SQD) {
+        m.valid = true;
+        m.opt[0] = QP_PORT | QP_AV | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC |
+                   QP_MAX_DEST_RD_ATOMIC | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX | QP_MIN_RNR_TIMER;
+        m.opt[1] = QP_AV | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX;
+        m.opt[2] = QP_PKEY_INDEX | QP_QKEY;
+      }
+      break;
+    case QPS_SQE:
+      if (next == QPS_RTS) {  // UC and UD only: RC send errors go to ERR, never SQE
+        m.valid = true;
+        m.req[0] = ~0u;  // marks "not for RC"
+        m.opt[1] = QP_CUR_STATE | QP_ACCESS_FLAGS;
+        m.opt[2] = QP_CUR_STATE | QP_QKEY;
+      }
+      break;
+    default:
+      break;
+  }
+  return m;
+}
+
+}  // namespace
+
+int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap* actual) {
+  Pd* p = pd_get(pd);
+  if (!p) return EINVAL;
+  if (init.qp_type != QPT_RC && init.qp_type != QPT_UC && init.qp_type != QPT_UD) return EOPNOTSUPP;
+  Cq* scq = cq_get(init.send_cq);
+  Cq* rcq = cq_get(init.recv_cq);
+  if (!scq || !rcq) return EINVAL;
+  Srq* srq = nullptr;
+  if (init.srq) {
+    srq = srq_get(init.srq);
+    if (!srq || srq->pd != pd) return EINVAL;
+  }
+  const DeviceAttr& d = config.device;
+  QpCap cap = init.cap;
+  if (cap.max_send_wr > d.max_qp_wr || cap.max_send_sge > d.max_sge ||
+      cap.max_inline_data > d.max_inline_data)
+    return EINVAL;
+  if (!srq && (cap.max_recv_wr > d.max_qp_wr || cap.max_recv_sge > d.max_sge)) return EINVAL;
+  if (cap.max_send_wr < 1) cap.max_send_wr = 1;
+  if (cap.max_send_sge < 1) cap.max_send_sge = 1;
+  if (srq) {
+    cap.max_recv_wr = cap.max_recv_sge = 0;
+  } else {
+    if (cap.max_recv_wr < 1) cap.max_recv_wr = 1;
+    if (cap.max_recv_sge < 1) cap.max_recv_sge = 1;
+  }
+  // pick the QPN
+  uint32_t idx = UINT32_MAX;
+  if (init.qpn) {
+    if (init.qpn < config.qpn_base || init.qpn - config.qpn_base >= qps.size()) return EINVAL;
+    idx = init.qpn - config.qpn_base;
+    if (qps[idx].load(std::memory_order_relaxed)) return EBUSY;
+  } else {
+    for (uint32_t i = 0; i < qps.size(); i++)
+      if (!qps[i].load(std::memory_order_relaxed)) {
+        idx = i;
+        break;
+      }
+    if (idx == UINT32_MAX) return ENOMEM;
+  }
+  auto* q = new Qp;
+  q->qpn = config.qpn_base + idx;
+  q->type = init.qp_type;
+  q->pd = pd;
+  q->scq = scq;
+  q->rcq = rcq;
+  q->srq = srq;
+  q->sq_sig_all = init.sq_sig_all;
+  q->cap = cap;
+  q->sq.init(cap.max_send_wr);
+  q->sq_sges.assign(size_t{q->sq.slots.size()} * cap.max_send_sge, Sge{});
+  q->sq_inline.assign(size_t{q->sq.slots.size()} * cap.max_inline_data, 0);
+  for (uint32_t i = 0; i < q->sq.slots.size(); i++) {
+    q->sq.slots[i].sge_base = i * cap.max_send_sge;
+    q->sq.slots[i].inline_base = i * cap.max_inline_data;
+  }
+  if (!srq) q->rq.init(cap.max_recv_wr, cap.max_recv_sge);
+  q->recv_sges.assign(srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
+  q->attr.qp_state = QPS_RESET;
+  q->attr.cap = cap;
+  q->attr.path_mtu = active_mtu();
+  q->mtu = mtu_to_bytes(q->attr.path_mtu);
+  q->res.resize(1);
+  p->refs++;
+  scq->refs++;
+  rcq->refs++;
+  if (srq) srq->refs++;
+  qps[idx].store(q, std::memory_order_release);
+  qp_list.push_back(q);
+  qpn = q->qpn;
+  if (actual) *actual = cap;
+  return 0;
+}
+
+Qp* EngineImpl::qp_get(uint32_t qpn) const {
+  if (qpn < config.qpn_base || qpn - config.qpn_base >= qps.size()) return nullptr;
+  return qps[qpn - config.qpn_base].load(std::memory_order_acquire);
+}
+
+void EngineImpl::qp_reset(Qp& q) {
+  // Everything posted is discarded without completions (IBTA: RESET empties the queues).
+  q.sq.prod.store(0, std::memory_order_relaxed);
+  q.sq.cons.store(0, std::memory_order_relaxed);
+  if (!q.srq) {
+    q.rq.ring.prod.store(0, std::memory_order_relaxed);
+    q.rq.ring.cons.store(0, std::memory_order_relaxed);
+  }
+  for (auto& w : q.sq.slots) {
+    w.started = w.sent_all = w.done = false;
+    w.status = WC_SUCCESS;
+  }
+  q.req_idx = 0;
+  q.req_offset = 0;
+  q.next_psn = q.una_psn = q.sent_end = 0;
+  q.sqd_notified = false;
+  q.timer_deadline = 0;
+  q.rnr_until = 0;
+  q.retry_marker = false;
+  q.epsn = q.msn = 0;
+  q.nak_sent = false;
+  q.in_msg = 0;
+  q.uc_dropping = false;
+  q.msg_offset = 0;
+  q.have_recv = false;
+  q.ack_pending = false;
+  q.pkts_since_ack = 0;
+  for (auto& r : q.res) r = RespRes{};
+  q.res_next = 0;
+  q.flush_needed = false;
+  q.error_event_sent = false;
+  q.comm_est = false;
+}
+
+void EngineImpl::qp_set_error(Qp& q, bool event, EventType type) {
+  if (q.state.load(std::memory_order_relaxed) == QPS_ERR) return;
+  q.state.store(QPS_ERR, std::memory_order_release);
+  q.attr.qp_state = QPS_ERR;
+  q.flush_needed = true;
+  q.timer_deadline = 0;
+  q.rnr_until = 0;
+  q.ack_pending = false;
+  for (auto& r : q.res) r.pending = false;
+  if (event && !q.error_event_sent) {
+    q.error_event_sent = true;
+    async_event(type, q.qpn);
+  }
+}
+
+void EngineImpl::qp_flush(Qp& q) {
+  const QpState st = q.state.load(std::memory_order_relaxed);
+  if (st != QPS_ERR && st != QPS_SQE) return;
+  // send queue: every WQE not yet completed
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  uint32_t cons = q.sq.cons.load(std::memory_order_relaxed);
+  while (cons != prod) {
+    SendWqe& w = q.sq.at(cons);
+    Wc wc;
+    wc.wr_id = w.wr_id;
+    // the WQE that failed keeps its own status; the rest are flushed
+    wc.status = (w.done && w.status != WC_SUCCESS) ? w.status : WC_WR_FLUSH_ERR;
+    wc.opcode = wr_info(w.opcode).wc_opcode;
+    wc.qp_num = q.qpn;
+    if (!cq_post(*q.scq, wc, false)) break;
+    w.started = w.sent_all = w.done = false;
+    cons++;
+    q.sq.cons.store(cons, std::memory_order_release);
+  }
+  q.req_idx = cons;
+  q.req_offset = 0;
+  if (st != QPS_ERR) return;
+  // receive side
+  if (q.have_recv) {
+    Wc wc;
+    wc.wr_id = q.recv_wr_id;
+    wc.status = WC_WR_FLUSH_ERR;
+    wc.opcode = WC_RECV;
+    wc.qp_num = q.qpn;
+    if (cq_post(*q.rcq, wc, false)) q.have_recv = false;
+  }
+  if (q.srq) {
+    if (q.flush_needed) async_event(EVENT_QP_LAST_WQE_REACHED, q.qpn);
+  } else {
+    Ring<RecvWqe>& r = q.rq.ring;
+    const uint32_t rp = r.prod.load(std::memory_order_acquire);
+    uint32_t rc = r.cons.load(std::memory_order_relaxed);
+    while (rc != rp) {
+      Wc wc;
+      wc.wr_id = r.at(rc).wr_id;
+      wc.status = WC_WR_FLUSH_ERR;
+      wc.opcode = WC_RECV;
+      wc.qp_num = q.qpn;
+      if (!cq_post(*q.rcq, wc, false)) break;
+      rc++;
+      r.cons.store(rc, std::memory_order_release);
+    }
+  }
+  q.flush_needed = false;
+}
+
+bool EngineImpl::pop_recv(Qp& q) {
+  if (q.have_recv) return true;
+  RecvQueue& rq = q.srq ? q.srq->rq : q.rq;
+  Ring<RecvWqe>& r = rq.ring;
+  const uint32_t c = r.cons.load(std::memory_order_relaxed);
+  if (r.prod.load(std::memory_order_acquire) == c) return false;
+  const RecvWqe& w = r.at(c);
+  q.recv_wr_id = w.wr_id;
+  q.recv_num_sge = w.num_sge;
+  for (uint32_t i = 0; i < w.num_sge; i++) q.recv_sges[i] = rq.sges[w.sge_base + i];
+  r.cons.store(c + 1, std::memory_order_release);
+  q.have_recv = true;
+  if (q.srq) srq_check_limit(*q.srq);
+  return true;
+}
+
+int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
+  Qp* qp = qp_get(qpn);
+  if (!qp) return EINVAL;
+  Qp& q = *qp;
+  const QpState cur = q.state.load(std::memory_order_relaxed);
+  if ((mask & QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
+  const QpState next = (mask & QP_STATE) ? a.qp_state : cur;
+  if (next > QPS_ERR) return EINVAL;
+  const Masks m = transition(cur, next);
+  if (!m.valid) return EINVAL;
+  const int t = type_index(q.type);
+  if (m.req[t] == ~0u) return EINVAL;
+  const uint32_t attrs = mask & ~QP_STATE;
+  if ((attrs & m.req[t]) != m.req[t]) return EINVAL;
+  if (attrs & ~(m.req[t] | m.opt[t])) return EINVAL;
+
+  // value checks before anything changes
+  const DeviceAttr& d = config.device;
+  if ((mask & QP_PORT) && a.port_num != 1) return EINVAL;
+  if ((mask & QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
+  if ((mask & QP_PATH_MTU) && (a.path_mtu < MTU_256 || a.path_mtu > MTU_4096)) return EINVAL;
+  if ((mask & QP_AV) && (a.ah_attr.sgid_index >= port.attr().gids.size() || a.ah_attr.port_num > 1))
+    return EINVAL;
+  if ((mask & QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & QP_TIMEOUT) && a.timeout > 31) return EINVAL;
+  if ((mask & QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
+  if ((mask & QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > d.max_qp_rd_atom) return EINVAL;
+  if ((mask & QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > d.max_qp_init_rd_atom) return EINVAL;
+  if ((mask & QP_DEST_QPN) && a.dest_qp_num > wire::kPsnMask) return EINVAL;
+  if ((mask & QP_PATH_MIG_STATE) && a.path_mig_state != MIG_MIGRATED) return EINVAL;  // no APM
+  if (mask & QP_ALT_PATH) return EINVAL;                                              // no APM
+
+  QpAttr& s = q.attr;
+  if (mask & QP_ACCESS_FLAGS) s.qp_access_flags = a.qp_access_flags;
+  if (mask & QP_PKEY_INDEX) s.pkey_index = a.pkey_index;
+  if (mask & QP_PORT) s.port_num = a.port_num;
+  if (mask & QP_QKEY) s.qkey = a.qkey;
+  if (mask & QP_AV) s.ah_attr = a.ah_attr;
+  if (mask & QP_PATH_MTU) s.path_mtu = a.path_mtu;
+  if (mask & QP_TIMEOUT) s.timeout = a.timeout;
+  if (mask & QP_RETRY_CNT) s.retry_cnt = a.retry_cnt;
+  if (mask & QP_RNR_RETRY) s.rnr_retry = a.rnr_retry;
+  if (mask & QP_RQ_PSN) s.rq_psn = a.rq_psn & wire::kPsnMask;
+  if (mask & QP_SQ_PSN) s.sq_psn = a.sq_psn & wire::kPsnMask;
+  if (mask & QP_MAX_QP_RD_ATOMIC) s.max_rd_atomic = a.max_rd_atomic;
+  if (mask & QP_MAX_DEST_RD_ATOMIC) s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & QP_MIN_RNR_TIMER) s.min_rnr_timer = a.min_rnr_timer;
+  if (mask & QP_DEST_QPN) s.dest_qp_num = a.dest_qp_num;
+  if (mask & QP_EN_SQD_ASYNC_NOTIFY) s.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & QP_PATH_MIG_STATE) s.path_mig_state = a.path_mig_state;
+
+  if (mask & QP_RQ_PSN) q.epsn = s.rq_psn;
+  if (mask & QP_SQ_PSN) q.next_psn = q.una_psn = q.sent_end = s.sq_psn;
+  if (mask & QP_MAX_DEST_RD_ATOMIC) {
+    q.res.assign(s.max_dest_rd_atomic ? s.max_dest_rd_atomic : 1, RespRes{});
+    q.res_next = 0;
+  }
+  if (mask & (QP_PATH_MTU | QP_AV | QP_DEST_QPN | QP_STATE)) {
+    const Mtu eff = q.type == QPT_UD ? active_mtu() : (s.path_mtu < active_mtu() ? s.path_mtu : active_mtu());
+    q.mtu = mtu_to_bytes(eff);
+    // frame template toward the peer
+    const PortAttr& pa = port.attr();
+    wire::FrameSpec& f = q.spec;
+    f = wire::FrameSpec{};
+    f.src_mac = pa.mac;
+    f.dst_mac = s.ah_attr.dmac;
+    const wire::Gid sgid =
+        s.ah_attr.sgid_index < pa.gids.size() ? pa.gids[s.ah_attr.sgid_index] : wire::Gid{};
+    f.ip_version = wire::gid_is_ipv4_mapped(sgid) ? 4 : 6;
+    f.src_ip = sgid;
+    f.dst_ip = s.ah_attr.dgid;
+    f.traffic_class = s.ah_attr.traffic_class;
+    f.ttl = s.ah_attr.hop_limit ? s.ah_attr.hop_limit : 64;
+    f.flow_label = s.ah_attr.flow_label;
+    f.udp_sport = q.type == QPT_UD ? udp_sport_ud(q.qpn)
+                                   : udp_sport_connected(s.ah_attr.flow_label, q.qpn, s.dest_qp_num);
+    f.bth.dqpn = s.dest_qp_num;
+  }
+  if (mask & (QP_RETRY_CNT | QP_RNR_RETRY)) {
+    q.retry_left = s.retry_cnt;
+    q.rnr_left = s.rnr_retry;
+  }
+
+  if (next != cur) {
+    if (next == QPS_RESET) {
+      qp_reset(q);
+      q.attr.qp_state = QPS_RESET;
+      q.state.store(QPS_RESET, std::memory_order_release);
+    } else if (next == QPS_ERR) {
+      qp_set_error(q, false, EVENT_QP_FATAL);
+      qp_flush(q);
+    } else {
+      if (next == QPS_SQD) q.sqd_notified = false;
+      if (cur == QPS_SQE) {  // SQE → RTS: the send queue restarts where it was flushed
+        q.req_idx = q.sq.cons.load(std::memory_order_relaxed);
+      }
+      s.qp_state = next;
+      q.state.store(next, std::memory_order_release);
+    }
+  }
+  return 0;
+}
+
+int EngineImpl::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
+  Qp* q = qp_get(qpn);
+  if (!q) return EINVAL;
+  attr = q->attr;
+  attr.qp_state = attr.cur_qp_state = q->state.load(std::memory_order_relaxed);
+  attr.cap = q->cap;
+  attr.sq_psn = q->next_psn;  // like rxe: the PSN the requester will use next
+  attr.rq_psn = q->epsn;
+  attr.sq_draining = (attr.qp_state == QPS_SQD && q->una_psn != q->next_psn) ? 1 : 0;
+  if (init) {
+    init->send_cq = q->scq->handle;
+    init->recv_cq = q->rcq->handle;
+    init->srq = q->srq ? q->srq->handle : 0;
+    init->cap = q->cap;
+    init->qp_type = q->type;
+    init->sq_sig_all = q->sq_sig_all;
+    init->qpn = q->qpn;
+  }
+  return 0;
+}
+
+int EngineImpl::destroy_qp(uint32_t qpn) {
+  Qp* q = qp_get(qpn);
+  if (!q) return EINVAL;
+  qps[qpn - config.qpn_base].store(nullptr, std::memory_order_release);
+  for (size_t i = 0; i < qp_list.size(); i++)
+    if (qp_list[i] == q) {
+      qp_list[i] = qp_list.back();
+      qp_list.pop_back();
+      break;
+    }
+  q->scq->refs--;
+  q->rcq->refs--;
+  if (q->srq) q->srq->refs--;
+  if (Pd* p = pd_get(q->pd)) p->refs--;
+  delete q;
+  return 0;
+}
+
+// ---- post verbs (application threads) ----
+
+int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
+  EngineImpl& e = *impl_;
+  Qp* qp = e.qp_get(qpn);
+  if (!qp) {
+    if (bad_wr) *bad_wr = wr;
+    return EINVAL;
+  }
+  Qp& q = *qp;
+  const QpState st = q.state.load(std::memory_order_acquire);
+  int rc = 0;
+  bool posted = false;
+  if (st == QPS_RESET || st == QPS_INIT || st == QPS_RTR) {
+    rc = EINVAL;
+  } else {
+    std::lock_guard<SpinLock> g(q.sq.lock);
+    const uint32_t ud_max = e.active_mtu_bytes();
+    for (; wr; wr = wr->next) {
+      const WrInfo& info = wr_info(wr->opcode);
+      if (wr->opcode == WR_BIND_MW || wr->opcode == WR_TSO) {
+        rc = EOPNOTSUPP;
+        break;
+      }
+      const bool ok_type = q.type == QPT_RC ? info.rc : q.type == QPT_UC ? info.uc : info.ud;
+      if (!info.valid || !ok_type) {
+        rc = EINVAL;
+        break;
+      }
+      if (wr->send_flags & ~(SEND_FENCE | SEND_SIGNALED | SEND_SOLICITED | SEND_INLINE)) {
+        rc = EINVAL;
+        break;
+      }
+      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q.cap.max_send_sge) {
+        rc = EINVAL;
+        break;
+      }
+      const bool is_inline =
+          (wr->send_flags & SEND_INLINE) && !info.is_read && !info.is_atomic && !info.is_local;
+      uint64_t len = 0;
+      for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
+      if (is_inline && len > q.cap.max_inline_data) {
+        rc = EINVAL;
+        break;
+      }
+      if (len > e.config.device.max_msg_sz || (info.is_atomic && (len != 8 || wr->num_sge != 1)) ||
+          (q.type == QPT_UD && len > ud_max)) {
+        rc = EINVAL;
+        break;
+      }
+      if (q.type == QPT_UD && (wr->ud.ah == 0 || wr->ud.ah >= e.ahs.size())) {
+        rc = EINVAL;
+        break;
+      }
+      const uint32_t p = q.sq.prod.load(std::memory_order_relaxed);
+      if (p - q.sq.cons.load(std::memory_order_acquire) >= q.sq.capacity) {
+        rc = ENOMEM;
+        break;
+      }
+      SendWqe& w = q.sq.at(p);
+      w.wr_id = wr->wr_id;
+      w.opcode = wr->opcode;
+      w.send_flags = wr->send_flags;
+      uint8_t b[4];
+      std::memcpy(b, &wr->imm_data, 4);
+      w.imm = wire::load_be32(b);
+      w.inv_rkey = wr->invalidate_rkey;
+      if (info.is_atomic) {
+        w.remote_addr = wr->atomic.remote_addr;
+        w.rkey = wr->atomic.rkey;
+      } else {
+        w.remote_addr = wr->rdma.remote_addr;
+        w.rkey = wr->rdma.rkey;
+      }
+      w.compare_add = wr->atomic.compare_add;
+      w.swap = wr->atomic.swap;
+      w.ah = wr->ud.ah;
+      w.remote_qpn = wr->ud.remote_qpn & wire::kPsnMask;
+      w.remote_qkey = wr->ud.remote_qkey;
+      w.length = len;
+      w.is_inline = is_inline;
+      if (is_inline) {
+        uint8_t* dst = q.sq_inline.data() + w.inline_base;
+        for (int i = 0; i < wr->num_sge; i++) {
+          const Sge& s = wr->sg_list[i];
+          if (s.length)
+            std::memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(s.addr)), s.length);
+          dst += s.length;
+        }
+        w.num_sge = 0;
+      } else {
+        w.num_sge = static_cast<uint32_t>(wr->num_sge);
+        for (uint32_t i = 0; i < w.num_sge; i++) q.sq_sges[w.sge_base + i] = wr->sg_list[i];
+      }
+      w.started = w.sent_all = w.done = false;
+      w.status = WC_SUCCESS;
+      w.resp_offset = 0;
+      q.sq.prod.store(p + 1, std::memory_order_release);
+      posted = true;
+    }
+  }
+  if (rc && bad_wr) *bad_wr = wr;
+  if (posted && e.sink) e.sink->doorbell();
+  return rc;
+}
+
+int Engine::post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr) {
+  EngineImpl& e = *impl_;
+  Qp* qp = e.qp_get(qpn);
+  const QpState st = qp ? qp->state.load(std::memory_order_acquire) : QPS_RESET;
+  if (!qp || qp->srq || st == QPS_RESET) {
+    if (bad_wr) *bad_wr = wr;
+    return EINVAL;
+  }
+  RecvQueue& rq = qp->rq;
+  int rc = 0;
+  bool posted = false;
+  {
+    std::lock_guard<SpinLock> g(rq.ring.lock);
+    for (; wr; wr = wr->next) {
+      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq.max_sge) {
+        rc = EINVAL;
+        break;
+      }
+      const uint32_t p = rq.ring.prod.load(std::memory_order_relaxed);
+      if (p - rq.ring.cons.load(std::memory_order_acquire) >= rq.ring.capacity) {
+        rc = ENOMEM;
+        break;
+      }
+      RecvWqe& w = rq.ring.at(p);
+      w.wr_id = wr->wr_id;
+      w.num_sge = static_cast<uint32_t>(wr->num_sge);
+      for (uint32_t i = 0; i < w.num_sge; i++) rq.sges[w.sge_base + i] = wr->sg_list[i];
+      rq.ring.prod.store(p + 1, std::memory_order_release);
+      posted = true;
+    }
+  }
+  if (rc && bad_wr) *bad_wr = wr;
+  if (posted && e.sink) e.sink->doorbell();
+  return rc;
+}
+
+}  // namespace urxe::engine

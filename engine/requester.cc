@@ -1,0 +1,222 @@
+// Requester: turns send WQEs into request packets. Segments by path MTU, assigns PSNs (24-bit, wrapping),
+// adds RETH / AtomicETH / ImmDt / IETH / DETH, gathers payload from SGEs or inline bytes straight into the
+// port's frame, and honours fence, max_rd_atomic and a bounded window of unacknowledged PSNs. Go-back-N
+// (go_back) rewinds it to any PSN still outstanding; segmentation is deterministic, so a WQE resent from
+// the middle gets the same PSNs and offsets as the first time.
+#include "engine/internal.h"
+
+namespace urxe::engine {
+
+namespace {
+
+uint32_t packets_for(uint64_t len, uint32_t mtu) {
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+}  // namespace
+
+bool EngineImpl::requester_blocked(const Qp& q) const {
+  const QpState st = q.state.load(std::memory_order_relaxed);
+  if (st != QPS_RTS && st != QPS_SQD) return true;
+  if (q.rnr_until) return true;
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  if (q.req_idx == prod) return true;
+  const SendWqe& w = q.sq.at(q.req_idx);
+  if (w.started) return false;     // a resend or the rest of a message: its limits were checked already
+  if (st == QPS_SQD) return true;  // SQD: no new WQE starts
+  const WrInfo& info = wr_info(w.opcode);
+  if (q.type != QPT_RC || info.is_local) return false;
+  // window of unacknowledged PSNs
+  if (static_cast<uint32_t>(wire::psn_diff(q.next_psn, q.una_psn)) >= config.max_unacked_psns &&
+      wire::psn_diff(q.next_psn, q.una_psn) > 0)
+    return true;
+  const bool fence = w.send_flags & SEND_FENCE;
+  if (!fence && !info.is_read && !info.is_atomic) return false;
+  // READs/atomics in flight (sent, not yet answered)
+  uint32_t inflight = 0;
+  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != q.req_idx; i++) {
+    const SendWqe& o = q.sq.at(i);
+    const WrInfo& oi = wr_info(o.opcode);
+    if ((oi.is_read || oi.is_atomic) && !o.done) inflight++;
+  }
+  if (fence && inflight) return true;
+  const uint32_t limit = q.attr.max_rd_atomic ? q.attr.max_rd_atomic : 1;
+  return (info.is_read || info.is_atomic) && inflight >= limit;
+}
+
+void EngineImpl::go_back(Qp& q, uint32_t psn) {
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  uint32_t i = q.sq.cons.load(std::memory_order_relaxed);
+  for (; i != prod; i++) {
+    SendWqe& w = q.sq.at(i);
+    if (!w.started) break;
+    const WrInfo& info = wr_info(w.opcode);
+    if (info.is_local || w.done) continue;
+    if (wire::psn_le(psn, w.last_psn)) {
+      int32_t off = wire::psn_diff(psn, w.first_psn);
+      if (off < 0) off = 0;
+      q.req_idx = i;
+      q.req_offset = info.is_atomic ? 0 : uint64_t(static_cast<uint32_t>(off)) * q.mtu;
+      if (q.req_offset > w.length) q.req_offset = w.length;
+      q.next_psn = wire::psn_add(w.first_psn, static_cast<uint32_t>(off));
+      if (info.is_read && wire::psn_lt(q.next_psn, w.resp_psn)) {
+        w.resp_psn = q.next_psn;
+        w.resp_offset = q.req_offset;
+      }
+      return;
+    }
+  }
+  // nothing outstanding from psn on: continue with the first WQE not started
+  q.req_idx = i;
+  q.req_offset = 0;
+  q.next_psn = psn;
+}
+
+bool EngineImpl::requester_run(Qp& q) {
+  bool did = false;
+  uint32_t budget = config.tx_budget;
+  while (budget > 0 && !requester_blocked(q)) {
+    SendWqe& w = q.sq.at(q.req_idx);
+    const WrInfo& info = wr_info(w.opcode);
+    if (!w.started) {
+      w.status = WC_SUCCESS;
+      w.resp_offset = 0;
+      if (info.is_local) {
+        // LOCAL_INV executes here, in order, and completes without a packet
+        if (invalidate_key(w.inv_rkey, q.pd) != 0) w.status = WC_LOC_QP_OP_ERR;
+        w.started = w.sent_all = w.done = true;
+        q.req_idx++;
+        did = true;
+        continue;
+      }
+      bool ok = true;
+      if (!w.is_inline) {
+        const uint32_t need = (info.is_read || info.is_atomic) ? uint32_t{ACCESS_LOCAL_WRITE} : 0u;
+        for (uint32_t k = 0; k < w.num_sge && ok; k++) {
+          const Sge& s = q.sq_sges[w.sge_base + k];
+          MrError err;
+          if (s.length && !mr_resolve(s.lkey, q.pd, need, s.addr, s.length, err)) ok = false;
+        }
+      }
+      if (!ok) w.status = WC_LOC_PROT_ERR;
+      if (ok && q.type == QPT_UD && (w.ah >= ahs.size() || !ahs[w.ah].used || ahs[w.ah].pd != q.pd)) {
+        ok = false;
+        w.status = WC_LOC_QP_OP_ERR;
+      }
+      if (!ok) {
+        // the completer reports it in order and moves the QP to ERR (RC) or SQE (UC/UD)
+        w.started = w.sent_all = w.done = true;
+        q.req_idx++;
+        did = true;
+        break;
+      }
+      w.npkts = (info.is_atomic || q.type == QPT_UD) ? 1 : packets_for(w.length, q.mtu);
+      w.first_psn = q.next_psn;
+      w.last_psn = wire::psn_add(w.first_psn, w.npkts - 1);
+      w.resp_psn = w.first_psn;
+      w.started = true;
+      w.sent_all = w.done = false;
+      q.req_offset = 0;
+      if (info.is_send) count(Counter::rdma_sends);
+    }
+    if (info.is_local) {  // passing an executed LOCAL_INV again after a go-back
+      q.req_idx++;
+      continue;
+    }
+
+    wire::FrameSpec spec = q.spec;
+    if (q.type == QPT_UD) {
+      const AddressVector& av = ahs[w.ah].av;
+      const PortAttr& pa = port.attr();
+      spec.src_mac = pa.mac;
+      spec.dst_mac = av.dmac;
+      const wire::Gid sgid = av.sgid_index < pa.gids.size() ? pa.gids[av.sgid_index] : wire::Gid{};
+      spec.ip_version = wire::gid_is_ipv4_mapped(sgid) ? 4 : 6;
+      spec.src_ip = sgid;
+      spec.dst_ip = av.dgid;
+      spec.traffic_class = av.traffic_class;
+      spec.ttl = av.hop_limit ? av.hop_limit : 64;
+      spec.flow_label = av.flow_label;
+      spec.udp_sport = udp_sport_ud(q.qpn);
+      spec.bth.dqpn = w.remote_qpn;
+      spec.deth.qkey = (w.remote_qkey & 0x80000000u) ? q.attr.qkey : w.remote_qkey;
+      spec.deth.src_qp = q.qpn;
+    }
+    const uint8_t base = transport_base(q.type);
+    const uint32_t psn = wire::psn_add(w.first_psn, static_cast<uint32_t>(q.req_offset / q.mtu));
+    spec.bth.psn = psn;
+    uint32_t payload = 0;
+    uint32_t psn_used = 1;
+    bool last = true;
+    const uint8_t* inline_src = nullptr;
+    if (info.is_read) {
+      const uint64_t rest = w.length - q.req_offset;
+      spec.bth.opcode = wire::make_opcode(base, info.op_only);
+      spec.reth = wire::Reth{w.remote_addr + q.req_offset, w.rkey, static_cast<uint32_t>(rest)};
+      psn_used = packets_for(rest, q.mtu);
+      spec.bth.ack_req = true;
+    } else if (info.is_atomic) {
+      spec.bth.opcode = wire::make_opcode(base, info.op_only);
+      spec.atomic_eth =
+          wire::AtomicEth{w.remote_addr, w.rkey, w.opcode == WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add,
+                          w.opcode == WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0};
+      spec.bth.ack_req = true;
+    } else {
+      const uint64_t rest = w.length - q.req_offset;
+      payload = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
+      const bool first = q.req_offset == 0;
+      last = q.req_offset + payload >= w.length;
+      const uint8_t low = first && last ? info.op_only
+                          : first       ? info.op_first
+                          : last        ? info.op_last
+                                        : info.op_middle;
+      spec.bth.opcode = wire::make_opcode(base, low);
+      if (info.is_write && first)
+        spec.reth = wire::Reth{w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
+      if (last) {
+        spec.imm = w.imm;
+        spec.ieth_rkey = w.inv_rkey;
+        spec.bth.se = (w.send_flags & SEND_SOLICITED) != 0;
+      }
+      spec.bth.ack_req = q.type == QPT_RC && last;
+      if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req_offset;
+    }
+    uint8_t* dst = begin_frame(spec, payload);
+    if (!dst) break;  // port backpressure: try again next round
+    if (payload) {
+      if (inline_src) {
+        std::memcpy(dst, inline_src, payload);
+      } else if (!sge_copy(*this, q.pd, q.sq_sges.data() + w.sge_base, w.num_sge, q.req_offset, dst, payload,
+                           false)) {
+        abort_frame();
+        w.status = WC_LOC_PROT_ERR;
+        w.sent_all = w.done = true;
+        q.req_idx++;
+        q.req_offset = 0;
+        did = true;
+        break;
+      }
+    }
+    finish_frame();
+    did = true;
+    budget--;
+    q.next_psn = wire::psn_add(psn, psn_used);
+    if (wire::psn_gt(q.next_psn, q.sent_end)) q.sent_end = q.next_psn;
+    if (info.is_read || info.is_atomic) {
+      q.req_offset = w.length;
+    } else {
+      q.req_offset += payload;
+    }
+    if (last) {
+      w.sent_all = true;
+      if (q.type != QPT_RC) w.done = true;  // UC/UD complete once sent
+      q.req_idx++;
+      q.req_offset = 0;
+    }
+    if (q.type == QPT_RC && !q.timer_deadline && q.attr.timeout)
+      q.timer_deadline = now + (uint64_t{4096} << q.attr.timeout);
+  }
+  return did;
+}
+
+}  // namespace urxe::engine

@@ -1,0 +1,554 @@
+// Responder: executes incoming requests. RC: PSN check (expected / duplicate / out of sequence, one
+// PSN-sequence NAK per gap), opcode sequence, rkey/PD/access/bounds/alignment checks, SEND into receive
+// WQEs (RNR NAK when none), RDMA WRITE, READ and atomics through responder resources that also answer
+// duplicates (READ re-executed, atomic replayed from the saved original value), MSN, and ACK coalescing
+// (ACK on AckReq, on the last packet of a message, and at least every ack_every_n packets). Responses are
+// sent in PSN order by responder_tx: READ responses and atomic ACKs first, then the newest ACK/NAK.
+// UC: no responses; a gap drops the rest of that message. UD: Q_Key check, GRH into the receive buffer.
+#include "engine/internal.h"
+
+namespace urxe::engine {
+
+namespace {
+
+uint32_t packets_for(uint64_t len, uint32_t mtu) {
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+uint64_t recv_capacity(const Qp& q) {
+  uint64_t c = 0;
+  for (uint32_t i = 0; i < q.recv_num_sge; i++) c += q.recv_sges[i].length;
+  return c;
+}
+
+// One ACK/NAK frame, sent now.
+void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn) {
+  wire::FrameSpec spec = q.spec;
+  spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::acknowledge);
+  spec.bth.psn = psn;
+  spec.aeth = wire::Aeth{syndrome, msn & wire::kPsnMask};
+  if (e.begin_frame(spec, 0)) e.finish_frame();
+}
+
+// The newest response owed; older owed ACKs are implied by it.
+void queue_ack(Qp& q, uint8_t syndrome, uint32_t psn) {
+  q.ack_pending = true;
+  q.ack_syndrome = syndrome;
+  q.ack_psn = psn;
+  q.ack_msn = q.msn;
+  q.pkts_since_ack = 0;
+}
+
+constexpr uint8_t kAckSyndrome = wire::make_syndrome(wire::AethType::ack, wire::kCreditInvalid);
+
+}  // namespace
+
+namespace {
+
+struct Responder {
+  EngineImpl& e;
+  Qp& q;
+  const wire::Packet& pkt;
+  const uint8_t* frame;
+
+  void complete_recv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uint32_t flags,
+                     uint32_t imm_or_rkey, uint32_t src_qp, bool solicited) {
+    Wc wc;
+    wc.wr_id = q.recv_wr_id;
+    wc.status = status;
+    wc.opcode = opcode;
+    wc.byte_len = byte_len;
+    wc.wc_flags = flags;
+    wc.imm_data = imm_or_rkey;
+    wc.qp_num = q.qpn;
+    wc.src_qp = src_qp;
+    q.have_recv = false;
+    e.cq_post(*q.rcq, wc, solicited);
+    if (status == WC_SUCCESS) e.count(Counter::rdma_recvs);
+  }
+
+  // RC responder error (IBTA 9.9.3 class C/D): NAK now, report the receive WQE if one was in use, QP → ERR.
+  void fatal(wire::NakCode code, WcStatus recv_status) {
+    if (q.type == QPT_RC)
+      emit_ack(e, q, wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(code)), pkt.bth.psn,
+               q.msn);
+    if (q.have_recv && recv_status != WC_SUCCESS)
+      complete_recv(recv_status, WC_RECV, 0, 0, 0, q.attr.dest_qp_num, false);
+    const EventType ev = code == wire::NakCode::remote_access_error ? EVENT_QP_ACCESS_ERR
+                         : code == wire::NakCode::invalid_request   ? EVENT_QP_REQ_ERR
+                                                                    : EVENT_QP_FATAL;
+    e.qp_set_error(q, true, ev);
+  }
+
+  // UC drops what it cannot take; RC answers with a NAK and errors the QP.
+  void reject(wire::NakCode code, WcStatus recv_status) {
+    if (q.type == QPT_UC) {
+      e.count(Counter::rx_drop_other);
+      q.in_msg = 0;
+      q.uc_dropping = true;
+      return;
+    }
+    fatal(code, recv_status);
+  }
+
+  // Returns false when the packet is not the position it should be in the current message.
+  bool sequence_ok(uint8_t kind) const {
+    const wire::OpcodeInfo& info = *pkt.info;
+    if (info.is_first()) return q.in_msg == 0;
+    return q.in_msg == kind;
+  }
+
+  bool length_ok() const {
+    const wire::OpcodeInfo& info = *pkt.info;
+    const uint32_t len = pkt.payload_len;
+    if (info.position == wire::Position::first || info.position == wire::Position::middle)
+      return len == q.mtu;
+    return len <= q.mtu;
+  }
+
+  // SEND_* packet at the expected PSN. Returns false if it was not accepted (RNR, error).
+  bool do_send() {
+    const wire::OpcodeInfo& info = *pkt.info;
+    if (!sequence_ok(1) || !length_ok()) {
+      reject(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
+      return false;
+    }
+    if (info.is_first()) {
+      if (!e.pop_recv(q)) {
+        if (q.type == QPT_RC) {
+          e.count(Counter::send_rnr_err);
+          queue_ack(q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
+          q.nak_sent = true;
+        } else {
+          e.count(Counter::rx_drop_other);
+          q.uc_dropping = true;
+        }
+        return false;
+      }
+      q.msg_offset = 0;
+    }
+    const uint32_t len = pkt.payload_len;
+    if (q.msg_offset + len > recv_capacity(q)) {
+      reject(wire::NakCode::invalid_request, WC_LOC_LEN_ERR);
+      return false;
+    }
+    if (len && !sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, q.msg_offset,
+                         const_cast<uint8_t*>(pkt.payload.data()), len, true)) {
+      reject(wire::NakCode::remote_operational_error, WC_LOC_PROT_ERR);
+      return false;
+    }
+    q.msg_offset += len;
+    if (!info.is_last()) {
+      q.in_msg = 1;
+      return true;
+    }
+    q.in_msg = 0;
+    uint32_t flags = 0, imm = 0;
+    if (info.with_imm) {
+      flags |= WC_WITH_IMM;
+      uint8_t b[4];
+      wire::store_be32(b, pkt.imm);
+      std::memcpy(&imm, b, 4);  // network order, as ibv_wc.imm_data
+    }
+    if (info.with_inv) {
+      if (e.invalidate_key(pkt.ieth_rkey, q.pd) != 0) {
+        fatal(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
+        return false;
+      }
+      flags |= WC_WITH_INV;
+      imm = pkt.ieth_rkey;
+    }
+    q.msn = wire::psn_add(q.msn, 1);
+    complete_recv(WC_SUCCESS, WC_RECV, static_cast<uint32_t>(q.msg_offset), flags, imm, q.attr.dest_qp_num,
+                  pkt.bth.se);
+    return true;
+  }
+
+  bool do_write() {
+    const wire::OpcodeInfo& info = *pkt.info;
+    if (!sequence_ok(2) || !length_ok()) {
+      reject(wire::NakCode::invalid_request, WC_SUCCESS);
+      return false;
+    }
+    if (info.is_first()) {
+      if (!(q.attr.qp_access_flags & ACCESS_REMOTE_WRITE)) {
+        reject(wire::NakCode::invalid_request, WC_SUCCESS);
+        return false;
+      }
+      const wire::Reth& r = pkt.reth;
+      MrError err;
+      if (r.dma_len && !e.mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_WRITE, r.va, r.dma_len, err)) {
+        reject(wire::NakCode::remote_access_error, WC_SUCCESS);
+        return false;
+      }
+      q.write_va = r.va;
+      q.write_rkey = r.rkey;
+      q.write_len = r.dma_len;
+      q.msg_offset = 0;
+    }
+    const uint32_t len = pkt.payload_len;
+    if (q.msg_offset + len > q.write_len || (info.is_last() && q.msg_offset + len != q.write_len)) {
+      reject(wire::NakCode::invalid_request, WC_SUCCESS);
+      return false;
+    }
+    // WRITE with immediate needs a receive WQE: check before touching memory so an RNR retry is clean
+    if (info.with_imm && !e.pop_recv(q)) {
+      if (q.type == QPT_RC) {
+        e.count(Counter::send_rnr_err);
+        queue_ack(q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
+        q.nak_sent = true;
+      } else {
+        e.count(Counter::rx_drop_other);
+        q.in_msg = 0;
+        q.uc_dropping = true;
+      }
+      return false;
+    }
+    if (len) {
+      MrError err;
+      uint8_t* p = e.mr_resolve(q.write_rkey, q.pd, ACCESS_REMOTE_WRITE, q.write_va + q.msg_offset, len, err);
+      if (!p) {
+        reject(wire::NakCode::remote_access_error, WC_SUCCESS);
+        return false;
+      }
+      std::memcpy(p, pkt.payload.data(), len);
+    }
+    q.msg_offset += len;
+    if (!info.is_last()) {
+      q.in_msg = 2;
+      return true;
+    }
+    q.in_msg = 0;
+    q.msn = wire::psn_add(q.msn, 1);
+    if (info.with_imm) {
+      uint32_t imm = 0;
+      uint8_t b[4];
+      wire::store_be32(b, pkt.imm);
+      std::memcpy(&imm, b, 4);
+      complete_recv(WC_SUCCESS, WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(q.write_len), WC_WITH_IMM, imm,
+                    q.attr.dest_qp_num, pkt.bth.se);
+    }
+    return true;
+  }
+
+  RespRes& alloc_res() {
+    RespRes& r = q.res[q.res_next % q.res.size()];
+    q.res_next++;
+    r = RespRes{};
+    r.valid = true;
+    return r;
+  }
+
+  void do_read() {
+    if (q.in_msg) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    if (!(q.attr.qp_access_flags & ACCESS_REMOTE_READ) || q.attr.max_dest_rd_atomic == 0)
+      return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    const wire::Reth& r = pkt.reth;
+    if (r.dma_len > e.config.device.max_msg_sz) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    MrError err;
+    if (r.dma_len && !e.mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_READ, r.va, r.dma_len, err))
+      return reject(wire::NakCode::remote_access_error, WC_SUCCESS);
+    const uint32_t n = packets_for(r.dma_len, q.mtu);
+    RespRes& res = alloc_res();
+    res.is_read = true;
+    res.first_psn = pkt.bth.psn;
+    res.last_psn = wire::psn_add(pkt.bth.psn, n - 1);
+    res.va = r.va;
+    res.rkey = r.rkey;
+    res.length = r.dma_len;
+    res.pending = true;
+    res.cur_psn = res.first_psn;
+    res.start_psn = res.first_psn;
+    res.cur_offset = 0;
+    q.epsn = wire::psn_add(pkt.bth.psn, n);
+    q.msn = wire::psn_add(q.msn, 1);
+    q.ack_pending = false;  // the responses acknowledge everything before them
+    q.pkts_since_ack = 0;
+  }
+
+  void do_atomic() {
+    if (q.in_msg) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    if (!(q.attr.qp_access_flags & ACCESS_REMOTE_ATOMIC) || q.attr.max_dest_rd_atomic == 0)
+      return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    const wire::AtomicEth& a = pkt.atomic_eth;
+    if (a.va & 7) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    MrError err;
+    uint8_t* p = e.mr_resolve(a.rkey, q.pd, ACCESS_REMOTE_ATOMIC, a.va, 8, err);
+    if (!p) return reject(wire::NakCode::remote_access_error, WC_SUCCESS);
+    // The engine is the only writer of this memory on the wire side; the 8-byte aligned location is
+    // updated with one atomic operation so a local CPU user sees no torn value.
+    auto* loc = reinterpret_cast<uint64_t*>(p);
+    uint64_t orig;
+    if (pkt.info->kind == wire::OpKind::compare_swap) {
+      orig = a.compare;
+      __atomic_compare_exchange_n(loc, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    } else {
+      orig = __atomic_fetch_add(loc, a.swap_add, __ATOMIC_SEQ_CST);
+    }
+    RespRes& res = alloc_res();
+    res.is_read = false;
+    res.first_psn = res.last_psn = pkt.bth.psn;
+    res.orig = orig;
+    res.pending = true;
+    q.epsn = wire::psn_add(pkt.bth.psn, 1);
+    q.msn = wire::psn_add(q.msn, 1);
+    q.ack_pending = false;
+    q.pkts_since_ack = 0;
+  }
+
+  // Re-arms responder resource `k` (and drops the output of every later one, which the requester resends).
+  void rearm_from(uint32_t slot) {
+    const uint32_t n = static_cast<uint32_t>(q.res.size());
+    bool after = false;
+    for (uint32_t j = 0; j < n; j++) {
+      const uint32_t idx = (q.res_next + j) % n;
+      if (after) q.res[idx].pending = false;
+      if (idx == slot) after = true;
+    }
+  }
+
+  void duplicate() {
+    e.count(Counter::duplicate_request);
+    const wire::OpcodeInfo& info = *pkt.info;
+    const uint32_t psn = pkt.bth.psn;
+    switch (info.kind) {
+      case wire::OpKind::send:
+      case wire::OpKind::rdma_write:
+        // IBTA 9.7.5.1.2: answer with the newest acknowledgement so a requester that lost ACKs moves on
+        if (pkt.bth.ack_req || info.is_last()) queue_ack(q, kAckSyndrome, wire::psn_sub(q.epsn, 1));
+        return;
+      case wire::OpKind::rdma_read_request: {
+        for (uint32_t k = 0; k < q.res.size(); k++) {
+          RespRes& r = q.res[k];
+          if (!r.valid || !r.is_read || wire::psn_lt(psn, r.first_psn) || wire::psn_gt(psn, r.last_psn))
+            continue;
+          // re-executed from the original request, starting where the duplicate asks
+          const uint32_t off_pkts = static_cast<uint32_t>(wire::psn_diff(psn, r.first_psn));
+          r.pending = true;
+          r.cur_psn = psn;
+          r.start_psn = psn;
+          r.cur_offset = uint64_t{off_pkts} * q.mtu;
+          if (r.cur_offset > r.length) r.cur_offset = r.length;
+          rearm_from(k);
+          q.ack_pending = false;
+          return;
+        }
+        e.count(Counter::rx_drop_other);
+        return;
+      }
+      case wire::OpKind::compare_swap:
+      case wire::OpKind::fetch_add: {
+        for (uint32_t k = 0; k < q.res.size(); k++) {
+          RespRes& r = q.res[k];
+          if (!r.valid || r.is_read || r.first_psn != psn) continue;
+          r.pending = true;  // replay the saved original value; the operation is not repeated
+          rearm_from(k);
+          q.ack_pending = false;
+          return;
+        }
+        e.count(Counter::rx_drop_other);
+        return;
+      }
+      default:
+        e.count(Counter::rx_drop_other);
+        return;
+    }
+  }
+
+  void rc() {
+    const uint32_t psn = pkt.bth.psn;
+    const int32_t d = wire::psn_diff(psn, q.epsn);
+    if (d < 0) return duplicate();
+    if (d > 0) {
+      e.count(Counter::out_of_seq_request);
+      if (!q.nak_sent) {
+        q.nak_sent = true;
+        queue_ack(
+            q, wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(wire::NakCode::psn_seq_error)),
+            q.epsn);
+      }
+      return;
+    }
+    q.nak_sent = false;
+    const wire::OpcodeInfo& info = *pkt.info;
+    bool ok = false;
+    switch (info.kind) {
+      case wire::OpKind::send:
+        ok = do_send();
+        break;
+      case wire::OpKind::rdma_write:
+        ok = do_write();
+        break;
+      case wire::OpKind::rdma_read_request:
+        do_read();
+        return;
+      case wire::OpKind::compare_swap:
+      case wire::OpKind::fetch_add:
+        do_atomic();
+        return;
+      default:
+        e.count(Counter::rx_drop_other);
+        return;
+    }
+    if (!ok) return;
+    q.epsn = wire::psn_add(psn, 1);
+    q.pkts_since_ack++;
+    if (pkt.bth.ack_req || info.is_last() || q.pkts_since_ack >= e.config.ack_every_n)
+      queue_ack(q, kAckSyndrome, psn);
+    else
+      e.count(Counter::ack_deferred);
+  }
+
+  void uc() {
+    const wire::OpcodeInfo& info = *pkt.info;
+    if (info.kind != wire::OpKind::send && info.kind != wire::OpKind::rdma_write) {
+      e.count(Counter::rx_drop_other);
+      return;
+    }
+    const uint32_t psn = pkt.bth.psn;
+    if (info.is_first()) {
+      if (psn != q.epsn) e.count(Counter::out_of_seq_request);
+      q.in_msg = 0;  // a message whose tail was lost is abandoned; its receive WQE is reused
+      q.uc_dropping = false;
+    } else if (q.uc_dropping || psn != q.epsn) {
+      e.count(Counter::out_of_seq_request);
+      q.uc_dropping = true;
+      q.in_msg = 0;
+      q.epsn = wire::psn_add(psn, 1);
+      return;
+    }
+    q.epsn = wire::psn_add(psn, 1);
+    if (info.kind == wire::OpKind::send)
+      do_send();
+    else
+      do_write();
+  }
+
+  void ud() {
+    const wire::OpcodeInfo& info = *pkt.info;
+    if (info.kind != wire::OpKind::send) {
+      e.count(Counter::rx_drop_other);
+      return;
+    }
+    if (pkt.deth.qkey != q.attr.qkey) {
+      e.count(Counter::rx_drop_qkey);
+      return;
+    }
+    if (!e.pop_recv(q)) {
+      e.count(Counter::rx_drop_other);
+      return;
+    }
+    // 40-byte GRH area: the IPv6 header, or for IPv4 20 zero bytes then the IPv4 header (as rxe/mlx5)
+    uint8_t grh[40] = {};
+    if (pkt.ip_version == 6)
+      std::memcpy(grh, frame + pkt.l3_offset, 40);
+    else
+      std::memcpy(grh + 20, frame + pkt.l3_offset, 20);
+    const uint32_t len = pkt.payload_len;
+    if (uint64_t{len} + 40 > recv_capacity(q)) {
+      complete_recv(WC_LOC_LEN_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false);
+      return;
+    }
+    if (!sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, 0, grh, 40, true) ||
+        (len && !sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, 40,
+                          const_cast<uint8_t*>(pkt.payload.data()), len, true))) {
+      complete_recv(WC_LOC_PROT_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false);
+      return;
+    }
+    uint32_t flags = WC_GRH, imm = 0;
+    if (info.with_imm) {
+      flags |= WC_WITH_IMM;
+      uint8_t b[4];
+      wire::store_be32(b, pkt.imm);
+      std::memcpy(&imm, b, 4);
+    }
+    complete_recv(WC_SUCCESS, WC_RECV, len + 40, flags, imm, pkt.deth.src_qp, pkt.bth.se);
+  }
+};
+
+}  // namespace
+
+void EngineImpl::responder_rx(Qp& q, const wire::Packet& pkt, const uint8_t* frame) {
+  Responder r{*this, q, pkt, frame};
+  switch (q.type) {
+    case QPT_RC:
+      r.rc();
+      break;
+    case QPT_UC:
+      r.uc();
+      break;
+    case QPT_UD:
+      r.ud();
+      break;
+  }
+}
+
+bool EngineImpl::responder_tx(Qp& q) {
+  if (q.type != QPT_RC) return false;
+  const QpState st = q.state.load(std::memory_order_relaxed);
+  if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD) return false;
+  bool did = false;
+  uint32_t budget = config.tx_budget;
+  const uint32_t n = static_cast<uint32_t>(q.res.size());
+  for (uint32_t j = 0; j < n; j++) {
+    RespRes& r = q.res[(q.res_next + j) % n];
+    if (!r.pending) continue;
+    if (!r.is_read) {
+      wire::FrameSpec spec = q.spec;
+      spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::atomic_acknowledge);
+      spec.bth.psn = r.first_psn;
+      spec.aeth = wire::Aeth{kAckSyndrome, q.msn & wire::kPsnMask};
+      spec.atomic_ack_eth.orig_data = r.orig;
+      if (!begin_frame(spec, 0)) return did;
+      finish_frame();
+      r.pending = false;
+      did = true;
+      if (--budget == 0) return did;
+      continue;
+    }
+    while (r.pending) {
+      if (budget == 0) return did;
+      const uint64_t rest = r.length - r.cur_offset;
+      const uint32_t len = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
+      const bool first = r.cur_psn == r.start_psn;
+      const bool last = r.cur_offset + len >= r.length;
+      uint8_t low = first && last ? wire::op::read_response_only
+                    : first       ? wire::op::read_response_first
+                    : last        ? wire::op::read_response_last
+                                  : wire::op::read_response_middle;
+      MrError err;
+      const uint8_t* src =
+          len ? mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
+      if (len && !src) {
+        // the MR went away while the response was being sent
+        emit_ack(*this, q,
+                 wire::make_syndrome(wire::AethType::nak,
+                                     static_cast<uint8_t>(wire::NakCode::remote_access_error)),
+                 r.cur_psn, q.msn);
+        qp_set_error(q, true, EVENT_QP_ACCESS_ERR);
+        return true;
+      }
+      wire::FrameSpec spec = q.spec;
+      spec.bth.opcode = wire::make_opcode(wire::op::kRc, low);
+      spec.bth.psn = r.cur_psn;
+      spec.aeth = wire::Aeth{kAckSyndrome, q.msn & wire::kPsnMask};
+      uint8_t* dst = begin_frame(spec, len);
+      if (!dst) return did;
+      if (len) std::memcpy(dst, src, len);
+      finish_frame();
+      did = true;
+      budget--;
+      r.cur_psn = wire::psn_add(r.cur_psn, 1);
+      r.cur_offset += len;
+      if (last) r.pending = false;
+    }
+  }
+  if (q.ack_pending) {
+    emit_ack(*this, q, q.ack_syndrome, q.ack_psn, q.ack_msn);
+    q.ack_pending = false;
+    did = true;
+  }
+  return did;
+}
+
+}  // namespace urxe::engine
