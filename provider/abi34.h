@@ -5,6 +5,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Inside in_netns.sh: unmodified ibverbs-utils list and describe urxe0 from the fake tree, and see GID
+# changes once `link refresh` rewrote the table.
+set -u
+fail=0
+check() {  # check DESCRIPTION PATTERN TEXT
+  if printf '%s\n' "$3" | grep -qE -- "$2"; then :; else echo "FAIL: $1 (no /$2/)"; fail=1; fi
+}
+mac=$(cat /sys/class/net/va/address 2>/dev/null || ip -o link show va | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
+# EUI-64 node GUID from the MAC (U/L bit flipped, ff:fe inserted)
+set -- $(echo "$mac" | tr ':' ' ')
+b0=$(printf '%02x' $((0x$1 ^ 2)))
+guid="$b0$2$3fffe$4$5$6"
+
+out=$(ibv_devices 2>&1); echo "$out"
+check "ibv_devices lists urxe0 with its GUID" "urxe0[[:space:]]+$guid" "$out"
+
+out=$(ibv_devinfo -v -d urxe0 2>&1); echo "$out"
+check "hca_id" "hca_id:[[:space:]]+urxe0" "$out"
+check "transport" "transport:[[:space:]]+InfiniBand \(0\)" "$out"
+check "node_guid" "node_guid:[[:space:]]+$(echo "$guid" | sed 's/\(....\)\(....\)\(....\)\(....\)/\1:\2:\3:\4/')" "$out"
+check "port state" "state:[[:space:]]+PORT_ACTIVE \(4\)" "$out"
+check "link layer" "link_layer:[[:space:]]+Ethernet" "$out"
+check "active_mtu for a 1500-byte link" "active_mtu:[[:space:]]+1024 \(3\)" "$out"
+check "max_mtu" "max_mtu:[[:space:]]+4096 \(5\)" "$out"
+check "phys_state" "phys_state:[[:space:]]+LINK_UP \(5\)" "$out"
+check "gid_tbl_len" "gid_tbl_len:[[:space:]]+16" "$out"
+check "GID 0 = default link-local" "GID\[  0\]:[[:space:]]+fe80::.*, RoCE v2" "$out"
+check "GID 1 = va's IPv4" "GID\[  1\]:[[:space:]]+::ffff:10\.77\.0\.1, RoCE v2" "$out"
+if printf '%s\n' "$out" | grep -q "GID\[  2\]"; then echo "FAIL: unexpected GID 2"; fail=1; fi
+
+# An address added to va appears once the table is refreshed; one removed disappears.
+ip addr add 10.77.1.5/24 dev va
+"$URXE_DEVCTL" link refresh urxe0
+out=$(ibv_devinfo -v -d urxe0 2>&1)
+check "new address as GID 2" "GID\[  2\]:[[:space:]]+::ffff:10\.77\.1\.5, RoCE v2" "$out"
+ip addr del 10.77.0.1/24 dev va
+"$URXE_DEVCTL" link refresh urxe0
+out=$(ibv_devinfo -v -d urxe0 2>&1)
+check "after removal GID 1 is the remaining address" "GID\[  1\]:[[:space:]]+::ffff:10\.77\.1\.5, RoCE v2" "$out"
+if printf '%s\n' "$out" | grep -q "10\.77\.0\.1"; then echo "FAIL: removed address still listed"; fail=1; fi
+# The device kept its identity across refreshes (same device, still opens).
+check "still listed" "hca_id:[[:space:]]+urxe0" "$out"
+
+out=$("$URXE_DEVCTL" link show); echo "$out"
+check "link show" "link urxe0/1 state ACTIVE physical_state LINK_UP netdev va" "$out"
+[ $fail = 0 ] && echo "ibv_utils: all checks passed"
+exit $fail
