@@ -44,6 +44,7 @@ std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* not
     c.ifname = opt.ifname;
     c.dpdk_args = opt.dpdk_args;
     c.gids = opt.gids;
+    c.guard_udp_port = opt.guard_udp_port;
     std::string derr;
     auto p = DpdkPort::open(c, &derr);
     if (p) {
@@ -59,6 +60,7 @@ std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* not
   SocketPortConfig c;
   c.ifname = opt.ifname;
   c.gids = opt.gids;
+  c.guard_udp_port = opt.guard_udp_port;
   std::string serr;
   auto p = SocketPort::open(c, &serr);
   if (!p) {

@@ -18,6 +18,7 @@ struct PortOptions {
   std::string dpdk_args;  // EAL/vdev words passed through (see DpdkPortConfig)
   PortKind kind = PortKind::automatic;
   std::vector<wire::Gid> gids;  // GID table override; empty = from the interface
+  bool guard_udp_port = true;   // hold a UdpPortGuard (see kernel_guard.h)
 };
 
 // Whether the process has CAP_NET_ADMIN / CAP_NET_RAW in its effective set.

@@ -8,6 +8,8 @@
 //                               exit 0 only when all N arrived intact exactly once; sleeps on rx_wait_fd
 //     blast --dst-ip IP --size S --seconds T       send as fast as the port takes frames; prints pps
 //     sink --seconds T          count received RoCE frames (busy polling); prints pps
+//     guard-install | guard-remove   the nftables ingress drop of UDP/4791 on IFACE (kernel_guard.h)
+//   --no-guard: do not hold UDP port 4791 (to measure what the kernel does without it)
 // Prints "ready" on stdout once the port is open (receivers), and one "key=value ..." result line.
 #include <poll.h>
 #include <unistd.h>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "dpdk/dpdk_port.h"
+#include "dpdk/kernel_guard.h"
 #include "dpdk/netdev_info.h"
 #include "dpdk/port_factory.h"
 #include "dpdk/socket_port.h"
@@ -65,6 +68,7 @@ struct Args {
   std::string port = "auto", dpdk_args, ifname, cmd, dst_ip, sizes = "64";
   uint32_t count = 0, size = 64, timeout_ms = 5000, gap_us = 200;
   double seconds = 3;
+  bool guard = true;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -95,6 +99,8 @@ Args parse_args(int argc, char** argv) {
       a.gap_us = static_cast<uint32_t>(std::stoul(val()));
     else if (k == "--seconds")
       a.seconds = std::stod(val());
+    else if (k == "--no-guard")
+      a.guard = false;
     else if (k[0] != '-' && a.cmd.empty())
       a.cmd = k;
     else
@@ -168,9 +174,17 @@ bool send_one(engine::Port& port, wire::FrameSpec& spec, uint32_t seq, uint32_t 
 
 int main(int argc, char** argv) {
   Args a = parse_args(argc, argv);
+  if (a.cmd == "guard-install" || a.cmd == "guard-remove") {
+    std::string gerr;
+    bool ok = a.cmd == "guard-install" ? dpdk::install_ingress_drop(a.ifname, &gerr)
+                                       : dpdk::remove_ingress_drop(a.ifname, &gerr);
+    if (!ok) die(a.cmd + ": " + gerr);
+    return 0;
+  }
   dpdk::PortOptions opt;
   opt.ifname = a.ifname;
   opt.dpdk_args = a.dpdk_args;
+  opt.guard_udp_port = a.guard;
   opt.kind = a.port == "dpdk"     ? dpdk::PortKind::dpdk
              : a.port == "socket" ? dpdk::PortKind::socket
                                   : dpdk::PortKind::automatic;

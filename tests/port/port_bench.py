@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""Benchmark (prints figures, asserts nothing): frames per second through urxe's ports between two network
+namespaces joined by a veth pair, next to kernel UDP (iperf3) over the same veth in the same run.
+
+  sudo /usr/bin/python3 tests/port/port_bench.py --probe build/tests/port/port_probe [--seconds 4]
+
+For 64-byte and 4154-byte frames (a 4096-byte RoCE payload over IPv4): the sender (port_probe blast,
+CPU 0) pushes frames as fast as the port takes them, the receiver (port_probe sink, CPU 1) counts them
+busy-polling; kernel UDP is iperf3 -u with the datagram size that gives the same frame size. Then, at
+64 B through the socket port, what the receiving kernel does with the RoCE frames under each way of
+keeping it quiet: nothing, the per-process UDP/4791 socket with a drop filter (the ports' default), and
+the nftables netdev-ingress drop (kernel_guard.h): ICMP sent and CPU time of the whole machine per frame.
+"""
+import argparse
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netns_pair import NetnsPair  # noqa: E402
+
+ETH_IP4_UDP = 14 + 20 + 8
+ROCE_OVERHEAD = ETH_IP4_UDP + 12 + 4  # + BTH + ICRC
+
+
+def cpu_jiffies():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6]  # user nice system irq softirq
+    return busy, sum(v[:8])
+
+
+def port_run(pair, probe, port, payload, seconds, extra_rx=()):
+    sink = subprocess.Popen(pair.prefix("b") + ["taskset", "-c", "1", probe, "--port", port, "--if",
+                                                pair.ifname["b"], *extra_rx, "sink", "--seconds", str(seconds)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r, _, _ = select.select([sink.stdout], [], [], 30)
+    if not r or sink.stdout.readline().strip() != "ready":
+        sink.kill()
+        return None
+    b0, t0 = cpu_jiffies()
+    blast = pair.exec("a", ["taskset", "-c", "0", probe, "--port", port, "--if", pair.ifname["a"], "blast",
+                            "--dst-ip", pair.ip4["b"], "--size", str(payload), "--seconds", str(seconds)],
+                      check=False, timeout=seconds + 60)
+    b1, t1 = cpu_jiffies()
+    try:
+        out, err = sink.communicate(timeout=seconds + 30)
+    except subprocess.TimeoutExpired:
+        sink.kill()
+        out, err = sink.communicate()
+    kv = dict(x.split("=") for x in out.split() if "=" in x)
+    tx = dict(x.split("=") for x in blast.stdout.split() if "=" in x)
+    return {"rx_pps": float(kv.get("pps", 0)), "tx_pps": float(tx.get("pps", 0)), "frames": int(kv.get("frames", 0)),
+            "cpu_busy": (b1 - b0) / max(1, t1 - t0)}
+
+
+def iperf_run(pair, udp_len, seconds):
+    srv = subprocess.Popen(pair.prefix("b") + ["taskset", "-c", "1", "iperf3", "-s", "-1", "-B", pair.ip4["b"]],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        r = pair.exec("a", ["taskset", "-c", "0", "iperf3", "-c", pair.ip4["b"], "-u", "-b", "0", "-l",
+                            str(udp_len), "-t", str(seconds), "-J"], check=False, timeout=seconds + 30)
+        j = json.loads(r.stdout)
+        s = j["end"]["sum"]
+        return {"rx_pps": (s["packets"] - s["lost_packets"]) / s["seconds"], "tx_pps": s["packets"] / s["seconds"]}
+    except (ValueError, KeyError) as e:
+        return {"error": str(e)}
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--probe", required=True)
+    ap.add_argument("--seconds", type=float, default=4)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("SKIP: needs root")
+        return 77
+    pair = NetnsPair(mtu=4200).open()
+    pair.exec("a", ["ping", "-c", "1", "-W", "2", pair.ip4["b"]], check=False)
+    print(f"# {os.cpu_count()} CPUs, loadavg {open('/proc/loadavg').read().split()[:3]}, {args.seconds:g} s runs,"
+          f" sender CPU0, receiver CPU1, veth MTU {pair.mtu}")
+    print(f"{'path':34} {'frame B':>8} {'rx Mpps':>8} {'tx Mpps':>8} {'rx Gbit/s':>9}")
+    for payload in (64 - ROCE_OVERHEAD, 4096):
+        frame = payload + ROCE_OVERHEAD
+        for port in ("socket", "dpdk"):
+            r = port_run(pair, args.probe, port, payload, args.seconds)
+            if r is None:
+                print(f"{port + ' port':34} {frame:8} failed to start")
+                continue
+            print(f"{'urxe ' + port + ' port':34} {frame:8} {r['rx_pps'] / 1e6:8.3f} {r['tx_pps'] / 1e6:8.3f}"
+                  f" {r['rx_pps'] * frame * 8 / 1e9:9.2f}")
+        k = iperf_run(pair, frame - ETH_IP4_UDP, args.seconds)
+        if "error" in k:
+            print(f"{'kernel UDP (iperf3 -u)':34} {frame:8} error {k['error']}")
+        else:
+            print(f"{'kernel UDP (iperf3 -u)':34} {frame:8} {k['rx_pps'] / 1e6:8.3f} {k['tx_pps'] / 1e6:8.3f}"
+                  f" {k['rx_pps'] * frame * 8 / 1e9:9.2f}")
+
+    print("\n# the receiving kernel and RoCE frames to its own IP (socket port, 64 B frames)")
+    print(f"{'guard':34} {'rx Mpps':>8} {'ICMP sent':>10} {'CPU busy':>9} {'Udp InErrors':>13}")
+    payload = 64 - ROCE_OVERHEAD
+    for name, extra, nft in (("none", ["--no-guard"], False), ("UDP 4791 socket + drop filter", [], False),
+                             ("nft netdev ingress drop", ["--no-guard"], True)):
+        if nft and pair.exec("b", [args.probe, "--if", pair.ifname["b"], "guard-install"], check=False).returncode:
+            print(f"{name:34} (nft unavailable)")
+            continue
+        s0 = pair.snmp("b")
+        r = port_run(pair, args.probe, "socket", payload, args.seconds, extra_rx=extra)
+        s1 = pair.snmp("b")
+        if nft:
+            pair.exec("b", [args.probe, "--if", pair.ifname["b"], "guard-remove"], check=False)
+        if r is None:
+            print(f"{name:34} failed")
+            continue
+        icmp = s1["Icmp.OutDestUnreachs"] - s0["Icmp.OutDestUnreachs"]
+        inerr = s1["Udp.InErrors"] - s0["Udp.InErrors"]
+        print(f"{name:34} {r['rx_pps'] / 1e6:8.3f} {icmp:10} {r['cpu_busy'] * 100:8.1f}% {inerr:13}")
+    pair.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
