@@ -201,7 +201,10 @@ def compare(urxe, path):
                         f"{sorted(set(ts_roce) ^ set(our_roce))[:10]}")
     for n in ts_roce:
         if n in ours:
-            c.check_frame(n, theirs[n], ours[n])
+            try:
+                c.check_frame(n, theirs[n], ours[n])
+            except (KeyError, TypeError) as e:  # a key urxe should have written is missing or null
+                c.errors.append(f"{c.path} frame {n}: urxe JSON lacks {e!r}: {ours[n]}")
     return c.errors, len(ts_roce), c.compared
 
 
