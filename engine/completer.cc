@@ -57,10 +57,11 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
     if (!w.started) break;
     const WrInfo& info = wr_info(w.opcode);
     if (info.is_local || w.done) continue;
-    if (wire::psn_lt(psn, w.last_psn)) break;
     if (info.is_read || info.is_atomic) {
+      // only its own responses acknowledge a READ/atomic: una stops at the first response still missing
       const uint32_t from = info.is_read ? w.resp_psn : w.first_psn;
       if (wire::psn_lt(from, new_una)) new_una = from;
+      if (wire::psn_lt(psn, w.last_psn)) break;
       if (!(q.retry_marker && q.marker_psn == from)) {
         q.retry_marker = true;
         q.marker_psn = from;
@@ -68,6 +69,7 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
       }
       break;
     }
+    if (wire::psn_lt(psn, w.last_psn)) break;
     w.done = true;
     progress = true;
   }

@@ -30,8 +30,21 @@ void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn
   if (e.begin_frame(spec, 0)) e.finish_frame();
 }
 
-// The newest response owed; older owed ACKs are implied by it.
-void queue_ack(Qp& q, uint8_t syndrome, uint32_t psn) {
+bool res_pending(const Qp& q) {
+  for (const RespRes& r : q.res)
+    if (r.pending) return true;
+  return false;
+}
+
+// An ACK/NAK goes out at once unless READ responses or atomic ACKs are still owed: those come first (PSN
+// order), and then only the newest owed ACK/NAK is sent, since it implies the older ones.
+void queue_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn) {
+  q.pkts_since_ack = 0;
+  if (!res_pending(q)) {
+    q.ack_pending = false;
+    emit_ack(e, q, syndrome, psn, q.msn);
+    return;
+  }
   q.ack_pending = true;
   q.ack_syndrome = syndrome;
   q.ack_psn = psn;
@@ -117,7 +130,7 @@ struct Responder {
       if (!e.pop_recv(q)) {
         if (q.type == QPT_RC) {
           e.count(Counter::send_rnr_err);
-          queue_ack(q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
+          queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
           q.nak_sent = true;
         } else {
           e.count(Counter::rx_drop_other);
@@ -195,7 +208,7 @@ struct Responder {
     if (info.with_imm && !e.pop_recv(q)) {
       if (q.type == QPT_RC) {
         e.count(Counter::send_rnr_err);
-        queue_ack(q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
+        queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
         q.nak_sent = true;
       } else {
         e.count(Counter::rx_drop_other);
@@ -315,7 +328,7 @@ struct Responder {
       case wire::OpKind::send:
       case wire::OpKind::rdma_write:
         // IBTA 9.7.5.1.2: answer with the newest acknowledgement so a requester that lost ACKs moves on
-        if (pkt.bth.ack_req || info.is_last()) queue_ack(q, kAckSyndrome, wire::psn_sub(q.epsn, 1));
+        if (pkt.bth.ack_req || info.is_last()) queue_ack(e, q, kAckSyndrome, wire::psn_sub(q.epsn, 1));
         return;
       case wire::OpKind::rdma_read_request: {
         for (uint32_t k = 0; k < q.res.size(); k++) {
@@ -364,7 +377,8 @@ struct Responder {
       if (!q.nak_sent) {
         q.nak_sent = true;
         queue_ack(
-            q, wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(wire::NakCode::psn_seq_error)),
+            e, q,
+            wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(wire::NakCode::psn_seq_error)),
             q.epsn);
       }
       return;
@@ -394,7 +408,7 @@ struct Responder {
     q.epsn = wire::psn_add(psn, 1);
     q.pkts_since_ack++;
     if (pkt.bth.ack_req || info.is_last() || q.pkts_since_ack >= e.config.ack_every_n)
-      queue_ack(q, kAckSyndrome, psn);
+      queue_ack(e, q, kAckSyndrome, psn);
     else
       e.count(Counter::ack_deferred);
   }

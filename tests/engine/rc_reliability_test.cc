@@ -1,0 +1,528 @@
+// RC reliability: each NAK code, RNR, retransmit timeout and retry exhaustion, duplicate READ re-execution,
+// atomic replay, go-back-N, ACK coalescing, corruption, and each remote error status with the flush after it.
+#include "tests/engine/loopback.h"
+
+namespace urxe::engine::test {
+namespace {
+
+void fill(std::vector<uint8_t>& m, size_t off, size_t len, uint8_t seed) {
+  for (size_t i = 0; i < len; i++) m[off + i] = static_cast<uint8_t>(seed ^ (i * 13 + (i >> 9)));
+}
+
+void post_recv(Node& n, uint32_t qpn, uint64_t off, uint32_t len, uint64_t wr_id, uint32_t lkey = 0) {
+  Sge sge{n.addr(off), len, lkey ? lkey : n.mr.lkey};
+  RecvWr rw;
+  rw.wr_id = wr_id;
+  rw.sg_list = &sge;
+  rw.num_sge = 1;
+  const RecvWr* bad = nullptr;
+  ASSERT_EQ(0, n.eng->post_recv(qpn, &rw, &bad));
+}
+
+void post(Node& n, uint32_t qpn, const SendWr& wr) {
+  const SendWr* bad = nullptr;
+  ASSERT_EQ(0, n.eng->post_send(qpn, &wr, &bad));
+}
+
+int count_naks(const Link& l, int side, wire::AethType type, uint8_t value) {
+  int c = 0;
+  for (auto& [s, p] : l.trace)
+    if (s == side && p.bth.opcode == wire::op::acknowledge && p.aeth.type() == type &&
+        p.aeth.value() == value)
+      c++;
+  return c;
+}
+
+// Sends `wr` from A; expects A's completion with `status`, then the QP in ERR and a second WR flushed.
+void expect_remote_error(Loopback& lb, uint32_t qa, SendWr wr, WcStatus status) {
+  Sge s2{lb.a().addr(0), 4, lb.a().mr.lkey};
+  SendWr after = make_wr(WR_RDMA_WRITE, &s2, 1, 99);
+  after.rdma.remote_addr = lb.b().addr(0);
+  after.rdma.rkey = lb.b().mr.rkey;
+  wr.next = &after;
+  post(lb.a(), qa, wr);
+  auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, status) << wc_status_str(wa[0].status);
+  EXPECT_EQ(wa[0].wr_id, wr.wr_id);
+  EXPECT_EQ(wa[1].status, WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wa[1].wr_id, 99u);
+  QpAttr at;
+  ASSERT_EQ(0, lb.a().eng->query_qp(qa, at));
+  EXPECT_EQ(at.qp_state, QPS_ERR);
+}
+
+TEST(RcNak, RemoteAccessErrorBadRkey) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  Sge sge{lb.a().addr(0), 100, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey ^ 0x1;  // right index, wrong key
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+  EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::nak, 2), 1);
+  EXPECT_TRUE(lb.b().events.has(EVENT_QP_ACCESS_ERR));
+  QpAttr at;
+  ASSERT_EQ(0, lb.b().eng->query_qp(qb, at));
+  EXPECT_EQ(at.qp_state, QPS_ERR);
+}
+
+TEST(RcNak, RemoteAccessErrorOutOfBounds) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  Sge sge{lb.a().addr(0), 100, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_READ, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(lb.b().mem.size() - 50);  // runs 50 bytes past the MR
+  w.rdma.rkey = lb.b().mr.rkey;
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+}
+
+TEST(RcNak, RemoteAccessErrorMrWithoutRemoteWrite) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  std::vector<uint8_t> ro(256);
+  MrInfo mr;
+  ASSERT_EQ(0, lb.b().eng->reg_mr(lb.b().pd, ro.data(), ro.size(), reinterpret_cast<uintptr_t>(ro.data()),
+                                  ACCESS_REMOTE_READ, mr));
+  Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(ro.data());
+  w.rdma.rkey = mr.rkey;
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ro, std::vector<uint8_t>(256, 0));
+}
+
+TEST(RcNak, RemoteAccessErrorMrOfAnotherPd) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  uint32_t pd2;
+  ASSERT_EQ(0, lb.b().eng->alloc_pd(pd2));
+  std::vector<uint8_t> other(256);
+  MrInfo mr;
+  ASSERT_EQ(0, lb.b().eng->reg_mr(pd2, other.data(), other.size(), reinterpret_cast<uintptr_t>(other.data()),
+                                  ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr));
+  Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(other.data());
+  w.rdma.rkey = mr.rkey;
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+}
+
+TEST(RcNak, InvalidRequestMisalignedAtomic) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_ATOMIC_FETCH_AND_ADD, &sge, 1, 1);
+  w.atomic.remote_addr = lb.b().addr(4);
+  w.atomic.rkey = lb.b().mr.rkey;
+  w.atomic.compare_add = 1;
+  expect_remote_error(lb, qa, w, WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::nak, 1), 1);
+  EXPECT_TRUE(lb.b().events.has(EVENT_QP_REQ_ERR));
+}
+
+TEST(RcNak, InvalidRequestQpWithoutRemoteRead) {
+  Loopback lb;
+  ConnOpts o;
+  o.access = ACCESS_REMOTE_WRITE;
+  auto [qa, qb] = lb.connect(QPT_RC, o);
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_READ, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey;
+  expect_remote_error(lb, qa, w, WC_REM_INV_REQ_ERR);
+}
+
+TEST(RcNak, InvalidRequestReceiveBufferTooSmall) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 100, 5);
+  Sge sge{lb.a().addr(0), 200, lb.a().mr.lkey};
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_REM_INV_REQ_ERR);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].wr_id, 5u);
+  EXPECT_EQ(wb[0].status, WC_LOC_LEN_ERR);
+}
+
+TEST(RcNak, RemoteOperationalErrorBadReceiveLkey) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 100, 5, lb.b().mr.lkey + 0x100);  // no such MR
+  Sge sge{lb.a().addr(0), 50, lb.a().mr.lkey};
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_REM_OP_ERR);
+  EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::nak, 3), 1);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_LOC_PROT_ERR);
+}
+
+TEST(RcNak, PsnSequenceErrorOncePerGapThenGoBackN) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 16384, 1);
+  fill(lb.a().mem, 0, 10 * 1024, 3);
+  int seen = 0;
+  uint32_t dropped_psn = 0;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 0 && p.info && p.info->kind == wire::OpKind::send && ++seen == 3) {
+      dropped_psn = p.bth.psn;
+      return Fate::drop;  // the third packet of a ten-packet message
+    }
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 10 * 1024, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 10 * 1024));
+  // exactly one PSN-sequence NAK, carrying the missing PSN; the requester resent from it
+  int naks = 0;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 1 && p.bth.opcode == wire::op::acknowledge && p.aeth.type() == wire::AethType::nak) {
+      naks++;
+      EXPECT_EQ(p.aeth.value(), 0);
+      EXPECT_EQ(p.bth.psn, dropped_psn);
+    }
+  EXPECT_EQ(naks, 1);
+  EXPECT_EQ(lb.a().eng->counter(Counter::rcvd_seq_err), 1u);
+  EXPECT_EQ(lb.b().eng->counter(Counter::out_of_seq_request), 7u);
+  int resent = 0;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 0 && p.bth.psn == dropped_psn) resent++;
+  EXPECT_EQ(resent, 2);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+}
+
+TEST(RcRnr, RnrNakThenRetrySucceedsAfterReceivePosted) {
+  Loopback lb;
+  ConnOpts o;
+  o.min_rnr_timer = 14;  // 1.92 ms
+  o.rnr_retry = 3;
+  auto [qa, qb] = lb.connect(QPT_RC, o);
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  lb.run([&] { return count_naks(lb.link, 1, wire::AethType::rnr_nak, 14) == 1; });
+  ASSERT_EQ(count_naks(lb.link, 1, wire::AethType::rnr_nak, 14), 1);
+  const uint64_t t_nak = lb.link.clock.t;
+  post_recv(lb.b(), qb, 0, 64, 1);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  // the resend waited at least the coded RNR time
+  uint64_t resend_at = 0;
+  (void)resend_at;
+  EXPECT_GE(lb.link.clock.t - t_nak, wire::rnr_timer_ns(14));
+  EXPECT_EQ(lb.a().eng->counter(Counter::rcvd_rnr_err), 1u);
+  EXPECT_EQ(lb.b().eng->counter(Counter::send_rnr_err), 1u);
+}
+
+TEST(RcRnr, RnrRetryExceeded) {
+  Loopback lb;
+  ConnOpts o;
+  o.rnr_retry = 2;
+  auto [qa, qb] = lb.connect(QPT_RC, o);
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::rnr_nak, 1), 3);  // first try + 2 retries
+  EXPECT_EQ(lb.a().eng->counter(Counter::retry_rnr_exceeded_err), 1u);
+}
+
+TEST(RcRnr, RnrRetrySevenIsInfinite) {
+  Loopback lb;
+  ConnOpts o;
+  o.rnr_retry = 7;
+  auto [qa, qb] = lb.connect(QPT_RC, o);
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  lb.run([&] { return count_naks(lb.link, 1, wire::AethType::rnr_nak, 1) >= 20; });
+  EXPECT_GE(count_naks(lb.link, 1, wire::AethType::rnr_nak, 1), 20);
+  post_recv(lb.b(), qb, 0, 64, 1);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+}
+
+TEST(RcRetry, LostAckRecoveredByTimeout) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 64, 1);
+  bool dropped = false;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.bth.opcode == wire::op::acknowledge && !dropped) {
+      dropped = true;
+      return Fate::drop;
+    }
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  const uint64_t t0 = lb.link.clock.t;
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_GE(lb.link.clock.t - t0, uint64_t{4096} << 14);  // timeout 14 = 67 ms
+  EXPECT_EQ(lb.b().eng->counter(Counter::duplicate_request), 1u);
+  EXPECT_EQ(lb.a().eng->counter(Counter::completer_retry_err), 1u);
+  auto wb = lb.poll(lb.b(), 2, 1'000'000'000);
+  EXPECT_EQ(wb.size(), 1u);  // the duplicate is not delivered twice
+}
+
+TEST(RcRetry, RetryExceededOnBlackhole) {
+  Loopback lb;
+  ConnOpts o;
+  o.retry_cnt = 3;
+  o.timeout = 10;
+  auto [qa, qb] = lb.connect(QPT_RC, o);
+  lb.link.hook = [&](int side, const wire::Packet&, std::vector<uint8_t>&) {
+    return side == 0 ? Fate::drop : Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_RETRY_EXC_ERR);
+  EXPECT_EQ(count_ops(lb.link, 0, wire::op::send_only), 4);  // first try + retry_cnt
+  EXPECT_EQ(lb.a().eng->counter(Counter::retry_exceeded_err), 1u);
+}
+
+TEST(RcRead, LostResponseReRequestsRemainingBytes) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  fill(lb.b().mem, 0, 8192, 7);
+  int n = 0;
+  uint32_t lost_psn = 0;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.info && p.info->kind == wire::OpKind::rdma_read_response && ++n == 4) {
+      lost_psn = p.bth.psn;
+      return Fate::drop;
+    }
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 8192, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_READ, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey;
+  post(lb.a(), qa, w);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 8192));
+  // the second READ request starts at the lost PSN and asks for the rest only (like rxe)
+  std::vector<wire::Packet> reqs;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 0 && p.bth.opcode == wire::op::read_request) reqs.push_back(p);
+  if (reqs.size() != 2u)
+    for (auto& [s, p] : lb.link.trace)
+      printf("%d %s psn=%x len=%u aeth=%x\n", s, std::string(p.info ? p.info->name : "?").c_str(), p.bth.psn,
+             p.payload_len, p.aeth.syndrome);
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[1].bth.psn, lost_psn);
+  EXPECT_EQ(reqs[1].reth.dma_len, 8192u - 3 * 1024);
+  EXPECT_EQ(reqs[1].reth.va, lb.b().addr(3 * 1024));
+  EXPECT_EQ(lb.b().eng->counter(Counter::duplicate_request), 1u);  // re-executed as a duplicate
+}
+
+TEST(RcRead, DuplicateReadAfterLostLastResponseReExecuted) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  fill(lb.b().mem, 0, 100, 9);
+  bool dropped = false;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.info && p.info->kind == wire::OpKind::rdma_read_response && !dropped) {
+      dropped = true;
+      return Fate::drop;
+    }
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 100, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_READ, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey;
+  post(lb.a(), qa, w);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 100));
+  EXPECT_EQ(count_ops(lb.link, 1, wire::op::read_response_only), 2);
+  EXPECT_EQ(lb.b().eng->counter(Counter::duplicate_request), 1u);
+}
+
+TEST(RcAtomic, LostAtomicAckReplayedNotReExecuted) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  uint64_t v = 1000;
+  std::memcpy(lb.b().mem.data() + 8, &v, 8);
+  bool dropped = false;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.bth.opcode == wire::op::atomic_acknowledge && !dropped) {
+      dropped = true;
+      return Fate::drop;
+    }
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_ATOMIC_FETCH_AND_ADD, &sge, 1, 1);
+  w.atomic.remote_addr = lb.b().addr(8);
+  w.atomic.rkey = lb.b().mr.rkey;
+  w.atomic.compare_add = 1;
+  post(lb.a(), qa, w);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  uint64_t orig, now;
+  std::memcpy(&orig, lb.a().mem.data(), 8);
+  std::memcpy(&now, lb.b().mem.data() + 8, 8);
+  EXPECT_EQ(orig, 1000u);  // the replayed answer is the original one
+  EXPECT_EQ(now, 1001u);   // added once
+  EXPECT_EQ(count_ops(lb.link, 0, wire::op::fetch_add), 2);
+  EXPECT_EQ(count_ops(lb.link, 1, wire::op::atomic_acknowledge), 2);
+}
+
+TEST(RcAck, CoalescedAckEveryNPackets) {
+  EngineConfig cfg;
+  cfg.ack_every_n = 4;
+  Loopback lb(cfg);
+  auto [qa, qb] = lb.connect(QPT_RC);
+  Sge sge{lb.a().addr(0), 10 * 1024, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey;
+  post(lb.a(), qa, w);
+  ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+  std::vector<uint32_t> ack_psns;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 1 && p.bth.opcode == wire::op::acknowledge) ack_psns.push_back(p.bth.psn);
+  // 10 packets from PSN 0x100: ACKs after the 4th, the 8th and the last (AckReq)
+  EXPECT_EQ(ack_psns, (std::vector<uint32_t>{0x103, 0x107, 0x109}));
+}
+
+TEST(RcAck, CumulativeAckCompletesSeveralWrs) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  // drop the ACKs of the first two WRITEs: the third ACK completes all three, in order
+  int acks = 0;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.bth.opcode == wire::op::acknowledge && ++acks <= 2) return Fate::drop;
+    return Fate::pass;
+  };
+  std::vector<Sge> sges(3);
+  std::vector<SendWr> wrs(3);
+  for (int i = 0; i < 3; i++) {
+    sges[i] = {lb.a().addr(0), 16, lb.a().mr.lkey};
+    wrs[i] = make_wr(WR_RDMA_WRITE, &sges[i], 1, static_cast<uint64_t>(i + 1));
+    wrs[i].rdma.remote_addr = lb.b().addr(0);
+    wrs[i].rdma.rkey = lb.b().mr.rkey;
+    if (i) wrs[i - 1].next = &wrs[i];
+  }
+  post(lb.a(), qa, wrs[0]);
+  auto wa = lb.poll(lb.a(), 3);
+  ASSERT_EQ(wa.size(), 3u);
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(wa[i].wr_id, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(wa[i].status, WC_SUCCESS);
+  }
+  EXPECT_EQ(lb.a().eng->counter(Counter::completer_retry_err), 0u);  // no timeout was needed
+}
+
+TEST(RcWire, CorruptedFramesFailIcrcAndAreRecovered) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 8192, 1);
+  fill(lb.a().mem, 0, 5000, 1);
+  int n = 0;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>& bytes) {
+    if (side == 0 && p.info && p.info->kind == wire::OpKind::send && ++n == 2)
+      bytes[bytes.size() - 10] ^= 0x40;
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 5000, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 5000));
+  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_icrc), 1u);
+}
+
+TEST(RcWire, DuplicatedAndReorderedPacketsDeliverOnce) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  for (int i = 0; i < 4; i++)
+    post_recv(lb.b(), qb, static_cast<uint64_t>(i) * 4096, 4096, static_cast<uint64_t>(i));
+  fill(lb.a().mem, 0, 16384, 5);
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    return (side == 0 && (p.bth.psn & 1)) ? Fate::duplicate : Fate::pass;
+  };
+  for (int i = 0; i < 4; i++) {
+    Sge sge{lb.a().addr(static_cast<uint64_t>(i) * 4096), 4096, lb.a().mr.lkey};
+    post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, static_cast<uint64_t>(i)));
+  }
+  auto wb = lb.poll(lb.b(), 4);
+  ASSERT_EQ(wb.size(), 4u);
+  for (int i = 0; i < 4; i++) EXPECT_EQ(wb[i].wr_id, static_cast<uint64_t>(i));
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 16384));
+  EXPECT_EQ(lb.poll(lb.b(), 5, 500'000'000).size(), 0u);
+}
+
+TEST(RcInvalidate, SendWithInvalidateInvalidatesTheRkey) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  std::vector<uint8_t> buf(64);
+  MrInfo mr;
+  ASSERT_EQ(0, lb.b().eng->reg_mr(lb.b().pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()),
+                                  ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr));
+  post_recv(lb.b(), qb, 0, 64, 1);
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr s = make_wr(WR_SEND_WITH_INV, &sge, 1, 1);
+  s.invalidate_rkey = mr.rkey;
+  post(lb.a(), qa, s);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_TRUE(wb[0].wc_flags & WC_WITH_INV);
+  EXPECT_EQ(wb[0].imm_data, mr.rkey);  // invalidated_rkey
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 2);
+  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf.data());
+  w.rdma.rkey = mr.rkey;
+  ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+}
+
+TEST(RcInvalidate, LocalInvalidateCompletesLocally) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  std::vector<uint8_t> buf(64);
+  MrInfo mr;
+  ASSERT_EQ(0, lb.a().eng->reg_mr(lb.a().pd, buf.data(), buf.size(), reinterpret_cast<uintptr_t>(buf.data()),
+                                  ACCESS_LOCAL_WRITE, mr));
+  SendWr li = make_wr(WR_LOCAL_INV, nullptr, 0, 1);
+  li.invalidate_rkey = mr.lkey;
+  const size_t before = lb.link.trace.size();
+  post(lb.a(), qa, li);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(wa[0].opcode, WC_LOCAL_INV);
+  EXPECT_EQ(lb.link.trace.size(), before);  // no packet
+  // the key is now unusable: a SEND from it fails locally
+  Sge sge{reinterpret_cast<uintptr_t>(buf.data()), 8, mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 2));
+  wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_LOC_PROT_ERR);
+}
+
+TEST(RcLocal, BadLkeyIsLocalProtectionError) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey + 0x300};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_LOC_PROT_ERR);
+  QpAttr at;
+  ASSERT_EQ(0, lb.a().eng->query_qp(qa, at));
+  EXPECT_EQ(at.qp_state, QPS_ERR);
+}
+
+}  // namespace
+}  // namespace urxe::engine::test
