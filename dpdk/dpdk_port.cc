@@ -352,6 +352,13 @@ uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       rte_pktmbuf_free(m[i]);
       continue;
     }
+    // af_packet runs the interface promiscuous: keep only frames to our MAC, as the socket port and a NIC do.
+    const uint8_t* d = rte_pktmbuf_mtod(m[i], const uint8_t*);
+    if (m[i]->data_len < 14 || std::memcmp(d, attr_.mac.data(), 6) != 0) {
+      ++not_ours_dropped_;
+      rte_pktmbuf_free(m[i]);
+      continue;
+    }
     bufs[out++] = engine::PacketBuf{rte_pktmbuf_mtod(m[i], uint8_t*), m[i]->data_len, m[i]};
   }
   return out;
@@ -401,6 +408,7 @@ DpdkPortStats DpdkPort::stats() const {
     s.rx_nombuf = st.rx_nombuf;
   }
   s.rx_multiseg_dropped = multiseg_dropped_;
+  s.rx_not_ours_dropped = not_ours_dropped_;
   return s;
 }
 

@@ -36,6 +36,7 @@ struct DpdkPortConfig {
 struct DpdkPortStats {
   uint64_t ipackets = 0, opackets = 0, imissed = 0, ierrors = 0, oerrors = 0, rx_nombuf = 0;
   uint64_t rx_multiseg_dropped = 0;
+  uint64_t rx_not_ours_dropped = 0;  // destination MAC not the port's (the interface is promiscuous)
 };
 
 // Starts EAL (once; later calls return the first result). `extra` are appended to the defaults.
@@ -75,7 +76,7 @@ class DpdkPort final : public engine::Port {
   uint32_t buf_size_ = 0;
   int wait_fd_ = -1;
   bool wait_is_socket_ = false;  // our own packet socket (else the PMD's rx interrupt)
-  uint64_t multiseg_dropped_ = 0;
+  uint64_t multiseg_dropped_ = 0, not_ours_dropped_ = 0;
   NetdevInfo info_;
   engine::PortAttr attr_;
   UdpPortGuard guard_;

@@ -193,9 +193,10 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
     tx_head_ = tx_head_ + 1 == frame_nr_ ? 0 : tx_head_ + 1;
     tx_free(b);
   }
-  if (done) {
-    stats_.tx_frames += done;
-    // One syscall per burst; with MSG_DONTWAIT the kernel sends what is queued and returns.
+  stats_.tx_frames += done;
+  // One syscall per burst; with MSG_DONTWAIT the kernel sends what is queued and returns. A full ring is
+  // kicked too, so frames left queued by an interrupted kick cannot stall it.
+  if (n) {
     if (send(fd_, nullptr, 0, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS)
       ++stats_.tx_kick_errors;
   }
