@@ -192,11 +192,13 @@ std::string format_text(const DecodedFrame& f, int64_t t0_sec, uint32_t t0_nsec)
   }
   if (f.ip_parsed) {
     const bool v6 = f.pkt.ip_version == 6;
+    // IPv6 with a port in brackets, as in URLs: [2001:db8::1]:4791.
+    const bool bracket = v6 && f.udp_parsed;
     s += v6 ? " ip6 " : " ip ";
-    s += ip_str(f, true);
+    s += bracket ? "[" + ip_str(f, true) + "]" : ip_str(f, true);
     if (f.udp_parsed) s += ":" + std::to_string(f.pkt.udp.sport);
     s += " > ";
-    s += ip_str(f, false);
+    s += bracket ? "[" + ip_str(f, false) + "]" : ip_str(f, false);
     if (f.udp_parsed) s += ":" + std::to_string(f.pkt.udp.dport);
   }
   if (!f.roce) return s;
