@@ -216,6 +216,52 @@ class DecodeOutput(unittest.TestCase):
         self.assertIn("PSN_SEQUENCE_ERROR (0)", naks[0])
 
 
+class GeneratedFixture(unittest.TestCase):
+    """pcap-fixtures/generated-scapy-ipv6-vlan-naks.pcap: the encapsulations and AETH kinds real captures lack.
+    Expected values are the generator's inputs (pcap-fixtures/make-generated.py)."""
+
+    PATH = "generated-scapy-ipv6-vlan-naks.pcap"
+
+    def test_generator_reproduces_the_file(self):
+        with tempfile.TemporaryDirectory(prefix="urxe-cli-") as tmp:
+            out = os.path.join(tmp, "g.pcap")
+            subprocess.run(["/usr/bin/python3", fixture("make-generated.py"), out], check=True, capture_output=True)
+            with open(out, "rb") as a, open(fixture(self.PATH), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+
+    def test_ipv6_vlan_and_aeth_kinds(self):
+        r, objs = decode_json(fixture(self.PATH), "--strict")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        o = {x["frame"]: x for x in objs}
+        self.assertEqual(o[1]["vlan"]["vid"], 100)
+        self.assertEqual(o[1]["vlan"]["pcp"], 5)
+        self.assertEqual((o[1]["ip"]["version"], o[1]["ip"]["src"], o[1]["ip"]["dst"]), (6, "2001:db8::a", "2001:db8::b"))
+        self.assertEqual((o[1]["ip"]["tc"], o[1]["ip"]["flow_label"], o[1]["ip"]["hop_limit"]), (0x68, 0x12345, 17))
+        self.assertEqual((o[1]["immdt"], o[1]["se"], o[1]["pad"], o[1]["payload_len"]), (0xCAFEF00D, True, 1, 7))
+        self.assertEqual(o[2]["ieth"]["rkey"], 0xABCDEF)
+        self.assertNotEqual(o[2]["udp"]["checksum"], 0)
+        self.assertEqual((o[4]["deth"]["qkey"], o[4]["deth"]["src_qp"], o[4]["immdt"]), (0x80010000, 0xABC, 0x01020304))
+        self.assertEqual((o[5]["migreq"], o[5]["pkey"], o[5]["reth"]["va"]), (True, 0x8001, 0xFFFF800012345678))
+        self.assertEqual(o[6]["atomic_eth"]["swap_add"], 0xFEDCBA9876543210)
+        self.assertEqual(o[7]["atomic_ack_eth"]["orig_data"], 0x0123456789ABCDEF)
+        self.assertEqual((o[8]["opcode_name"], o[8]["becn"]), ("CNP", True))
+        rnr = o[9]["aeth"]
+        self.assertEqual((rnr["type"], rnr["rnr_timer"], rnr["rnr_timer_ns"], rnr["msn"]), ("RNR_NAK", 12, 640000, 10))
+        self.assertEqual(o[10]["aeth"]["rnr_timer_ns"], 10000)
+        for frame, code in zip(range(11, 16), range(5)):
+            self.assertEqual((o[frame]["aeth"]["type"], o[frame]["aeth"]["nak_code"]), ("NAK", code))
+        self.assertEqual(o[16]["fecn"], True)
+        self.assertEqual(o[16]["ip"]["tos"], 3)
+        self.assertEqual(o[17]["payload_len"], 256)
+        self.assertEqual((o[18]["payload_len"], o[18]["caplen"], o[18]["ip"]["version"]), (0, 60, 4))
+        self.assertEqual([o[n]["skipped"] for n in (19, 20, 21)], ["udp", "arp", "icmpv6"])
+        self.assertEqual(o[19]["udp"]["sport"], 4791)
+        text = run("pcap", "decode", fixture(self.PATH)).stdout.splitlines()
+        self.assertIn("vlan 100 pcp 5 ip6 [2001:db8::a]:49443 > [2001:db8::b]:4791", text[0])
+        self.assertIn("aeth[RNR_NAK timer=12 (0.64 ms) syndrome=0x2c msn=10]", text[8])
+        self.assertIn("aeth[NAK REMOTE_ACCESS_ERROR (2) syndrome=0x62 msn=14]", text[12])
+
+
 class Strict(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="urxe-cli-")

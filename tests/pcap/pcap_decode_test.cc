@@ -266,6 +266,28 @@ TEST(FlipBits, EveryOpcodeOverIpv4Ipv6AndVlan) {
   EXPECT_GT(st.exempt, 0u);
 }
 
+// A RoCE frame cut anywhere inside its IP datagram (a short snaplen, a short read) is never a good frame.
+TEST(Truncation, EveryPrefixOfEveryRoceFrameIsNotGood) {
+  uint64_t prefixes = 0;
+  for (const std::string& path : fixture_files()) {
+    uint64_t n = 0;
+    for (const RawFrame& f : read_frames(path)) {
+      const DecodedFrame full = tools::decode_frame(f.bytes, ++n);
+      if (!full.roce) continue;
+      for (uint32_t len = 0; len < full.pkt.frame_len; ++len) {
+        const DecodedFrame d = tools::decode_frame(wire::ByteSpan(f.bytes.data(), len), n);
+        ++prefixes;
+        ASSERT_FALSE(d.good()) << path << " frame " << n << " cut to " << len << " bytes";
+        // Once the UDP header is there, it is still recognised as a (broken) RoCE frame.
+        if (len >= full.pkt.l4_offset + wire::kUdpLen) {
+          ASSERT_TRUE(d.roce) << path << " frame " << n << " cut to " << len;
+        }
+      }
+    }
+  }
+  std::printf("%llu truncated frames, none good\n", static_cast<unsigned long long>(prefixes));
+}
+
 // A whole capture with one RoCE frame corrupted: --strict must fail, the frame must show its error.
 TEST(FlipBits, FlippedCaptureFailsStrict) {
   TempDir tmp;
