@@ -280,6 +280,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
       close(fd);
     }
   }
+  if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
   if (cfg.guard_udp_port) {
     std::string gerr;
     if (!p->guard_.open(&gerr))
@@ -323,11 +324,19 @@ uint32_t DpdkPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   rte_mbuf* m[kMax];
   uint32_t total = 0;
   while (total < n) {
-    uint32_t k = std::min(kMax, n - total);
-    for (uint32_t i = 0; i < k; ++i) {
-      m[i] = static_cast<rte_mbuf*>(bufs[total + i].opaque);
-      m[i]->data_len = static_cast<uint16_t>(bufs[total + i].len);
-      m[i]->pkt_len = bufs[total + i].len;
+    // Frames to our own MAC go through the loopback socket (see LoopbackSender), in order with the rest.
+    if (is_to_mac(bufs[total].data, bufs[total].len, attr_.mac)) {
+      if (!loop_.send(bufs[total].data, bufs[total].len)) break;
+      tx_free(bufs[total]);
+      ++total;
+      continue;
+    }
+    uint32_t k = 0;
+    while (k < kMax && total + k < n && !is_to_mac(bufs[total + k].data, bufs[total + k].len, attr_.mac)) {
+      m[k] = static_cast<rte_mbuf*>(bufs[total + k].opaque);
+      m[k]->data_len = static_cast<uint16_t>(bufs[total + k].len);
+      m[k]->pkt_len = bufs[total + k].len;
+      ++k;
     }
     uint16_t sent = rte_eth_tx_burst(port_id_, 0, m, static_cast<uint16_t>(k));
     for (uint16_t i = 0; i < sent; ++i) {
@@ -409,6 +418,7 @@ DpdkPortStats DpdkPort::stats() const {
   }
   s.rx_multiseg_dropped = multiseg_dropped_;
   s.rx_not_ours_dropped = not_ours_dropped_;
+  s.tx_loopback = loop_.sent();
   return s;
 }
 

@@ -16,6 +16,7 @@
 
 #include "dpdk/kernel_guard.h"
 #include "dpdk/netdev_info.h"
+#include "dpdk/socket_port.h"
 #include "engine/port.h"
 
 struct rte_mempool;
@@ -36,7 +37,9 @@ struct DpdkPortConfig {
 struct DpdkPortStats {
   uint64_t ipackets = 0, opackets = 0, imissed = 0, ierrors = 0, oerrors = 0, rx_nombuf = 0;
   uint64_t rx_multiseg_dropped = 0;
-  uint64_t rx_not_ours_dropped = 0;  // destination MAC not the port's (the interface is promiscuous)
+  uint64_t rx_not_ours_dropped = 0;
+  uint64_t tx_loopback = 0;  // frames to our own MAC, sent through the LoopbackSender  // destination MAC not
+                             // the port's (the interface is promiscuous)
 };
 
 // Starts EAL (once; later calls return the first result). `extra` are appended to the defaults.
@@ -80,6 +83,7 @@ class DpdkPort final : public engine::Port {
   NetdevInfo info_;
   engine::PortAttr attr_;
   UdpPortGuard guard_;
+  LoopbackSender loop_;
 };
 
 }  // namespace urxe::dpdk

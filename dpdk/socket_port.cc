@@ -85,6 +85,33 @@ bool attach_drop_filter(int fd, std::string* err) {
   return attach(fd, {sock_filter{BPF_RET | BPF_K, 0, 0, 0}}, err);
 }
 
+LoopbackSender::~LoopbackSender() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool LoopbackSender::open(int ifindex, std::string* err) {
+  // Protocol 0: this socket never receives.
+  fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) {
+    if (err) *err = errno_msg("socket(AF_PACKET) (needs CAP_NET_RAW)");
+    return false;
+  }
+  sockaddr_ll sll{};
+  sll.sll_family = AF_PACKET;
+  sll.sll_ifindex = ifindex;
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0) {
+    if (err) *err = errno_msg("bind(AF_PACKET loopback)");
+    return false;
+  }
+  return true;
+}
+
+bool LoopbackSender::send(const uint8_t* frame, uint32_t len) {
+  if (::send(fd_, frame, len, MSG_DONTWAIT) != static_cast<ssize_t>(len)) return false;
+  ++sent_;
+  return true;
+}
+
 std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::string* err) {
   std::unique_ptr<SocketPort> p(new SocketPort());
   if (!query_netdev(cfg.ifname, p->info_, err)) return nullptr;
@@ -141,6 +168,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     if (err) *err = errno_msg("bind(AF_PACKET)");
     return nullptr;
   }
+  if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
   p->pool_.resize(static_cast<size_t>(p->frame_nr_) * p->max_frame_);
   p->pool_free_.reserve(p->frame_nr_);
   for (uint32_t i = p->frame_nr_; i-- > 0;) p->pool_free_.push_back(i);
@@ -179,14 +207,22 @@ void SocketPort::tx_free(engine::PacketBuf& buf) {
 
 uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   uint32_t done = 0;
+  bool kick = false;
   for (; done < n; ++done) {
+    engine::PacketBuf& b = bufs[done];
+    uint32_t len = b.len <= max_frame_ ? b.len : max_frame_;
+    if (is_to_mac(b.data, len, attr_.mac)) {
+      if (!loop_.send(b.data, len)) break;  // socket buffer full: backpressure
+      ++stats_.tx_loopback;
+      tx_free(b);
+      continue;
+    }
     auto* h = reinterpret_cast<tpacket2_hdr*>(tx_slot(tx_head_));
+    kick = true;
     if (status_load(h) != TP_STATUS_AVAILABLE) {
       ++stats_.tx_ring_full;
       break;
     }
-    engine::PacketBuf& b = bufs[done];
-    uint32_t len = b.len <= max_frame_ ? b.len : max_frame_;
     std::memcpy(reinterpret_cast<uint8_t*>(h) + kTxDataOffset, b.data, len);
     h->tp_len = len;
     status_store(h, TP_STATUS_SEND_REQUEST);
@@ -196,7 +232,7 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   stats_.tx_frames += done;
   // One syscall per burst; with MSG_DONTWAIT the kernel sends what is queued and returns. A full ring is
   // kicked too, so frames left queued by an interrupted kick cannot stall it.
-  if (n) {
+  if (kick) {
     if (send(fd_, nullptr, 0, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS)
       ++stats_.tx_kick_errors;
   }

@@ -30,6 +30,7 @@ struct SocketPortConfig {
 
 struct PortStats {
   uint64_t rx_frames = 0, rx_truncated = 0, tx_frames = 0, tx_ring_full = 0, tx_kick_errors = 0;
+  uint64_t tx_loopback = 0;  // frames to our own MAC, sent through the LoopbackSender
   uint64_t kernel_rx_packets = 0, kernel_rx_drops = 0;  // PACKET_STATISTICS (reset on every read)
 };
 
@@ -37,6 +38,32 @@ struct PortStats {
 // this host (see above), truncated to `snaplen` bytes, or drop everything.
 bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, std::string* err);
 bool attach_drop_filter(int fd, std::string* err);
+
+// Frames addressed to the port's own MAC (another QP on this device, in this process or another one) are
+// sent through this plain packet socket instead of the port's fast path: it does not bypass the qdisc layer,
+// so the kernel shows each such frame to every packet socket on the interface, including the ports' own
+// receive sockets (as PACKET_OUTGOING). That is how two processes on one device, or two QPs of one process,
+// reach each other, like a NIC's internal loopback. One send() per such frame; it also goes out on the
+// wire, where nobody else takes a frame to our MAC.
+class LoopbackSender {
+ public:
+  LoopbackSender() = default;
+  LoopbackSender(const LoopbackSender&) = delete;
+  LoopbackSender& operator=(const LoopbackSender&) = delete;
+  ~LoopbackSender();
+  bool open(int ifindex, std::string* err);
+  bool send(const uint8_t* frame, uint32_t len);
+  uint64_t sent() const { return sent_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t sent_ = 0;
+};
+
+inline bool is_to_mac(const uint8_t* frame, uint32_t len, const wire::MacAddr& mac) {
+  return len >= 6 && frame[0] == mac[0] && frame[1] == mac[1] && frame[2] == mac[2] && frame[3] == mac[3] &&
+         frame[4] == mac[4] && frame[5] == mac[5];
+}
 
 class SocketPort final : public engine::Port {
  public:
@@ -73,6 +100,7 @@ class SocketPort final : public engine::Port {
   NetdevInfo info_;
   engine::PortAttr attr_;
   UdpPortGuard guard_;
+  LoopbackSender loop_;
 };
 
 }  // namespace urxe::dpdk

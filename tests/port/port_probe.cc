@@ -5,7 +5,8 @@
 //     neigh --dst-ip IP         resolve the destination MAC of IP from the kernel's neighbour table
 //     send --dst-ip IP --count N --sizes a,b,..   N RoCEv2 SEND-only frames (payload sizes cycling), paced
 //     recv --count N --sizes a,b,.. --timeout-ms T   receive, verify each frame (parse, ICRC, payload) and
-//                               exit 0 only when all N arrived intact exactly once; sleeps on rx_wait_fd
+//                               exit 0 only when all N arrived intact exactly once; sleeps on rx_wait_fd.
+//                               With --dst-ip (an own address) it sends them itself, one at a time: loopback
 //     blast --dst-ip IP --size S --seconds T       send as fast as the port takes frames; prints pps
 //     sink --seconds T          count received RoCE frames (busy polling); prints pps
 //     guard-install | guard-remove   the nftables ingress drop of UDP/4791 on IFACE (kernel_guard.h)
@@ -230,11 +231,20 @@ int main(int argc, char** argv) {
     auto sizes = parse_sizes(a.sizes);
     std::vector<uint8_t> seen(a.count, 0);
     uint32_t ok = 0, dup = 0, bad = 0, other = 0, wakeups = 0, timeouts = 0;
+    // With --dst-ip (one of our own addresses) the same port also sends: loopback within one process.
+    const bool self_send = !a.dst_ip.empty();
+    wire::FrameSpec spec;
+    if (self_send) spec = make_spec(*port, info, a.dst_ip);
+    std::vector<uint8_t> pl;
+    uint32_t next_seq = 0;
     printf("ready\n");
     fflush(stdout);
     auto t0 = Clock::now();
     engine::PacketBuf bufs[32];
     while (ok < a.count && secs_since(t0) * 1000 < a.timeout_ms) {
+      if (self_send && next_seq < a.count && next_seq <= ok + dup + bad) {
+        if (send_one(*port, spec, next_seq, sizes[next_seq % sizes.size()], pl)) ++next_seq;
+      }
       uint32_t n = port->rx_burst(bufs, 32);
       if (n == 0) {
         // The idle protocol a progress thread uses: arm, look once more, sleep on the fd, disarm.

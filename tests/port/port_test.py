@@ -9,7 +9,8 @@ ICRC by an independent zlib CRC-32 written from IBTA A17.3.3, IPv4 ID 0 + DF + U
 dissects them as RoCE without malformed fields; the receiving kernel sends no ICMP port/destination
 unreachable (Icmp OutDestUnreachs, Icmp6OutDestUnreachs, Udp(6) NoPorts unchanged); the socket port works
 with CAP_NET_RAW alone (setpriv), chosen automatically with a notice, and DPDK is refused there with a
-clear error; GID table, MAC, MTU and neighbour resolution agree with `ip`.
+clear error; GID table, MAC, MTU and neighbour resolution agree with `ip`; frames to the port's own
+address reach another process on the same interface and the sending port itself (loopback).
 Exit 77 (skip) when not root or network namespaces are unavailable.
 """
 import argparse
@@ -202,6 +203,25 @@ def transfer(pair, probe, tmp, src, dst, ipver, tx_port, rx_port, caps=(), captu
     check(all(v == 0 for v in delta.values()), f"{what}: receiving kernel sent no ICMP unreachable {delta}")
 
 
+def local_transfer(pair, probe, port, ipver):
+    """Frames to the port's own address: another process on the same interface, and the same port, get them."""
+    own_ip = pair.ip4["a"] if ipver == 4 else pair.ip6["a"]
+    count = 2 * len(SIZES)
+    what = f"{port} same host IPv{ipver}"
+    rx = Receiver(pair, "a", probe, port, count, SIZES)
+    if not check(rx.wait_ready(), f"{what}: receiver ready"):
+        print(rx.finish())
+        return
+    tx = pair.exec("a", [probe, "--port", port, "--if", pair.ifname["a"], "send", "--dst-ip", own_ip, "--count",
+                         str(count), "--sizes", ",".join(map(str, SIZES))], check=False, timeout=60)
+    rc, out, err = rx.finish()
+    check(tx.returncode == 0 and rc == 0, f"{what}: another process on the device got all {count} frames ({out})")
+    r = pair.exec("a", [probe, "--port", port, "--if", pair.ifname["a"], "recv", "--dst-ip", own_ip, "--count",
+                        str(count), "--sizes", ",".join(map(str, SIZES)), "--timeout-ms", "8000"],
+                  check=False, timeout=60)
+    check(r.returncode == 0, f"{what}: the sending port itself got all {count} frames ({r.stdout.strip()})")
+
+
 def eui64_gid(mac):
     b = bytes.fromhex(mac.replace(":", ""))
     return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\0" * 6 + bytes([b[0] ^ 2]) + b[1:3] + b"\xff\xfe" + b[3:]))
@@ -260,6 +280,9 @@ def main():
             for src, dst in (("a", "b"), ("b", "a")):
                 for ipver in (4, 6):
                     transfer(pair, args.probe, tmp, src, dst, ipver, port, port)
+        for port in ("socket", "dpdk"):
+            for ipver in (4, 6):
+                local_transfer(pair, args.probe, port, ipver)
         # The two ports interoperate (one side DPDK, the other kernel sockets).
         transfer(pair, args.probe, tmp, "a", "b", 4, "dpdk", "socket", capture=False)
         transfer(pair, args.probe, tmp, "b", "a", 6, "socket", "dpdk", capture=False)
