@@ -60,6 +60,8 @@ class Link {
   // Called for every frame sent by side 0 (A) or 1 (B), parsed; may modify the bytes (corruption).
   std::function<Fate(int side, const wire::Packet& pkt, std::vector<uint8_t>& bytes)> hook;
   uint64_t latency_ns = 1000;
+  // Extra delay per frame (reordering when it varies); 0 keeps FIFO order.
+  std::function<uint64_t(int side)> jitter;
   VClock clock;
   std::vector<std::pair<int, wire::Packet>> trace;  // every frame sent, as parsed (before the hook)
   bool keep_trace = true;
@@ -76,8 +78,13 @@ class Link {
     Fate f = hook ? hook(side, pkt, bytes) : Fate::pass;
     if (f == Fate::drop) return;
     MemPort* dst = ports[1 - side];
-    dst->inbox.push_back(Frame{clock.t + latency_ns, bytes});
-    if (f == Fate::duplicate) dst->inbox.push_back(Frame{clock.t + latency_ns, bytes});
+    enqueue(*dst, clock.t + latency_ns + (jitter ? jitter(side) : 0), bytes);
+    if (f == Fate::duplicate) enqueue(*dst, clock.t + latency_ns + (jitter ? jitter(side) : 0), bytes);
+  }
+  void enqueue(MemPort& dst, uint64_t at, const std::vector<uint8_t>& bytes) {
+    auto it = dst.inbox.end();
+    while (it != dst.inbox.begin() && std::prev(it)->at > at) --it;
+    dst.inbox.insert(it, Frame{at, bytes});
   }
 };
 
@@ -240,6 +247,7 @@ class Loopback {
       else if (next == 0 || next <= link.clock.t) {
         // work reported as pending but progress did nothing: let time move to break a livelock
         link.clock.t += 1;
+        idle_spins++;
       }
     }
     return true;
@@ -266,6 +274,7 @@ class Loopback {
 
   Link link;
   Node node[2];
+  uint64_t idle_spins = 0;  // rounds where an engine claimed work but did none (should stay 0)
 };
 
 inline SendWr make_wr(WrOpcode op, const Sge* sge, int num_sge, uint64_t wr_id = 1,
