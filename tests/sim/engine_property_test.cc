@@ -1231,7 +1231,17 @@ TEST(EnginePropertyTest, RandomWorkloadsMatchModel) {
     for (auto& e : errs) ADD_FAILURE() << "seed " << seed << ": " << e;
     return;
   }
-  const uint64_t first = env_u64("URXE_SIM_FIRST_SEED", 1), n = env_u64("URXE_SIM_SEEDS", 10000);
+  // ctest runs the seeds in shards (URXE_SIM_SHARD=i/n, set per test) so they spread over cores and each
+  // stays short under ASan; URXE_SIM_SEEDS is the total over all shards.
+  uint64_t first = env_u64("URXE_SIM_FIRST_SEED", 1), n = env_u64("URXE_SIM_SEEDS", 10000);
+  if (const char* sh = std::getenv("URXE_SIM_SHARD"); sh && *sh) {
+    unsigned i = 0, k = 1;
+    if (std::sscanf(sh, "%u/%u", &i, &k) == 2 && k > 0 && i < k) {
+      uint64_t lo = first + n * i / k, hi = first + n * (i + 1) / k;
+      first = lo;
+      n = hi - lo;
+    }
+  }
   std::printf("engine property test: seeds [%" PRIu64 ", %" PRIu64
               ") (URXE_SIM_SEEDS / URXE_SIM_FIRST_SEED; reproduce one with URXE_SIM_SEED=N)\n",
               first, first + n);

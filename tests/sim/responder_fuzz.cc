@@ -9,7 +9,7 @@
 //  - every frame the engine transmits parses as RoCEv2 with a good ICRC;
 //  - nothing crashes (ASan/UBSan in the fuzz build).
 //
-// Input: a sequence of records, each starting with a kind byte: raw frame, structured frame (+ mutation),
+// Input: a sequence of records, each [kind][16-bit length][body]: raw frame, structured frame (+ mutation),
 // time advance, extra receive post.
 #include <cinttypes>
 #include <cstdio>
@@ -142,6 +142,8 @@ struct World {
   uint32_t pd = 0, cq = 0, qpn[3] = {0, 0, 0};  // RC, UC, UD
   std::vector<uint8_t> ro_copy, src_copy;
   uint32_t recv_posted = 0;
+  // The PSNs the structured records aim at: each QP's expected request PSN, our requester's next response.
+  uint32_t next_req_psn[3] = {kRqPsn, kRqPsn, kRqPsn}, next_resp_psn = 0x200;
 
   World() {
     EngineConfig cfg;
@@ -309,11 +311,20 @@ constexpr uint8_t kOps[] = {
 
 void structured(World& w, Reader& in) {
   uint8_t sel = in.u8(), opsel = in.u8(), flags = in.u8(), mrsel = in.u8();
-  int8_t psn_delta = static_cast<int8_t>(in.u8());
+  // Rarer variations: an odd P_Key, a truncated frame, a mutation after the ICRC was computed.
+  uint8_t x = in.u8();
+  bool odd_pkey = (x & 7) == 0, truncate = (x & 0x38) == 0, mutate_sealed = (x >> 6) == 0;
+  // Mostly near the expected PSN (in sequence, duplicate, small gap); sometimes anywhere.
+  uint8_t pb = in.u8();
+  int32_t psn_delta = (pb & 0x80)    ? static_cast<int8_t>(pb)
+                      : (pb & 7) < 5 ? 0
+                                     : static_cast<int32_t>(pb & 7) - 7;
   int32_t va_off = static_cast<int16_t>(in.u16());
   uint32_t dma_len = in.u16();
   if (flags & 0x80) dma_len = in.u32();
-  uint32_t payload_len = in.u16() % 4200;
+  // Payload: a full path MTU (1024, what first/middle packets carry), a short one, or anything up to 4200.
+  uint16_t pl = in.u16();
+  uint32_t payload_len = (pl >> 14) == 0 ? 1024u : (pl >> 14) == 3 ? pl % 4200u : pl % 1025u;
   wire::FrameSpec s;
   s.src_mac = sim::sim_mac(1);
   s.dst_mac = sim::sim_mac(0);
@@ -323,15 +334,22 @@ void structured(World& w, Reader& in) {
   uint32_t qsel = sel % 4;
   static constexpr uint8_t kBase[3] = {wire::op::kRc, wire::op::kUc, wire::op::kUd};
   uint8_t base = qsel < 3 ? kBase[qsel] : static_cast<uint8_t>(sel & 0xe0);
-  s.bth.opcode = static_cast<uint8_t>(base | kOps[opsel % sizeof kOps]);
-  if (flags & 0x20) s.bth.opcode = opsel;  // anything, including opcodes not valid for the QP
+  // An opcode of the QP's transport (UC: sends and writes; UD: SEND_ONLY[_IMM]), or of another transport, or
+  // any byte at all.
+  static constexpr size_t kUcOps = 12;  // the first 12 of kOps are the sends and writes
+  static constexpr uint8_t kUdOps[2] = {wire::op::send_only, wire::op::send_only_imm};
+  uint8_t low = qsel == 1 ? kOps[opsel % kUcOps] : qsel == 2 ? kUdOps[opsel & 1] : kOps[opsel % sizeof kOps];
+  s.bth.opcode = static_cast<uint8_t>(base | low);
+  if ((flags & 0x20) && (mrsel & 0x40)) s.bth.opcode = opsel;
   s.bth.dqpn = qsel < 3 ? w.qpn[qsel] : in.u32() & 0xffffff;
   bool response = wire::opcode_info(s.bth.opcode).is_response;
   // Requests around the responder's expected PSN; responses around our requester's PSNs.
-  s.bth.psn = ((response ? 0x200u : kRqPsn) + static_cast<uint32_t>(psn_delta)) & 0xffffff;
+  uint32_t& next = response ? w.next_resp_psn : w.next_req_psn[qsel < 3 ? qsel : 0];
+  s.bth.psn = (next + static_cast<uint32_t>(psn_delta)) & 0xffffff;
+  if (psn_delta == 0 && !truncate && !mutate_sealed) next = (next + 1) & 0xffffff;
   s.bth.ack_req = flags & 1;
   s.bth.se = flags & 2;
-  s.bth.pkey = (flags & 0x10) ? in.u16() : 0xffff;
+  s.bth.pkey = odd_pkey ? in.u16() : 0xffff;
   const MrInfo* mrs[4] = {&w.rw_mr, &w.ro_mr, &w.zb_mr, &w.sink_mr};
   const sim::GuardedArena::Region* regs[4] = {&w.rw, &w.ro, &w.zb, &w.sink};
   uint32_t m = mrsel % 5;
@@ -359,51 +377,68 @@ void structured(World& w, Reader& in) {
   std::vector<uint8_t> frame(wire::frame_size(s, payload_len) + 64);
   wire::FrameLayout lay;
   if (!wire::build_headers(wire::MutByteSpan(frame.data(), frame.size()), s, payload_len, lay)) return;
-  const uint8_t* pl;
-  size_t got = in.take(payload_len, pl);
-  std::memcpy(frame.data() + lay.payload_offset, pl, got);
-  std::memset(frame.data() + lay.payload_offset + got, 0x5c, payload_len - got);
+  // The payload bytes are a pattern (not input bytes), so every record is a few dozen input bytes long.
+  uint8_t pat = in.u8();
+  for (uint32_t i = 0; i < payload_len; ++i)
+    frame[lay.payload_offset + i] = static_cast<uint8_t>(pat + i * 7);
   // Mutations: before sealing (valid ICRC over odd content) or after (bad ICRC, must be dropped).
-  uint8_t nmut = in.u8() % 4;
-  bool before = in.u8() & 1;
+  uint8_t nmut = in.u8() % 8;
+  nmut = nmut < 4 ? 0 : static_cast<uint8_t>(nmut - 4);  // half of the frames unmutated
+  bool before = !mutate_sealed;
   auto mutate = [&] {
     for (uint8_t i = 0; i < nmut; ++i) {
+      // Before sealing: in the transport headers and payload (a valid frame with odd content); after:
+      // anywhere.
       uint16_t at = in.u16();
       uint8_t v = in.u8();
-      frame[at % lay.frame_len] ^= v;
+      uint32_t lo = before ? lay.l3_offset + lay.ip_hdr_len + wire::kUdpLen : 0;
+      frame[lo + at % (lay.frame_len - lo)] ^= v;
     }
   };
   if (before) mutate();
   wire::seal_frame(wire::MutByteSpan(frame.data(), frame.size()), lay);
   if (!before) mutate();
   uint32_t len = lay.frame_len;
-  if (flags & 0x10)
-    len = static_cast<uint32_t>(in.u16() % (frame.size() + 1));  // truncations, Ethernet padding
+  if (truncate) len = static_cast<uint32_t>(in.u16() % (frame.size() + 1));  // truncations, Ethernet padding
   w.port.push(frame.data(), len);
 }
 
+uint64_t g_counters[static_cast<uint32_t>(Counter::num_counters)];
+uint64_t g_tx;
+
 }  // namespace
+
+// Totals of the engine counters over every input so far (the replay driver prints them: a cheap check that
+// the inputs reach the responder and completer, not only the parser).
+void responder_fuzz_print_stats() {
+  std::printf("engine counters over all inputs: tx_frames=%" PRIu64, g_tx);
+  for (uint32_t c = 0; c < static_cast<uint32_t>(Counter::num_counters); ++c)
+    if (g_counters[c]) std::printf(" %s=%" PRIu64, counter_name(static_cast<Counter>(c)), g_counters[c]);
+  std::printf("\n");
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   World w;
   Reader in(data, size);
   for (int rec = 0; rec < 64 && !in.empty(); ++rec) {
-    switch (in.u8() % 4) {
-      case 0: {
-        uint32_t len = in.u16() % 4400;
-        const uint8_t* p;
-        size_t got = in.take(len, p);
-        w.port.push(p, got);
+    // Each record is [kind][16-bit length][body]: a mutation stays inside its record, and a short body reads
+    // as zeros.
+    uint8_t kind = in.u8();
+    const uint8_t* body;
+    size_t n = in.take(in.u16(), body);
+    Reader r(body, n);
+    switch (kind % 4) {
+      case 0:
+        w.port.push(body, n < 4400 ? n : 4400);
         break;
-      }
       case 1:
-        structured(w, in);
+        structured(w, r);
         break;
       case 2:
-        w.advance(uint64_t{in.u16()} * 1000);
+        w.advance(uint64_t{r.u16()} * 1000);
         break;
       case 3:
-        w.post_recv(in.u8() % 3);
+        w.post_recv(r.u8() % 3);
         break;
     }
     w.pump();
@@ -411,5 +446,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   w.advance(100'000'000);  // let every timer run out
   w.check();
+  for (uint32_t c = 0; c < static_cast<uint32_t>(Counter::num_counters); ++c)
+    g_counters[c] += w.eng->counter(static_cast<Counter>(c));
+  g_tx += w.port.sent;
   return 0;
 }

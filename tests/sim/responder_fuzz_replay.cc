@@ -12,17 +12,25 @@
 #include "tests/sim/sim_net.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+void responder_fuzz_print_stats();
 
 int main(int argc, char** argv) {
   const char* env = std::getenv("URXE_FUZZ_REPLAY_N");
   uint64_t n = env && *env ? std::strtoull(env, nullptr, 0) : 2000;
   urxe::sim::Rng rng(0xf022);
   for (uint64_t i = 0; i < n; ++i) {
-    std::vector<uint8_t> in(rng.range(1, 3000));
-    for (auto& b : in) b = static_cast<uint8_t>(rng.next());
-    // Bias towards structured records (kind 1) so most inputs reach the QPs' state machines.
-    for (size_t k = 0; k < in.size(); k += 1 + rng.below(200))
-      if (rng.chance(0.6)) in[k] = 1;
+    // Records as the target reads them, mostly structured frames (kind 1) so that most inputs reach the QPs'
+    // state machines; the field bytes are random.
+    std::vector<uint8_t> in;
+    uint64_t recs = rng.range(1, 24);
+    for (uint64_t r = 0; r < recs; ++r) {
+      uint64_t kind = rng.below(10);
+      in.push_back(kind < 7 ? 1 : kind == 7 ? 0 : kind == 8 ? 2 : 3);
+      size_t len = kind < 7 ? 90 : kind == 7 ? rng.range(0, 200) : kind == 8 ? 2 : 1;
+      in.push_back(static_cast<uint8_t>(len));
+      in.push_back(static_cast<uint8_t>(len >> 8));
+      for (size_t k = 0; k < len; ++k) in.push_back(static_cast<uint8_t>(rng.next()));
+    }
     LLVMFuzzerTestOneInput(in.data(), in.size());
   }
   for (int a = 1; a < argc; ++a) {
@@ -30,6 +38,7 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     LLVMFuzzerTestOneInput(in.data(), in.size());
   }
+  responder_fuzz_print_stats();
   std::printf("responder_fuzz_replay: %" PRIu64 " generated inputs and %d files, no invariant violated\n", n,
               argc - 1);
   return 0;
