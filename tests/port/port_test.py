@@ -228,6 +228,9 @@ def eui64_gid(mac):
 
 
 def check_info(pair, probe):
+    # A second address of each family on side a: the kernel orders IPv4 by address list, IPv6 by scope.
+    pair.exec("a", ["ip", "addr", "add", "10.78.0.1/24", "dev", pair.ifname["a"]])
+    pair.exec("a", ["ip", "addr", "add", "fd78::1/64", "dev", pair.ifname["a"], "nodad"])
     for side in "ab":
         r = pair.exec(side, [probe, "--port", "socket", "--if", pair.ifname[side], "info"], check=False)
         lines = r.stdout.splitlines()
@@ -241,6 +244,9 @@ def check_info(pair, probe):
         check(gids == want, f"info {side}: GID table {gids} == {want} (link-local, IPv4-mapped, IPv6)")
         lls = [a for f, a, s in addrs if f == "inet6" and s == "link"]
         check(lls == [eui64_gid(mac)], f"info {side}: kernel link-local {lls} is GID 0")
+        check(len(gids) == (5 if side == "a" else 3), f"info {side}: {len(gids)} GIDs")
+    pair.exec("a", ["ip", "addr", "del", "10.78.0.1/24", "dev", pair.ifname["a"]])
+    pair.exec("a", ["ip", "addr", "del", "fd78::1/64", "dev", pair.ifname["a"]])
 
 
 def check_neigh(pair, probe):
@@ -280,6 +286,12 @@ def main():
             for src, dst in (("a", "b"), ("b", "a")):
                 for ipver in (4, 6):
                     transfer(pair, args.probe, tmp, src, dst, ipver, port, port)
+        # IPv6 link-local GIDs (GID 0): the route and neighbour lookups need the interface scope.
+        pair.ip6_saved = dict(pair.ip6)
+        for side in "ab":
+            pair.ip6[side] = eui64_gid(pair.mac(side))
+        transfer(pair, args.probe, tmp, "a", "b", 6, "socket", "dpdk", capture=False, label="link-local: ")
+        pair.ip6 = pair.ip6_saved
         for port in ("socket", "dpdk"):
             for ipver in (4, 6):
                 local_transfer(pair, args.probe, port, ipver)
