@@ -169,6 +169,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     return nullptr;
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
+  p->rx_held_.assign(p->frame_nr_, 0);
   p->pool_.resize(static_cast<size_t>(p->frame_nr_) * p->max_frame_);
   p->pool_free_.reserve(p->frame_nr_);
   for (uint32_t i = p->frame_nr_; i-- > 0;) p->pool_free_.push_back(i);
@@ -242,9 +243,12 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
 uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   uint32_t got = 0;
   while (got < n) {
+    // A slot still held by the engine (not yet rx_free'd) after a full lap: the ring is full, stop.
+    if (rx_held_[rx_head_]) break;
     auto* h = reinterpret_cast<tpacket2_hdr*>(rx_slot(rx_head_));
     uint32_t st = status_load(h);
     if (!(st & TP_STATUS_USER)) break;
+    const uint32_t slot = rx_head_;
     rx_head_ = rx_head_ + 1 == frame_nr_ ? 0 : rx_head_ + 1;
     if (h->tp_snaplen != h->tp_len || (st & TP_STATUS_COPY)) {  // larger than a slot: not deliverable whole
       ++stats_.rx_truncated;
@@ -262,6 +266,7 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       wire::store_be16(data + 14, h->tp_vlan_tci);
       len += 4;
     }
+    rx_held_[slot] = 1;
     bufs[got++] = engine::PacketBuf{data, len, h};
   }
   stats_.rx_frames += got;
@@ -270,7 +275,11 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
 
 void SocketPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
-    if (bufs[i].opaque) status_store(static_cast<tpacket2_hdr*>(bufs[i].opaque), TP_STATUS_KERNEL);
+    if (bufs[i].opaque) {
+      auto* h = static_cast<tpacket2_hdr*>(bufs[i].opaque);
+      rx_held_[static_cast<size_t>(reinterpret_cast<uint8_t*>(h) - ring_) / frame_size_] = 0;
+      status_store(h, TP_STATUS_KERNEL);
+    }
     bufs[i].opaque = nullptr;
   }
 }

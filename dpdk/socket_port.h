@@ -65,6 +65,7 @@ inline bool is_to_mac(const uint8_t* frame, uint32_t len, const wire::MacAddr& m
          frame[4] == mac[4] && frame[5] == mac[5];
 }
 
+// Not thread-safe: one thread (the engine's progress thread) drives a port.
 class SocketPort final : public engine::Port {
  public:
   // nullptr with a reason in *err (e.g. "socket(AF_PACKET): Operation not permitted" without CAP_NET_RAW).
@@ -96,6 +97,7 @@ class SocketPort final : public engine::Port {
   // tx buffers handed to the engine by tx_alloc: a fixed pool with a free stack (no allocation per packet).
   std::vector<uint8_t> pool_;
   std::vector<uint32_t> pool_free_;
+  std::vector<uint8_t> rx_held_;  // rx slots handed to the engine and not yet returned
   PortStats stats_;
   NetdevInfo info_;
   engine::PortAttr attr_;

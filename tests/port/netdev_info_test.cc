@@ -1,0 +1,87 @@
+// dpdk/netdev_info without the network: the GID table's order and contents from a given address list, the
+// default GID from a MAC, and GID text conversion. (The same against a real interface: port_test.py.)
+#include "dpdk/netdev_info.h"
+
+#include <gtest/gtest.h>
+
+namespace urxe::dpdk {
+namespace {
+
+wire::Gid G(const char* s) {
+  wire::Gid g{};
+  EXPECT_TRUE(gid_from_string(s, g)) << s;
+  return g;
+}
+
+NetdevAddr A(const char* s, uint8_t prefix) {
+  NetdevAddr a;
+  a.addr = G(s);
+  a.ipv4 = wire::gid_is_ipv4_mapped(a.addr);
+  a.prefix_len = prefix;
+  return a;
+}
+
+TEST(NetdevInfo, DefaultGidIsModifiedEui64OfTheMac) {
+  // Kernel: fe80::/64 + MAC with the universal/local bit flipped and ff:fe in the middle.
+  EXPECT_EQ(gid_to_string(default_gid({0x52, 0x54, 0x00, 0x12, 0x34, 0x56})), "fe80::5054:ff:fe12:3456");
+  EXPECT_EQ(gid_to_string(default_gid({0x02, 0, 0, 0, 0, 1})), "fe80::ff:fe00:1");
+}
+
+TEST(NetdevInfo, GidTableOrderDefaultThenIpv4ThenIpv6WithoutDuplicates) {
+  NetdevInfo info;
+  info.mac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+  // As getifaddrs lists them: IPv4 in address-list order, then IPv6 (global before link-local).
+  info.addrs = {A("10.0.0.1", 24), A("192.168.7.9", 16), A("2001:db8::1", 64), A("fd00::5", 64),
+                A("fe80::5054:ff:fe12:3456", 64)};
+  auto t = build_gid_table(info);
+  std::vector<std::string> s;
+  for (const auto& g : t) s.push_back(gid_to_string(g));
+  EXPECT_EQ(s, (std::vector<std::string>{"fe80::5054:ff:fe12:3456", "::ffff:10.0.0.1", "::ffff:192.168.7.9",
+                                         "2001:db8::1", "fd00::5"}));
+}
+
+TEST(NetdevInfo, NonEui64LinkLocalIsKeptBesideTheDefaultGid) {
+  NetdevInfo info;
+  info.mac = {0x02, 0, 0, 0, 0, 1};
+  info.addrs = {A("fe80::1234", 64)};  // e.g. addr_gen_mode stable-privacy
+  auto t = build_gid_table(info);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(gid_to_string(t[0]), "fe80::ff:fe00:1");
+  EXPECT_EQ(gid_to_string(t[1]), "fe80::1234");
+}
+
+TEST(NetdevInfo, NoAddressesStillHasTheDefaultGid) {
+  NetdevInfo info;
+  info.mac = {0x02, 0, 0, 0, 0, 1};
+  EXPECT_EQ(build_gid_table(info).size(), 1u);
+}
+
+TEST(NetdevInfo, GidText) {
+  wire::Gid g{};
+  EXPECT_TRUE(gid_from_string("10.1.2.3", g));
+  EXPECT_TRUE(wire::gid_is_ipv4_mapped(g));
+  EXPECT_EQ(gid_to_string(g), "::ffff:10.1.2.3");
+  EXPECT_TRUE(gid_from_string("::ffff:10.1.2.3", g));
+  EXPECT_EQ(g[15], 3);
+  EXPECT_FALSE(gid_from_string("10.1.2", g));
+  EXPECT_FALSE(gid_from_string("eth0", g));
+}
+
+TEST(NetdevInfo, QueryUnknownInterfaceFails) {
+  NetdevInfo info;
+  std::string err;
+  EXPECT_FALSE(query_netdev("urxe-nonexist0", info, &err));
+  EXPECT_NE(err.find("urxe-nonexist0"), std::string::npos);
+  EXPECT_FALSE(query_netdev("", info, &err));
+}
+
+TEST(NetdevInfo, LoopbackInterface) {
+  NetdevInfo info;
+  std::string err;
+  ASSERT_TRUE(query_netdev("lo", info, &err)) << err;
+  EXPECT_GT(info.ifindex, 0);
+  EXPECT_GE(info.mtu, 1500u);
+}
+
+}  // namespace
+}  // namespace urxe::dpdk
