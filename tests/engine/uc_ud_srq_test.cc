@@ -1,0 +1,290 @@
+// UC (no ACKs; a gap drops the rest of the message), UD (DETH, Q_Key incl. the privileged bit, GRH area,
+// source QPN, one MTU), SRQ (shared by QPs, limit event), and posting from another thread.
+#include <thread>
+
+#include "tests/engine/loopback.h"
+
+namespace urxe::engine::test {
+namespace {
+
+void post_recv(Node& n, uint32_t qpn, uint64_t off, uint32_t len, uint64_t wr_id) {
+  Sge sge{n.addr(off), len, n.mr.lkey};
+  RecvWr rw;
+  rw.wr_id = wr_id;
+  rw.sg_list = &sge;
+  rw.num_sge = 1;
+  const RecvWr* bad = nullptr;
+  ASSERT_EQ(0, n.eng->post_recv(qpn, &rw, &bad));
+}
+
+void fill(std::vector<uint8_t>& m, size_t off, size_t len, uint8_t seed) {
+  for (size_t i = 0; i < len; i++) m[off + i] = static_cast<uint8_t>(seed + i * 3);
+}
+
+TEST(Uc, SendAndWriteWithoutAcks) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_UC);
+  fill(lb.a().mem, 0, 3000, 1);
+  post_recv(lb.b(), qb, 0x10000, 4096, 1);
+  Sge sge{lb.a().addr(0), 3000, lb.a().mr.lkey};
+  SendWr s = make_wr(WR_SEND, &sge, 1, 1);
+  SendWr w = make_wr(WR_RDMA_WRITE_WITH_IMM, &sge, 1, 2);
+  w.rdma.remote_addr = lb.b().addr(0x20000);
+  w.rdma.rkey = lb.b().mr.rkey;
+  w.imm_data = 5;
+  s.next = &w;
+  post_recv(lb.b(), qb, 0, 0, 2);
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &s, &bad));
+  auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  auto wb = lb.poll(lb.b(), 2);
+  ASSERT_EQ(wb.size(), 2u);
+  EXPECT_EQ(wb[0].byte_len, 3000u);
+  EXPECT_EQ(wb[1].opcode, WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 0x10000, 3000));
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 0x20000, 3000));
+  for (auto& [side, p] : lb.link.trace) {
+    EXPECT_EQ(side, 0) << "UC sends no responses";
+    EXPECT_FALSE(p.bth.ack_req);
+  }
+  // READ and atomics do not exist on UC
+  SendWr r = make_wr(WR_RDMA_READ, &sge, 1, 3);
+  EXPECT_EQ(EINVAL, lb.a().eng->post_send(qa, &r, &bad));
+}
+
+TEST(Uc, LostPacketDropsRestOfMessageAndReceiveIsReused) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_UC);
+  fill(lb.a().mem, 0, 8192, 2);
+  post_recv(lb.b(), qb, 0x10000, 8192, 1);
+  int n = 0;
+  lb.link.hook = [&](int, const wire::Packet&, std::vector<uint8_t>&) {
+    return ++n == 2 ? Fate::drop : Fate::pass;
+  };
+  Sge s1{lb.a().addr(0), 3000, lb.a().mr.lkey};
+  Sge s2{lb.a().addr(4096), 2000, lb.a().mr.lkey};
+  SendWr m1 = make_wr(WR_SEND, &s1, 1, 1);
+  SendWr m2 = make_wr(WR_SEND, &s2, 1, 2);
+  m1.next = &m2;
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &m1, &bad));
+  auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);  // the sender completes both: UC has no acknowledgement
+  auto wb = lb.poll(lb.b(), 2, 100'000'000);
+  ASSERT_EQ(wb.size(), 1u);  // only the second message arrives, into the first receive WQE
+  EXPECT_EQ(wb[0].wr_id, 1u);
+  EXPECT_EQ(wb[0].byte_len, 2000u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data() + 4096, lb.b().mem.data() + 0x10000, 2000));
+}
+
+class Ud : public ::testing::Test {
+ protected:
+  Loopback lb;
+  uint32_t qa = 0, qb = 0, ah = 0;
+  void SetUp() override {
+    std::tie(qa, qb) = lb.connect(QPT_UD);
+    AddressVector av;
+    av.dgid = lb.b().gid;
+    av.dmac = lb.b().mac;
+    ASSERT_EQ(0, lb.a().eng->create_ah(lb.a().pd, av, ah));
+  }
+  SendWr ud_wr(Sge* sge, uint32_t qkey, uint64_t id = 1) {
+    SendWr w = make_wr(WR_SEND, sge, 1, id);
+    w.ud.ah = ah;
+    w.ud.remote_qpn = qb;
+    w.ud.remote_qkey = qkey;
+    return w;
+  }
+};
+
+TEST_F(Ud, SendCarriesGrhAndSourceQpn) {
+  fill(lb.a().mem, 0, 512, 4);
+  post_recv(lb.b(), qb, 0, 40 + 1024, 1);
+  Sge sge{lb.a().addr(0), 512, lb.a().mr.lkey};
+  SendWr w = ud_wr(&sge, 0x11111111);
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_SUCCESS);
+  EXPECT_EQ(wb[0].byte_len, 512u + 40);
+  EXPECT_TRUE(wb[0].wc_flags & WC_GRH);
+  EXPECT_EQ(wb[0].src_qp, qa);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 40, 512));
+  // IPv4: the header sits in the last 20 bytes of the GRH area
+  EXPECT_EQ(lb.b().mem[20], 0x45);
+  EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 20 + 12, lb.a().gid.data() + 12, 4));
+  auto& [side, p] = lb.link.trace.at(0);
+  EXPECT_EQ(p.bth.opcode, wire::make_opcode(wire::op::kUd, wire::op::send_only));
+  EXPECT_EQ(p.deth.src_qp, qa);
+  EXPECT_EQ(p.deth.qkey, 0x11111111u);
+  EXPECT_EQ(p.udp.sport, 0xc000 | (((qa * 0x61C88647u) >> 18) & 0x3fff));
+}
+
+TEST_F(Ud, QkeyMismatchDropped) {
+  post_recv(lb.b(), qb, 0, 2048, 1);
+  Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
+  SendWr w = ud_wr(&sge, 0x22222222);
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  EXPECT_EQ(lb.poll(lb.b(), 1, 100'000'000).size(), 0u);
+  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_qkey), 1u);
+}
+
+TEST_F(Ud, PrivilegedQkeyUsesOwnQkey) {
+  post_recv(lb.b(), qb, 0, 2048, 1);
+  Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
+  SendWr w = ud_wr(&sge, 0x80000000u);  // high bit: send the QP's own Q_Key (0x11111111)
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  EXPECT_EQ(lb.poll(lb.b(), 1).size(), 1u);
+  EXPECT_EQ(lb.link.trace.at(0).second.deth.qkey, 0x11111111u);
+}
+
+TEST_F(Ud, MessageLargerThanMtuRefusedAndNoReceiveDrops) {
+  Sge sge{lb.a().addr(0), 1025, lb.a().mr.lkey};
+  SendWr w = ud_wr(&sge, 0x11111111);
+  const SendWr* bad;
+  EXPECT_EQ(EINVAL, lb.a().eng->post_send(qa, &w, &bad));
+  sge.length = 1024;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));  // no receive posted: silently dropped
+  lb.settle(100'000'000);
+  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_other), 1u);
+  w.ud.ah = 0;
+  EXPECT_EQ(EINVAL, lb.a().eng->post_send(qa, &w, &bad));
+}
+
+TEST_F(Ud, LocalErrorMovesSendQueueToSqeAndBackToRts) {
+  Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
+  SendWr w = ud_wr(&sge, 0x11111111, 1);
+  w.ud.ah = 999;  // never created
+  SendWr w2 = ud_wr(&sge, 0x11111111, 2);
+  w.next = &w2;
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WC_LOC_QP_OP_ERR);
+  EXPECT_EQ(wa[1].status, WC_WR_FLUSH_ERR);
+  QpAttr at;
+  ASSERT_EQ(0, lb.a().eng->query_qp(qa, at));
+  EXPECT_EQ(at.qp_state, QPS_SQE);
+  at.qp_state = QPS_RTS;
+  ASSERT_EQ(0, lb.a().eng->modify_qp(qa, at, QP_STATE));
+  post_recv(lb.b(), qb, 0, 2048, 7);
+  SendWr ok = ud_wr(&sge, 0x11111111, 3);
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &ok, &bad));
+  wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(lb.poll(lb.b(), 1).size(), 1u);
+}
+
+TEST_F(Ud, ReceiveTooSmallForGrhPlusPayload) {
+  post_recv(lb.b(), qb, 0, 100, 1);
+  Sge sge{lb.a().addr(0), 61, lb.a().mr.lkey};
+  SendWr w = ud_wr(&sge, 0x11111111);
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_LOC_LEN_ERR);
+}
+
+TEST(Srq, SharedByTwoQpsWithLimitEvent) {
+  Loopback lb;
+  uint32_t srq;
+  SrqAttr sa{16, 2, 0};
+  ASSERT_EQ(0, lb.b().eng->create_srq(lb.b().pd, sa, srq));
+  const uint32_t a1 = lb.create_qp(lb.a(), QPT_RC), a2 = lb.create_qp(lb.a(), QPT_RC);
+  const uint32_t b1 = lb.create_qp(lb.b(), QPT_RC, srq), b2 = lb.create_qp(lb.b(), QPT_RC, srq);
+  ConnOpts o;
+  lb.bring_up(lb.a(), a1, QPT_RC, lb.b(), b1, 1, 1, o);
+  lb.bring_up(lb.b(), b1, QPT_RC, lb.a(), a1, 1, 1, o);
+  lb.bring_up(lb.a(), a2, QPT_RC, lb.b(), b2, 1, 1, o);
+  lb.bring_up(lb.b(), b2, QPT_RC, lb.a(), a2, 1, 1, o);
+  for (int i = 0; i < 4; i++) {
+    Sge s{lb.b().addr(static_cast<uint64_t>(i) * 1024), 1024, lb.b().mr.lkey};
+    RecvWr rw;
+    rw.wr_id = static_cast<uint64_t>(i);
+    rw.sg_list = &s;
+    rw.num_sge = 1;
+    const RecvWr* bad;
+    ASSERT_EQ(0, lb.b().eng->post_srq_recv(srq, &rw, &bad));
+  }
+  RecvWr rw;
+  EXPECT_EQ(EINVAL, lb.b().eng->post_recv(b1, &rw, nullptr));  // QPs with an SRQ have no own RQ
+  sa.srq_limit = 3;
+  ASSERT_EQ(0, lb.b().eng->modify_srq(srq, sa, SRQ_LIMIT));
+  EXPECT_FALSE(lb.b().events.has(EVENT_SRQ_LIMIT_REACHED));
+  Sge sge{lb.a().addr(0), 100, lb.a().mr.lkey};
+  SendWr w1 = make_wr(WR_SEND, &sge, 1, 1), w2 = make_wr(WR_SEND, &sge, 1, 2);
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(a1, &w1, &bad));
+  ASSERT_EQ(0, lb.a().eng->post_send(a2, &w2, &bad));
+  auto wb = lb.poll(lb.b(), 2);
+  ASSERT_EQ(wb.size(), 2u);
+  EXPECT_EQ(wb[0].wr_id, 0u);  // SRQ WQEs are taken in order, whichever QP receives
+  EXPECT_EQ(wb[1].wr_id, 1u);
+  EXPECT_NE(wb[0].qp_num, wb[1].qp_num);
+  EXPECT_TRUE(lb.b().events.has(EVENT_SRQ_LIMIT_REACHED));
+  SrqAttr q;
+  ASSERT_EQ(0, lb.b().eng->query_srq(srq, q));
+  EXPECT_EQ(q.srq_limit, 0u);  // disarmed after firing
+  EXPECT_EQ(EBUSY, lb.b().eng->destroy_srq(srq));
+  EXPECT_EQ(EOPNOTSUPP, lb.b().eng->modify_srq(srq, sa, SRQ_MAX_WR));
+}
+
+TEST(Threads, PostAndPollWhileProgressRunsOnAnotherThread) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  lb.link.latency_ns = 0;
+  std::atomic<bool> stop{false};
+  // The engines run on this thread; the "application" posts and polls on another, through the rings only.
+  constexpr int kMsgs = 2000;
+  std::thread app([&] {
+    int sent = 0, done = 0, recvd = 0, rposted = 0;
+    Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+    Sge rs{lb.b().addr(0), 64, lb.b().mr.lkey};
+    while (done < kMsgs || recvd < kMsgs) {
+      if (rposted < kMsgs && rposted - recvd < 32) {
+        RecvWr rw;
+        rw.sg_list = &rs;
+        rw.num_sge = 1;
+        rw.wr_id = static_cast<uint64_t>(rposted);
+        const RecvWr* br;
+        if (lb.b().eng->post_recv(qb, &rw, &br) == 0) rposted++;
+      }
+      if (sent < kMsgs && sent - done < 32 && sent < rposted) {
+        SendWr w = make_wr(WR_SEND, &sge, 1, static_cast<uint64_t>(sent));
+        const SendWr* bs;
+        if (lb.a().eng->post_send(qa, &w, &bs) == 0) sent++;
+      }
+      Wc wc[8];
+      int n = lb.a().eng->poll_cq(lb.a().cq, 8, wc);
+      for (int i = 0; i < n; i++) {
+        EXPECT_EQ(wc[i].wr_id, static_cast<uint64_t>(done));
+        EXPECT_EQ(wc[i].status, WC_SUCCESS);
+        done++;
+      }
+      n = lb.b().eng->poll_cq(lb.b().cq, 8, wc);
+      for (int i = 0; i < n; i++) {
+        EXPECT_EQ(wc[i].wr_id, static_cast<uint64_t>(recvd));
+        recvd++;
+      }
+    }
+    stop = true;
+  });
+  lb.link.keep_trace = false;
+  while (!stop) {
+    lb.a().eng->progress();
+    lb.b().eng->progress();
+    lb.link.clock.t += 100;
+  }
+  app.join();
+}
+
+}  // namespace
+}  // namespace urxe::engine::test
