@@ -9,7 +9,7 @@ inline constexpr uint32_t kPsnMask = 0xFFFFFF;
 
 constexpr uint32_t psn_add(uint32_t psn, uint32_t n) { return (psn + n) & kPsnMask; }
 constexpr uint32_t psn_sub(uint32_t psn, uint32_t n) { return (psn - n) & kPsnMask; }
-// Signed distance a - b in (-2^23, 2^23].
+// Signed distance a - b in [-2^23, 2^23): exactly half the space apart counts as "a before b".
 constexpr int32_t psn_diff(uint32_t a, uint32_t b) {
   uint32_t d = (a - b) & kPsnMask;
   return d >= 0x800000u ? static_cast<int32_t>(d) - 0x1000000 : static_cast<int32_t>(d);
