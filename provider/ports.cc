@@ -3,10 +3,16 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <vector>
+
+#ifdef URXE_HAVE_DPDK_PORTS
+#include "dpdk/port_factory.h"
+#endif
 
 namespace urxe::provider {
 namespace {
@@ -94,9 +100,32 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
   if (kind == "loop") return std::make_unique<MemoryPort>(req.attr, true);
   if (kind == "null") return std::make_unique<MemoryPort>(req.attr, false);
   if (kind == "auto" || kind == "dpdk" || kind == "socket") {
+#ifdef URXE_HAVE_DPDK_PORTS
+    dpdk::PortOptions opt;
+    opt.ifname = req.config.netdev;
+    opt.dpdk_args = req.config.dpdk;
+    opt.kind = kind == "dpdk"     ? dpdk::PortKind::dpdk
+               : kind == "socket" ? dpdk::PortKind::socket
+                                  : dpdk::PortKind::automatic;
+    opt.gids = req.attr.gids;
+    std::string notice;
+    auto port = dpdk::open_port(opt, &notice, &err);
+    // One line per process and device, the first time a port is opened (stderr, as rdma-core warns).
+    static std::mutex notice_mu;
+    static std::vector<std::string> noticed;
+    if (port && !notice.empty()) {
+      std::lock_guard g(notice_mu);
+      if (std::find(noticed.begin(), noticed.end(), req.config.name) == noticed.end()) {
+        noticed.push_back(req.config.name);
+        std::fprintf(stderr, "%s\n", notice.c_str());
+      }
+    }
+    return port;
+#else
     err =
         "port '" + kind + "' is not available in this build (dpdk/ ports not linked); use port=loop or null";
     return nullptr;
+#endif
   }
   err = "unknown port kind '" + kind + "' (auto, dpdk, socket, loop, null)";
   return nullptr;
