@@ -239,7 +239,8 @@ TEST(Srq, SharedByTwoQpsWithLimitEvent) {
 
 TEST(Threads, PostAndPollWhileProgressRunsOnAnotherThread) {
   Loopback lb;
-  auto [qa, qb] = lb.connect(QPT_RC);
+  const auto conn = lb.connect(QPT_RC);  // named (lambdas capture it; clang 14 cannot capture bindings)
+  const uint32_t qa = conn.first, qb = conn.second;
   lb.link.latency_ns = 0;
   std::atomic<bool> stop{false};
   // The engines run on this thread; the "application" posts and polls on another, through the rings only.
