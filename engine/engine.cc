@@ -154,7 +154,7 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   srqs = std::vector<std::atomic<Srq*>>(size_t{d.max_srq} + 1);
   qps = std::vector<std::atomic<Qp*>>(d.max_qp);
   qp_list.reserve(d.max_qp);
-  tx.reserve(64);
+  tx.reserve(kTxBatch);
   rx.resize(config.rx_burst);
 }
 
@@ -181,7 +181,13 @@ void EngineImpl::async_event(EventType t, uint32_t element) {
 
 uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_len) {
   const uint32_t size = wire::frame_size(spec, payload_len);
-  if (tx.size() >= 64) tx_flush();
+  if (tx.size() >= kTxBatch) {
+    tx_flush();
+    if (tx.size() >= kTxBatch) {  // the port takes nothing: backpressure
+      count(Counter::tx_no_buf);
+      return nullptr;
+    }
+  }
   if (!port.tx_alloc(size, cur_buf)) {
     count(Counter::tx_no_buf);
     return nullptr;
@@ -205,6 +211,7 @@ void EngineImpl::abort_frame() {
 }
 
 void EngineImpl::tx_flush() {
+  // Frames the port does not take now stay queued, in order, for the next flush.
   uint32_t done = 0;
   const uint32_t n = static_cast<uint32_t>(tx.size());
   while (done < n) {
@@ -212,11 +219,7 @@ void EngineImpl::tx_flush() {
     if (k == 0) break;
     done += k;
   }
-  for (uint32_t i = done; i < n; i++) {
-    port.tx_free(tx[i]);
-    count(Counter::tx_no_buf);
-  }
-  tx.clear();
+  if (done) tx.erase(tx.begin(), tx.begin() + done);
 }
 
 void EngineImpl::rx_frame(PacketBuf& buf) {
@@ -274,6 +277,8 @@ Engine::Engine(Port& port, Clock& clock, const EngineConfig& config)
 
 Engine::~Engine() {
   std::lock_guard<std::mutex> g(impl_->mu);
+  for (auto& b : impl_->tx) impl_->port.tx_free(b);
+  impl_->tx.clear();
   for (Qp* q : impl_->qp_list) delete q;
   for (auto& c : impl_->cqs) delete c.load();
   for (auto& s : impl_->srqs) delete s.load();
@@ -373,6 +378,7 @@ uint64_t Engine::next_deadline_ns() const {
   EngineImpl& e = *impl_;
   std::lock_guard<std::mutex> g(e.mu);
   uint64_t best = UINT64_MAX;
+  if (!e.tx.empty()) return 0;
   for (const Qp* qp : e.qp_list) {
     const QpState st = qp->state.load(std::memory_order_relaxed);
     if (qp->flush_needed) return 0;

@@ -243,7 +243,8 @@ struct EngineImpl {
   std::vector<Qp*> qp_list;           // every live QP, for progress()
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Counter::num_counters)> counters{};
 
-  // tx batch
+  // tx batch: frames built this round (and any the port refused last time)
+  static constexpr size_t kTxBatch = 64;
   std::vector<PacketBuf> tx;
   std::vector<PacketBuf> rx;
   uint64_t now = 0;

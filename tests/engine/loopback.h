@@ -32,6 +32,7 @@ class MemPort : public Port {
   MemPort(Link& link, int side, PortAttr attr) : link_(link), side_(side), attr_(std::move(attr)) {}
   const PortAttr& attr() const override { return attr_; }
   bool tx_alloc(uint32_t size, PacketBuf& buf) override {
+    if (refuse && refuse()) return false;
     auto* v = new std::vector<uint8_t>(size);
     buf.data = v->data();
     buf.len = size;
@@ -45,6 +46,8 @@ class MemPort : public Port {
     for (uint32_t i = 0; i < n; i++) delete static_cast<std::vector<uint8_t>*>(bufs[i].opaque);
   }
   std::deque<Frame> inbox;
+  // Backpressure: when it returns true, tx_alloc fails and tx_burst takes at most half of what it is given.
+  std::function<bool()> refuse;
 
  private:
   Link& link_;
@@ -89,6 +92,7 @@ class Link {
 };
 
 inline uint32_t MemPort::tx_burst(PacketBuf* bufs, uint32_t n) {
+  if (refuse && refuse()) n /= 2;
   for (uint32_t i = 0; i < n; i++) {
     link_.send(side_, bufs[i].data, bufs[i].len);
     tx_free(bufs[i]);

@@ -9,7 +9,7 @@ namespace urxe::engine::test {
 namespace {
 
 struct Faults {
-  double drop = 0.05, dup = 0.03, corrupt = 0.02, reorder = 0.05;
+  double drop = 0.05, dup = 0.03, corrupt = 0.02, reorder = 0.05, backpressure = 0.02;
 };
 
 void run_seed(uint32_t seed, const Faults& f, QpType type = QPT_RC) {
@@ -31,6 +31,7 @@ void run_seed(uint32_t seed, const Faults& f, QpType type = QPT_RC) {
     return chance(f.dup) ? Fate::duplicate : Fate::pass;
   };
   lb.link.jitter = [&](int) { return chance(f.reorder) ? uni(1, 20000) : 0; };
+  for (Node* nd : {&lb.a(), &lb.b()}) nd->port->refuse = [&] { return chance(f.backpressure); };
 
   Node& A = lb.a();
   Node& B = lb.b();
@@ -136,6 +137,13 @@ void run_seed(uint32_t seed, const Faults& f, QpType type = QPT_RC) {
     EXPECT_EQ(wa[i].wr_id, static_cast<uint64_t>(i));
     EXPECT_EQ(wa[i].status, WC_SUCCESS) << wc_status_str(wa[i].status) << " wr " << i;
   }
+  if (type == QPT_UC && f.drop == 0 && f.corrupt == 0 && f.reorder == 0) {
+    // UC without loss: every message arrives, even with port backpressure
+    auto wb = lb.poll(B, sends.size(), 60'000'000'000ull);
+    ASSERT_EQ(wb.size(), sends.size());
+    lb.settle(1'000'000);  // plain WRITEs after the last receive may still be on the link
+    EXPECT_TRUE(std::equal(model.begin(), model.end(), B.mem.begin() + kWrite)) << "WRITE target differs";
+  }
   if (type == QPT_RC) {
     auto wb = lb.poll(B, sends.size(), 60'000'000'000ull);
     ASSERT_EQ(wb.size(), sends.size());
@@ -154,7 +162,9 @@ void run_seed(uint32_t seed, const Faults& f, QpType type = QPT_RC) {
       std::memcpy(&v, B.mem.data() + kAtom + static_cast<uint64_t>(c) * 8, 8);
       EXPECT_EQ(v, counters[c]) << "counter " << c;
     }
-    EXPECT_EQ(lb.idle_spins, 0u);
+    if (f.backpressure == 0) {
+      EXPECT_EQ(lb.idle_spins, 0u);  // (a refusing port is legitimately retried)
+    }
     // nothing more arrives later (no duplicate delivery)
     lb.settle(1'000'000'000);
     Wc extra[4];
@@ -173,12 +183,37 @@ TEST(RcStress, RandomWrsUnderRandomFaults200Seeds) {
   }
 }
 
+TEST(RcStress, NoIdleSpinsWithoutBackpressure50Seeds) {
+  Faults f;
+  f.backpressure = 0;
+  for (uint32_t seed = 500; seed < 550; seed++) {
+    run_seed(seed, f);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "first failing seed " << seed;
+      return;
+    }
+  }
+}
+
 TEST(RcStress, HeavyLoss30Seeds) {
   Faults f;
   f.drop = 0.2;
   f.reorder = 0.2;
   for (uint32_t seed = 1000; seed < 1030; seed++) {
     run_seed(seed, f);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "first failing seed " << seed;
+      return;
+    }
+  }
+}
+
+TEST(UcStress, PortBackpressureLosesNothing20Seeds) {
+  Faults f;
+  f.drop = f.dup = f.corrupt = f.reorder = 0;
+  f.backpressure = 0.3;
+  for (uint32_t seed = 2000; seed < 2020; seed++) {
+    run_seed(seed, f, QPT_UC);
     if (::testing::Test::HasFailure()) {
       ADD_FAILURE() << "first failing seed " << seed;
       return;
