@@ -212,6 +212,13 @@ void Scenario::choose_world() {
   ecfg_.max_unacked_psns = kWin[rng_.below(4)];
   ecfg_.tx_budget = kBudget[rng_.below(3)];
   ecfg_.rx_burst = kBurst[rng_.below(3)];
+  // Small object tables: the engine preallocates them, and a seed needs only a handful of each.
+  ecfg_.device.max_mr = 256;
+  ecfg_.device.max_ah = 16;
+  ecfg_.device.max_pd = 4;
+  ecfg_.device.max_qp = 16;
+  ecfg_.device.max_cq = 32;
+  ecfg_.device.max_srq = 4;
   tb_ = std::make_unique<Testbed>(seed_, link_, ecfg_, 4200, 256);
 
   // QP pairs: 1..3 RC (each with traffic one way or both), 0..1 UC, 0..1 UD.

@@ -147,6 +147,13 @@ struct World {
 
   World() {
     EngineConfig cfg;
+    // Small object tables (the engine preallocates them): one input needs a few of each.
+    cfg.device.max_mr = 64;
+    cfg.device.max_ah = 8;
+    cfg.device.max_pd = 4;
+    cfg.device.max_qp = 8;
+    cfg.device.max_cq = 8;
+    cfg.device.max_srq = 4;
     eng = std::make_unique<Engine>(port, clock, cfg);
     sim::Rng rng(1);
     rw = arena.carve(kRegionLen, rng, 64);

@@ -1,12 +1,14 @@
 // Runs the responder fuzz target without libFuzzer, so every build (Release, ASan) exercises its invariants:
-// deterministic pseudo-random inputs (URXE_FUZZ_REPLAY_N, default 2000), then any files named on the command
-// line (e.g. a libFuzzer corpus or crash artifact).
+// deterministic pseudo-random inputs (URXE_FUZZ_REPLAY_N, default 20000), then any files named on the command
+// line (e.g. a libFuzzer corpus or crash artifact). `--write-seeds DIR N` writes N of the generated inputs as
+// files instead (the seed corpus of the fuzz build).
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "tests/sim/sim_net.h"
@@ -14,23 +16,41 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 void responder_fuzz_print_stats();
 
+namespace {
+
+std::vector<uint8_t> generate(urxe::sim::Rng& rng) {
+  // Records as the target reads them, mostly structured frames (kind 1) so that most inputs reach the QPs'
+  // state machines; the field bytes are random.
+  std::vector<uint8_t> in;
+  uint64_t recs = rng.range(1, 24);
+  for (uint64_t r = 0; r < recs; ++r) {
+    uint64_t kind = rng.below(10);
+    in.push_back(kind < 7 ? 1 : kind == 7 ? 0 : kind == 8 ? 2 : 3);
+    size_t len = kind < 7 ? 90 : kind == 7 ? rng.range(0, 200) : kind == 8 ? 2 : 1;
+    in.push_back(static_cast<uint8_t>(len));
+    in.push_back(static_cast<uint8_t>(len >> 8));
+    for (size_t k = 0; k < len; ++k) in.push_back(static_cast<uint8_t>(rng.next()));
+  }
+  return in;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  const char* env = std::getenv("URXE_FUZZ_REPLAY_N");
-  uint64_t n = env && *env ? std::strtoull(env, nullptr, 0) : 2000;
   urxe::sim::Rng rng(0xf022);
-  for (uint64_t i = 0; i < n; ++i) {
-    // Records as the target reads them, mostly structured frames (kind 1) so that most inputs reach the QPs'
-    // state machines; the field bytes are random.
-    std::vector<uint8_t> in;
-    uint64_t recs = rng.range(1, 24);
-    for (uint64_t r = 0; r < recs; ++r) {
-      uint64_t kind = rng.below(10);
-      in.push_back(kind < 7 ? 1 : kind == 7 ? 0 : kind == 8 ? 2 : 3);
-      size_t len = kind < 7 ? 90 : kind == 7 ? rng.range(0, 200) : kind == 8 ? 2 : 1;
-      in.push_back(static_cast<uint8_t>(len));
-      in.push_back(static_cast<uint8_t>(len >> 8));
-      for (size_t k = 0; k < len; ++k) in.push_back(static_cast<uint8_t>(rng.next()));
+  if (argc == 4 && std::string(argv[1]) == "--write-seeds") {
+    uint64_t n = std::strtoull(argv[3], nullptr, 0);
+    for (uint64_t i = 0; i < n; ++i) {
+      auto in = generate(rng);
+      std::ofstream(std::string(argv[2]) + "/gen" + std::to_string(i), std::ios::binary)
+          .write(reinterpret_cast<const char*>(in.data()), static_cast<std::streamsize>(in.size()));
     }
+    return 0;
+  }
+  const char* env = std::getenv("URXE_FUZZ_REPLAY_N");
+  uint64_t n = env && *env ? std::strtoull(env, nullptr, 0) : 20000;
+  for (uint64_t i = 0; i < n; ++i) {
+    auto in = generate(rng);
     LLVMFuzzerTestOneInput(in.data(), in.size());
   }
   for (int a = 1; a < argc; ++a) {
