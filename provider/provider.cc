@@ -7,10 +7,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -24,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/engine.h"
 #include "provider/abi34.h"
@@ -154,8 +157,8 @@ struct UrxeCq {
   verbs_cq vcq;
   uint32_t handle;
   ContextState* ctx;
-  uint32_t comp_reported;   // events written to the channel (engine lock held)
-  uint32_t async_reported;  // CQ_ERR records written to the async pipe
+  uint32_t comp_reported;   // events written to the channel (under map_mu)
+  uint32_t async_reported;  // CQ_ERR records written to the async fd
   // ibv_cq_ex polling: the completion start_poll/next_poll fetched.
   en::Wc cur;
 };
@@ -380,6 +383,39 @@ struct ContextState final : en::EventSink {
   }
 };
 
+// Event fds are SOCK_SEQPACKET socket pairs rather than pipes: libibverbs reads one record per read()
+// either way, but a socket lets a destroy take back, with MSG_DONTWAIT and whatever the app set on its end,
+// the records about the destroyed object that the app has not read. That is the kernel's rule (uverbs
+// counts an event as reported when it is read, and drops unread ones at destroy), and it keeps
+// ibv_destroy_qp from waiting forever in apps that never read async events (perftest and COMM_EST).
+bool record_pair(int& rd, int& wr) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return false;
+  ::shutdown(sv[0], SHUT_WR);
+  ::shutdown(sv[1], SHUT_RD);
+  rd = sv[0];
+  wr = sv[1];
+  return true;
+}
+
+// Removes the queued records whose first 8 bytes are `element`; returns how many.
+uint32_t purge_records(int rd, int wr, size_t rec_size, uint64_t element) {
+  std::vector<std::array<unsigned char, 16>> keep;
+  uint32_t removed = 0;
+  for (;;) {
+    std::array<unsigned char, 16> rec{};
+    if (::recv(rd, rec.data(), rec_size, MSG_DONTWAIT) != static_cast<ssize_t>(rec_size)) break;
+    uint64_t el;
+    std::memcpy(&el, rec.data(), 8);
+    if (el == element)
+      ++removed;
+    else
+      keep.push_back(rec);
+  }
+  for (auto& rec : keep) [[maybe_unused]] auto n = ::send(wr, rec.data(), rec_size, MSG_DONTWAIT);
+  return removed;
+}
+
 // Asks the scheduler (EEVDF, Linux >= 6.12) for a short time slice for the calling thread, so that when it
 // wakes for a packet or a doorbell it preempts a busy-polling application thread at once instead of waiting
 // out that thread's slice (measured: ~6 ms per wakeup with two pingpong processes on two cores).
@@ -483,10 +519,7 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
     ctx->state = st;
     st->config = *dev->config;
     if (const char* p = std::getenv("URXE_PORT"); p && *p) st->config.port = p;
-    int pfd[2];
-    if (::pipe2(pfd, O_CLOEXEC) != 0) return fail(errno, "pipe");
-    st->async_rd = pfd[0];
-    st->async_wr = pfd[1];
+    if (!record_pair(st->async_rd, st->async_wr)) return fail(errno, "socketpair");
     ::fcntl(st->async_wr, F_SETFL, O_NONBLOCK);  // the progress thread must never block on a slow reader
     ctx->vctx.context.async_fd = st->async_rd;   // from here on verbs_uninit_context closes it
     st->doorbell_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -897,8 +930,11 @@ int urxe_destroy_cq(ibv_cq* ibcq) {
     {
       std::lock_guard g(st.map_mu);
       st.cqs.erase(cq->handle);
+      const uint64_t self = reinterpret_cast<uintptr_t>(ibcq);
       comp = cq->comp_reported;
-      async = cq->async_reported;
+      if (auto* ch = reinterpret_cast<UrxeChannel*>(ibcq->channel))
+        comp -= purge_records(ch->channel.fd, ch->write_fd, 8, self);
+      async = cq->async_reported - purge_records(st.async_rd, st.async_wr, 16, self);
     }
     wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, comp, &ibcq->async_events_completed,
                async);
@@ -1130,7 +1166,8 @@ int urxe_destroy_qp(ibv_qp* ibqp) {
     {
       std::lock_guard g(st.map_mu);
       st.qps.erase(ibqp->qp_num);
-      async = qp->async_reported;
+      async =
+          qp->async_reported - purge_records(st.async_rd, st.async_wr, 16, reinterpret_cast<uintptr_t>(ibqp));
     }
     wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, async, nullptr, 0);
     pthread_cond_destroy(&ibqp->cond);
@@ -1286,7 +1323,8 @@ int urxe_destroy_srq(ibv_srq* ibsrq) {
     {
       std::lock_guard g(st.map_mu);
       st.srqs.erase(srq->handle);
-      async = srq->async_reported;
+      async = srq->async_reported -
+              purge_records(st.async_rd, st.async_wr, 16, reinterpret_cast<uintptr_t>(ibsrq));
     }
     wait_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, async, nullptr, 0);
     zfree(srq);
@@ -1434,7 +1472,7 @@ extern "C" __attribute__((visibility("default"))) ibv_comp_channel* ibv_create_c
     return nullptr;
   }
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
+  if (!record_pair(fds[0], fds[1])) {
     std::free(ch);
     return nullptr;
   }

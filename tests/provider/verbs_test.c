@@ -105,9 +105,219 @@ static int to_rtr_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid*
                            IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+/* Reads one async event if one is queued within timeout_ms; returns 1 and fills ev, else 0. */
+static int next_async(struct ibv_context* ctx, struct ibv_async_event* ev, int timeout_ms) {
+  struct pollfd p = {ctx->async_fd, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) != 1) return 0;
+  return ibv_get_async_event(ctx, ev) == 0;
+}
+
+/* SRQ shared by an RC QP talking to itself: receives come from the SRQ, and the armed limit raises
+ * IBV_EVENT_SRQ_LIMIT_REACHED on the async fd. */
+static int srq_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr* mr, char* mem,
+                       const union ibv_gid* gid) {
+  struct ibv_cq* cq = ibv_create_cq(ctx, 32, NULL, NULL, 0);
+  REQUIRE(cq, "srq cq");
+  struct ibv_srq_init_attr sia;
+  memset(&sia, 0, sizeof sia);
+  sia.attr.max_wr = 16;
+  sia.attr.max_sge = 1;
+  sia.srq_context = (void*)0x9abc;
+  struct ibv_srq* srq = ibv_create_srq(pd, &sia);
+  REQUIRE(srq, "create_srq: %s", strerror(errno));
+  CHECK(srq->context == ctx && srq->pd == pd && srq->srq_context == (void*)0x9abc, "srq fields");
+  CHECK(sia.attr.max_wr >= 16, "srq max_wr %u", sia.attr.max_wr);
+  for (int i = 0; i < 4; i++) {
+    struct ibv_sge sg = {(uintptr_t)(mem + 4096 + 512 * i), 512, mr->lkey};
+    struct ibv_recv_wr r, *bad;
+    memset(&r, 0, sizeof r);
+    r.wr_id = 100 + (uint64_t)i;
+    r.sg_list = &sg;
+    r.num_sge = 1;
+    REQUIRE(ibv_post_srq_recv(srq, &r, &bad) == 0, "post_srq_recv");
+  }
+  struct ibv_srq_attr sa;
+  memset(&sa, 0, sizeof sa);
+  sa.srq_limit = 3;
+  REQUIRE(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == 0, "arm srq limit");
+  CHECK(ibv_query_srq(srq, &sa) == 0 && sa.srq_limit == 3 && sa.max_wr >= 16, "query_srq");
+
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof ia);
+  ia.send_cq = cq;
+  ia.recv_cq = cq;
+  ia.srq = srq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 4;
+  ia.cap.max_send_sge = 1;
+  struct ibv_qp* qp = ibv_create_qp(pd, &ia);
+  REQUIRE(qp, "create_qp with srq: %s", strerror(errno));
+  CHECK(qp->srq == srq, "qp->srq");
+  struct ibv_recv_wr r, *bad_r;
+  memset(&r, 0, sizeof r);
+  CHECK(ibv_post_recv(qp, &r, &bad_r) != 0, "post_recv on a QP with an SRQ accepted");
+  REQUIRE(to_init(qp) == 0 && to_rtr_rts(qp, qp->qp_num, gid, 1) == 0, "srq qp to RTS");
+  for (int i = 0; i < 2; i++) {
+    struct ibv_sge sg = {(uintptr_t)mem, 100, mr->lkey};
+    struct ibv_send_wr w, *bad;
+    memset(&w, 0, sizeof w);
+    w.wr_id = 200 + (uint64_t)i;
+    w.sg_list = &sg;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    REQUIRE(ibv_post_send(qp, &w, &bad) == 0, "send to srq");
+  }
+  struct ibv_wc wc[4];
+  int got = wait_cq(cq, wc, 4);
+  CHECK(got == 4, "srq completions %d", got);
+  int recvs = 0;
+  for (int i = 0; i < got; i++) {
+    CHECK(wc[i].status == IBV_WC_SUCCESS, "srq wc %s", ibv_wc_status_str(wc[i].status));
+    if (wc[i].opcode == IBV_WC_RECV) {
+      recvs++;
+      CHECK(wc[i].qp_num == qp->qp_num && wc[i].byte_len == 100 && wc[i].wr_id >= 100 && wc[i].wr_id < 104,
+            "srq recv wc");
+    }
+  }
+  CHECK(recvs == 2, "srq recvs %d", recvs);
+  struct ibv_async_event ev;
+  int have = next_async(ctx, &ev, 2000);
+  CHECK(have, "no SRQ_LIMIT_REACHED event");
+  if (have) {
+    CHECK(ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq, "event %s for %p",
+          ibv_event_type_str(ev.event_type), (void*)ev.element.srq);
+    ibv_ack_async_event(&ev);
+  }
+  /* Re-armed and hit again, but this time the app never reads the event: destroy must not wait for it
+   * (the kernel drops unread events of a destroyed object), and the record must be gone. */
+  sa.srq_limit = 3;
+  REQUIRE(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == 0, "re-arm srq limit");
+  {
+    struct ibv_sge sg = {(uintptr_t)mem, 10, mr->lkey};
+    struct ibv_send_wr w, *bad;
+    memset(&w, 0, sizeof w);
+    w.sg_list = &sg;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    REQUIRE(ibv_post_send(qp, &w, &bad) == 0, "third send to srq");
+    CHECK(wait_cq(cq, wc, 2) == 2, "third send completions");
+  }
+  struct pollfd ap = {ctx->async_fd, POLLIN, 0};
+  CHECK(poll(&ap, 1, 2000) == 1, "second SRQ_LIMIT_REACHED not queued");
+  CHECK(ibv_destroy_srq(srq) == EBUSY, "destroy_srq with a QP");
+  CHECK(ibv_destroy_qp(qp) == 0, "destroy srq qp");
+  CHECK(ibv_destroy_srq(srq) == 0, "destroy_srq");
+  CHECK(poll(&ap, 1, 0) == 0, "unread event of the destroyed SRQ still queued");
+  CHECK(ibv_destroy_cq(cq) == 0, "destroy srq cq");
+  return 0;
+}
+
+/* UD QP sending to itself through an AH, completions read with the ibv_cq_ex API. */
+static int ud_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr* mr, char* mem,
+                      const union ibv_gid* gid) {
+  struct ibv_cq_init_attr_ex ca;
+  memset(&ca, 0, sizeof ca);
+  ca.cqe = 16;
+  ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP;
+  struct ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
+  REQUIRE(cqx, "create_cq_ex: %s", strerror(errno));
+  ca.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  errno = 0;
+  CHECK(ibv_create_cq_ex(ctx, &ca) == NULL && errno == EOPNOTSUPP, "timestamps accepted (errno %d)", errno);
+  struct ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof ia);
+  ia.send_cq = cq;
+  ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_UD;
+  ia.cap.max_send_wr = 4;
+  ia.cap.max_recv_wr = 4;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  struct ibv_qp* qp = ibv_create_qp(pd, &ia);
+  REQUIRE(qp, "create UD qp: %s", strerror(errno));
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = 0x11111111;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0,
+          "UD INIT");
+  a.qp_state = IBV_QPS_RTR;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0, "UD RTR");
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 7;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
+
+  struct ibv_ah_attr aa;
+  memset(&aa, 0, sizeof aa);
+  aa.is_global = 1;
+  aa.grh.dgid = *gid;
+  aa.grh.sgid_index = 1;
+  aa.grh.hop_limit = 64;
+  aa.port_num = 1;
+  struct ibv_ah* ah = ibv_create_ah(pd, &aa);
+  REQUIRE(ah, "create_ah: %s", strerror(errno));
+  aa.is_global = 0;
+  errno = 0;
+  CHECK(ibv_create_ah(pd, &aa) == NULL, "AH without GRH accepted on RoCE");
+
+  struct ibv_sge rs = {(uintptr_t)(mem + 4096), 40 + 256, mr->lkey};
+  struct ibv_recv_wr r, *bad_r;
+  memset(&r, 0, sizeof r);
+  r.wr_id = 300;
+  r.sg_list = &rs;
+  r.num_sge = 1;
+  REQUIRE(ibv_post_recv(qp, &r, &bad_r) == 0, "UD post_recv");
+  for (int i = 0; i < 32; i++) mem[i] = (char)(0x40 + i);
+  struct ibv_sge ss = {(uintptr_t)mem, 32, mr->lkey};
+  struct ibv_send_wr w, *bad;
+  memset(&w, 0, sizeof w);
+  w.wr_id = 301;
+  w.sg_list = &ss;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_SEND;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.ud.ah = ah;
+  w.wr.ud.remote_qpn = qp->qp_num;
+  w.wr.ud.remote_qkey = 0x11111111;
+  REQUIRE(ibv_post_send(qp, &w, &bad) == 0, "UD post_send");
+
+  int seen = 0, send_ok = 0, recv_ok = 0;
+  for (int spins = 0; seen < 2 && spins < 5000; spins++) {
+    struct ibv_poll_cq_attr pa = {0};
+    int rc = ibv_start_poll(cqx, &pa);
+    if (rc == ENOENT) {
+      usleep(1000);
+      continue;
+    }
+    CHECK(rc == 0, "start_poll %d", rc);
+    while (rc == 0) {
+      seen++;
+      CHECK(cqx->status == IBV_WC_SUCCESS, "UD wc %s", ibv_wc_status_str(cqx->status));
+      if (cqx->wr_id == 301 && ibv_wc_read_opcode(cqx) == IBV_WC_SEND) send_ok = 1;
+      if (cqx->wr_id == 300 && ibv_wc_read_opcode(cqx) == IBV_WC_RECV) {
+        recv_ok = ibv_wc_read_byte_len(cqx) == 40 + 32 && ibv_wc_read_qp_num(cqx) == qp->qp_num &&
+                  ibv_wc_read_src_qp(cqx) == qp->qp_num && (ibv_wc_read_wc_flags(cqx) & IBV_WC_GRH);
+      }
+      rc = ibv_next_poll(cqx);
+    }
+    ibv_end_poll(cqx);
+  }
+  CHECK(send_ok && recv_ok, "UD send %d recv %d", send_ok, recv_ok);
+  CHECK(!memcmp(mem, mem + 4096 + 40, 32), "UD payload after the 40-byte GRH differs");
+  CHECK(ibv_destroy_qp(qp) == 0, "destroy UD qp");
+  CHECK(ibv_destroy_ah(ah) == 0, "destroy_ah");
+  CHECK(ibv_destroy_cq(cq) == 0, "destroy cq_ex");
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s DEVICE NETDEV IPV4 ACTIVE_MTU\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: %s DEVICE NETDEV IPV4 ACTIVE_MTU [nopreload]\n", argv[0]);
     return 2;
   }
   const char* devname = argv[1];
@@ -145,9 +355,26 @@ int main(int argc, char** argv) {
   struct ibv_context* ctx = ibv_open_device(dev);
   REQUIRE(ctx != NULL, "ibv_open_device: %s", strerror(errno));
   struct stat st;
-  CHECK(ctx->async_fd >= 0 && fstat(ctx->async_fd, &st) == 0 && S_ISFIFO(st.st_mode), "async_fd is a pipe");
+  CHECK(ctx->async_fd >= 0 && fstat(ctx->async_fd, &st) == 0 && S_ISSOCK(st.st_mode),
+        "async_fd is not a socket");
   CHECK(ctx->num_comp_vectors == 1, "num_comp_vectors %d", ctx->num_comp_vectors);
   CHECK((fcntl(ctx->cmd_fd, F_GETFL) & O_ACCMODE) == O_RDONLY, "cmd_fd not read-only");
+
+  if (argc == 6 && !strcmp(argv[5], "nopreload")) {
+    /* Loaded through RDMAV_DRIVERS / a .driver file, the interposer is not in front of libibverbs: its
+     * kernel command must fail cleanly (EBADF on the read-only cmd_fd), not return a garbage fd. */
+    errno = 0;
+    CHECK(ibv_create_comp_channel(ctx) == NULL && errno == EBADF, "comp channel without preload: errno %d",
+          errno);
+    CHECK(fcntl(0, F_GETFD) != -1 || errno != EBADF, "stdin was closed");
+    struct ibv_pd* p = ibv_alloc_pd(ctx);
+    CHECK(p != NULL && ibv_dealloc_pd(p) == 0, "PD without preload");
+    CHECK(ibv_close_device(ctx) == 0, "close_device");
+    ibv_free_device_list(list);
+    if (failures) return 1;
+    printf("verbs_test (nopreload): all checks passed\n");
+    return 0;
+  }
 
   /* ---- query_device(_ex): the op libibverbs calls is ours and honours attr_size ---- */
   struct ibv_device_attr da;
@@ -209,7 +436,8 @@ int main(int argc, char** argv) {
   /* ---- CQ and completion channel ---- */
   struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   REQUIRE(ch, "create_comp_channel: %s", strerror(errno));
-  CHECK(ch->fd > 2 && fstat(ch->fd, &st) == 0 && S_ISFIFO(st.st_mode), "channel fd %d is not a pipe", ch->fd);
+  CHECK(ch->fd > 2 && fstat(ch->fd, &st) == 0 && S_ISSOCK(st.st_mode), "channel fd %d is not a socket",
+        ch->fd);
   CHECK(ibv_create_cq(ctx, 0, NULL, NULL, 0) == NULL, "cqe 0 accepted");
   CHECK(ibv_create_cq(ctx, 16, NULL, NULL, 5) == NULL && errno == EINVAL, "comp_vector 5 accepted");
   struct ibv_cq* cq = ibv_create_cq(ctx, 64, (void*)0x1234, ch, 0);
@@ -306,6 +534,16 @@ int main(int argc, char** argv) {
   got = wait_cq(cq, wc, 1);
   CHECK(got == 1 && wc[0].wr_id == 3 && wc[0].status == IBV_WC_LOC_PROT_ERR, "bad lkey: %d %s", got,
         got == 1 ? ibv_wc_status_str(wc[0].status) : "-");
+
+  /* The error moved the QP to ERR; whatever async event that raised must be about this QP. */
+  struct ibv_async_event aev;
+  while (next_async(ctx, &aev, 100)) {
+    CHECK(aev.element.qp == qp, "async %s not for the QP", ibv_event_type_str(aev.event_type));
+    ibv_ack_async_event(&aev);
+  }
+
+  if (srq_section(ctx, pd, mr, mem, &gid1)) return 1;
+  if (ud_section(ctx, pd, mr, mem, &gid1)) return 1;
 
   /* ---- teardown, with the documented EBUSY ordering ---- */
   CHECK(ibv_destroy_cq(cq) == EBUSY, "destroy_cq with a QP");

@@ -1,0 +1,55 @@
+#!/bin/sh
+# Unmodified verbs applications between two network namespaces joined by a veth pair, urxe0 on each side
+# (each side with its own mount namespace: its own /dev/infiniband and run directory), over the port
+# `urxe link add` picks by default. Server in ns A, client in ns B; both must exit 0 and print their result.
+#   usage: apps_2ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]
+#   (the client gets the server's address appended)
+set -u
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
+devctl=$1; so=$2; shift 2
+mkdir -p /dev/infiniband
+a=urxeA$$; b=urxeB$$
+ip netns add $a && ip netns add $b || exit 1
+cleanup() { ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$tmp"; }
+tmp=$(mktemp -d /tmp/urxe-apps.XXXXXX)
+trap cleanup EXIT
+ip link add va netns $a type veth peer name vb netns $b
+ip -n $a addr add 10.88.0.1/24 dev va
+ip -n $b addr add 10.88.0.2/24 dev vb
+for ns in $a $b; do ip -n $ns link set lo up; done
+ip -n $a link set va up
+ip -n $b link set vb up
+
+side() {  # side NS IFACE OUTFILE CMD...
+  ns=$1; ifc=$2; out=$3; shift 3
+  ip netns exec "$ns" unshare --mount --propagation private sh -c '
+    mount -t tmpfs urxe-test /dev/infiniband || exit 1
+    export URXE_RUN_DIR=$(mktemp -d /tmp/urxe-run.XXXXXX) URXE_PROVIDER="$1"
+    trap "rm -rf \"\$URXE_RUN_DIR\"" EXIT
+    "$2" link add urxe0 netdev "$3" >/dev/null || exit 1
+    eval "$("$2" env)"
+    shift 3
+    timeout 60 "$@"' side "$so" "$devctl" "$ifc" "$@" >"$out" 2>&1
+}
+
+fail=0
+for app in "$@"; do
+  # shellcheck disable=SC2086
+  side $a va "$tmp/server" $app &
+  srv=$!
+  sleep 1
+  side $b vb "$tmp/client" $app 10.88.0.1
+  crc=$?
+  wait $srv
+  src=$?
+  if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+    echo "FAIL: $app (server rc $src, client rc $crc)"
+    sed 's/^/  server: /' "$tmp/server"
+    sed 's/^/  client: /' "$tmp/client"
+    fail=1
+  else
+    echo "ok: $app"
+    grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
+  fi
+done
+exit $fail
