@@ -42,6 +42,17 @@ if printf '%s\n' "$out" | grep -q "10\.77\.0\.1"; then echo "FAIL: removed addre
 # The device kept its identity across refreshes (same device, still opens).
 check "still listed" "hca_id:[[:space:]]+urxe0" "$out"
 
+# `link watch` follows address changes by itself.
+"$URXE_DEVCTL" link watch 2>/dev/null &
+watcher=$!
+sleep 0.5
+ip addr add 10.77.2.7/24 dev va
+n=0
+until ibv_devinfo -v -d urxe0 2>&1 | grep -q "::ffff:10.77.2.7, RoCE v2" || [ $n -ge 50 ]; do sleep 0.1; n=$((n + 1)); done
+out=$(ibv_devinfo -v -d urxe0 2>&1)
+check "link watch picked up a new address" "GID\[  2\]:[[:space:]]+::ffff:10\.77\.2\.7, RoCE v2" "$out"
+kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
+
 out=$("$URXE_DEVCTL" link show); echo "$out"
 check "link show" "link urxe0/1 state ACTIVE physical_state LINK_UP netdev va" "$out"
 [ $fail = 0 ] && echo "ibv_utils: all checks passed"

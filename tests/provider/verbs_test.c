@@ -542,6 +542,25 @@ int main(int argc, char** argv) {
     ibv_ack_async_event(&aev);
   }
 
+  /* A second context on the same device (as a second process would be) hands out QPNs from another
+   * block: QPNs are unique per device. */
+  {
+    struct ibv_context* ctx2 = ibv_open_device(dev);
+    REQUIRE(ctx2, "second open: %s", strerror(errno));
+    struct ibv_pd* pd2 = ibv_alloc_pd(ctx2);
+    struct ibv_cq* cq2 = ibv_create_cq(ctx2, 4, NULL, NULL, 0);
+    REQUIRE(pd2 && cq2, "second context pd/cq");
+    struct ibv_qp_init_attr ia2 = ia;
+    ia2.send_cq = cq2;
+    ia2.recv_cq = cq2;
+    struct ibv_qp* qp2 = ibv_create_qp(pd2, &ia2);
+    REQUIRE(qp2, "second context qp: %s", strerror(errno));
+    CHECK(qp2->qp_num != qp->qp_num && (qp2->qp_num - 0x11) / 4096 != (qp->qp_num - 0x11) / 4096,
+          "QPN 0x%x of the second context is in the first one's block (0x%x)", qp2->qp_num, qp->qp_num);
+    CHECK(ibv_destroy_qp(qp2) == 0 && ibv_destroy_cq(cq2) == 0 && ibv_dealloc_pd(pd2) == 0, "ctx2 teardown");
+    CHECK(ibv_close_device(ctx2) == 0, "close ctx2");
+  }
+
   if (srq_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (ud_section(ctx, pd, mr, mem, &gid1)) return 1;
 
