@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -186,6 +187,22 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
     vdev_args = comma == std::string::npos ? "" : vdevs[0].substr(comma + 1);
     af_packet = p->dev_name_.rfind("net_af_packet", 0) == 0;
   }
+  if (af_packet) {
+    // The idle wakeup socket, opened before the PMD's own socket: the kernel serves the newest packet socket
+    // of an interface first, so the PMD's ring gets each frame before this socket signals it.
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_ll sll{};
+    sll.sll_family = AF_PACKET;
+    sll.sll_protocol = htons(ETH_P_ALL);
+    sll.sll_ifindex = p->info_.ifindex;
+    if (fd >= 0 && attach_drop_filter(fd, nullptr) &&
+        bind(fd, reinterpret_cast<sockaddr*>(&sll), sizeof sll) == 0) {
+      p->wait_fd_ = fd;
+      p->wait_is_socket_ = true;
+    } else if (fd >= 0) {
+      close(fd);
+    }
+  }
   if (!p->dev_name_.empty()) {
     int r = rte_vdev_init(p->dev_name_.c_str(), vdev_args.c_str());
     if (r != 0) {
@@ -266,19 +283,6 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
   if (rx_intr) {
     int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(p->port_id_, 0);
     if (fd >= 0) p->wait_fd_ = fd;
-  } else if (af_packet) {
-    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    sockaddr_ll sll{};
-    sll.sll_family = AF_PACKET;
-    sll.sll_protocol = htons(ETH_P_ALL);
-    sll.sll_ifindex = p->info_.ifindex;
-    if (fd >= 0 && attach_drop_filter(fd, nullptr) &&
-        bind(fd, reinterpret_cast<sockaddr*>(&sll), sizeof sll) == 0) {
-      p->wait_fd_ = fd;
-      p->wait_is_socket_ = true;
-    } else if (fd >= 0) {
-      close(fd);
-    }
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
   if (cfg.guard_udp_port) {
@@ -292,6 +296,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
 
 DpdkPort::~DpdkPort() {
   if (wait_fd_ >= 0 && wait_is_socket_) close(wait_fd_);
+  while (stash_pos_ < stash_n_) rte_pktmbuf_free(stash_[stash_pos_++]);
   if (started_) rte_eth_dev_stop(port_id_);
   if (g_eal_ok && !dev_name_.empty()) {
     rte_eth_dev_close(port_id_);
@@ -353,9 +358,12 @@ uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   ensure_lcore();
   constexpr uint32_t kMax = 64;
   rte_mbuf* m[kMax];
-  uint16_t got = rte_eth_rx_burst(port_id_, 0, m, static_cast<uint16_t>(std::min(kMax, n)));
+  const uint32_t want = std::min(kMax, n);
+  uint32_t got = 0;
+  while (stash_pos_ < stash_n_ && got < want) m[got++] = stash_[stash_pos_++];
+  if (got < want) got += rte_eth_rx_burst(port_id_, 0, m + got, static_cast<uint16_t>(want - got));
   uint32_t out = 0;
-  for (uint16_t i = 0; i < got; ++i) {
+  for (uint32_t i = 0; i < got; ++i) {
     if (m[i]->nb_segs != 1) {  // the engine takes contiguous frames; our mbufs fit any frame the link allows
       ++multiseg_dropped_;
       rte_pktmbuf_free(m[i]);
@@ -380,10 +388,11 @@ void DpdkPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
   }
 }
 
-void DpdkPort::drain_wait_fd() {
+uint32_t DpdkPort::drain_wait_fd() {
   uint8_t buf[64];
-  while (recv(wait_fd_, buf, sizeof buf, MSG_DONTWAIT) > 0) {
-  }
+  uint32_t n = 0;
+  while (recv(wait_fd_, buf, sizeof buf, MSG_DONTWAIT) > 0) ++n;
+  return n;
 }
 
 void DpdkPort::rx_wait_arm(bool armed) {
@@ -394,7 +403,16 @@ void DpdkPort::rx_wait_arm(bool armed) {
       attach_roce_filter(wait_fd_, info_.mac, 1, nullptr);
     } else {
       attach_drop_filter(wait_fd_, nullptr);
-      drain_wait_fd();
+      // The kernel hands a frame to the packet sockets one after the other: the wakeup socket can have it
+      // before the PMD's ring does. If it saw one, wait (bounded) until the ring has it too, so the caller's
+      // next rx_burst does not come back empty and put the thread back to sleep on a frame already here.
+      if (drain_wait_fd() > 0 && stash_pos_ == stash_n_) {
+        stash_pos_ = stash_n_ = 0;
+        auto t0 = std::chrono::steady_clock::now();
+        do {
+          stash_n_ = rte_eth_rx_burst(port_id_, 0, stash_, kStash);
+        } while (stash_n_ == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(200));
+      }
     }
   } else if (armed) {
     rte_eth_dev_rx_intr_enable(port_id_, 0);

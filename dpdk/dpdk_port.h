@@ -69,7 +69,10 @@ class DpdkPort final : public engine::Port {
 
  private:
   DpdkPort() = default;
-  void drain_wait_fd();
+  uint32_t drain_wait_fd();
+  static constexpr uint16_t kStash = 32;
+  rte_mbuf* stash_[kStash] = {};  // frames rx_wait_arm(false) took from the PMD; rx_burst serves them first
+  uint16_t stash_n_ = 0, stash_pos_ = 0;
 
   uint16_t port_id_ = 0;
   bool started_ = false;

@@ -9,12 +9,16 @@
 //                               With --dst-ip (an own address) it sends them itself, one at a time: loopback
 //     blast --dst-ip IP --size S --seconds T       send as fast as the port takes frames; prints pps
 //     sink --seconds T          count received RoCE frames (busy polling); prints pps
+//     pong --dst-ip IP --seconds T   answer every RoCE frame with one of the same size to IP
+//     ping --dst-ip IP --count N --size S   N round trips one at a time; prints RTT p50/p99 in us
+//       (--sleep: both wait on rx_wait_fd between frames, as an idle progress thread does)
 //     guard-install | guard-remove   the nftables ingress drop of UDP/4791 on IFACE (kernel_guard.h)
 //   --no-guard: do not hold UDP port 4791 (to measure what the kernel does without it)
 // Prints "ready" on stdout once the port is open (receivers), and one "key=value ..." result line.
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +74,7 @@ struct Args {
   uint32_t count = 0, size = 64, timeout_ms = 5000, gap_us = 200;
   double seconds = 3;
   bool guard = true;
+  bool sleep = false;  // ping/pong: sleep on rx_wait_fd when idle instead of busy polling
 };
 
 Args parse_args(int argc, char** argv) {
@@ -102,6 +107,8 @@ Args parse_args(int argc, char** argv) {
       a.seconds = std::stod(val());
     else if (k == "--no-guard")
       a.guard = false;
+    else if (k == "--sleep")
+      a.sleep = true;
     else if (k[0] != '-' && a.cmd.empty())
       a.cmd = k;
     else
@@ -169,6 +176,31 @@ bool send_one(engine::Port& port, wire::FrameSpec& spec, uint32_t seq, uint32_t 
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   return true;
+}
+
+// Waits for the next RoCE frame (busy polling, or the idle protocol with --sleep); false on timeout.
+bool wait_frame(engine::Port& port, bool sleep, double timeout_s, engine::PacketBuf& out) {
+  auto t0 = Clock::now();
+  while (secs_since(t0) < timeout_s) {
+    uint32_t n = port.rx_burst(&out, 1);
+    if (n == 0 && sleep) {
+      port.rx_wait_arm(true);
+      n = port.rx_burst(&out, 1);
+      if (n == 0 && port.rx_wait_fd() >= 0) {
+        pollfd p{port.rx_wait_fd(), POLLIN, 0};
+        poll(&p, 1, 100);
+      }
+      port.rx_wait_arm(false);
+    }
+    if (n == 0) continue;
+    const uint8_t* d = out.data;
+    bool roce =
+        (out.len > 42 && d[12] == 0x08 && d[13] == 0x00 && d[23] == 17 && d[36] == 0x12 && d[37] == 0xb7) ||
+        (out.len > 62 && d[12] == 0x86 && d[13] == 0xdd && d[20] == 17 && d[56] == 0x12 && d[57] == 0xb7);
+    if (roce && out.len > 64) return true;  // (the empty neighbour-trigger datagram is 42/62 bytes)
+    port.rx_free(&out, 1);
+  }
+  return false;
 }
 
 }  // namespace
@@ -294,6 +326,42 @@ int main(int argc, char** argv) {
     printf("kind=%s expected=%u ok=%u dup=%u bad=%u other=%u wakeups=%u timeouts=%u\n", kind, a.count, ok,
            dup, bad, other, wakeups, timeouts);
     return ok == a.count && dup == 0 && bad == 0 ? 0 : 1;
+  }
+  if (a.cmd == "pong" || a.cmd == "ping") {
+    wire::FrameSpec spec = make_spec(*port, info, a.dst_ip);
+    std::vector<uint8_t> pl;
+    engine::PacketBuf in;
+    if (a.cmd == "pong") {
+      printf("ready\n");
+      fflush(stdout);
+      uint64_t n = 0;
+      auto t0 = Clock::now();
+      while (secs_since(t0) < a.seconds) {
+        if (!wait_frame(*port, a.sleep, 0.2, in)) continue;
+        wire::Packet pkt;
+        wire::parse_frame(wire::ByteSpan(in.data, in.len), pkt, {false, false});
+        uint32_t psn = pkt.bth.psn, plen = pkt.payload_len;
+        port->rx_free(&in, 1);
+        if (send_one(*port, spec, psn, plen, pl)) ++n;
+      }
+      printf("kind=%s answered=%llu\n", kind, static_cast<unsigned long long>(n));
+      return 0;
+    }
+    std::vector<double> rtt;
+    for (uint32_t seq = 0; seq < a.count; ++seq) {
+      auto t0 = Clock::now();
+      if (!send_one(*port, spec, seq, a.size, pl)) break;
+      if (!wait_frame(*port, a.sleep, 1.0, in)) continue;
+      rtt.push_back(secs_since(t0) * 1e6);
+      port->rx_free(&in, 1);
+    }
+    std::sort(rtt.begin(), rtt.end());
+    auto pct = [&](double q) {
+      return rtt.empty() ? 0.0 : rtt[static_cast<size_t>(q * static_cast<double>(rtt.size() - 1))];
+    };
+    printf("kind=%s sleep=%d rounds=%zu p50_us=%.1f p99_us=%.1f\n", kind, a.sleep ? 1 : 0, rtt.size(),
+           pct(0.5), pct(0.99));
+    return rtt.size() == a.count ? 0 : 1;
   }
   if (a.cmd == "blast") {
     wire::FrameSpec spec = make_spec(*port, info, a.dst_ip);
