@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -20,16 +21,46 @@ namespace {
 constexpr uint32_t kFrameSize = 10240;  // > 4096 path MTU + all headers, < a jumbo frame
 constexpr uint32_t kFrames = 512;
 
-// Frames go round in a fixed pool: tx_alloc takes one, tx_burst moves it to the receive queue (loop) or
-// back to the pool (null), rx_free returns it to the pool.
+class MemoryPort;
+
+// All loop ports of one device in a process share a bus: a frame sent by any of them is received by
+// every one (its own included), so several contexts of one process talk to each other as two processes
+// on one NIC would; each engine drops the QPNs it does not own.
+struct LoopBus {
+  std::mutex mu;
+  std::vector<MemoryPort*> ports;
+};
+
+std::shared_ptr<LoopBus> loop_bus(const std::string& device) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::string, std::weak_ptr<LoopBus>>> buses;
+  std::lock_guard g(mu);
+  for (auto& [name, weak] : buses)
+    if (name == device)
+      if (auto bus = weak.lock()) return bus;
+  auto bus = std::make_shared<LoopBus>();
+  buses.emplace_back(device, bus);
+  return bus;
+}
+
+// Frames live in a fixed pool: tx_alloc takes one, tx_burst copies it into the receive queue of every
+// port on the bus (loop) or drops it (null) and returns it to the pool, rx_free returns received ones.
 class MemoryPort final : public engine::Port {
  public:
-  MemoryPort(const engine::PortAttr& attr, bool loop)
-      : attr_(attr), loop_(loop), storage_(size_t{kFrameSize} * kFrames) {
+  MemoryPort(const engine::PortAttr& attr, std::shared_ptr<LoopBus> bus)
+      : attr_(attr), bus_(std::move(bus)), storage_(size_t{kFrameSize} * kFrames) {
     for (uint32_t i = 0; i < kFrames; ++i) free_.push_back(storage_.data() + size_t{i} * kFrameSize);
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (bus_) {
+      std::lock_guard g(bus_->mu);
+      bus_->ports.push_back(this);
+    }
   }
   ~MemoryPort() override {
+    if (bus_) {
+      std::lock_guard g(bus_->mu);
+      bus_->ports.erase(std::find(bus_->ports.begin(), bus_->ports.end(), this));
+    }
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
   const engine::PortAttr& attr() const override { return attr_; }
@@ -43,17 +74,13 @@ class MemoryPort final : public engine::Port {
     return true;
   }
   uint32_t tx_burst(engine::PacketBuf* bufs, uint32_t n) override {
+    if (bus_) {
+      std::lock_guard g(bus_->mu);
+      for (MemoryPort* p : bus_->ports)
+        for (uint32_t i = 0; i < n; ++i) p->deliver(bufs[i]);
+    }
     std::lock_guard g(mu_);
-    for (uint32_t i = 0; i < n; ++i) {
-      if (loop_)
-        rx_.push_back(bufs[i]);
-      else
-        free_.push_back(bufs[i].data);
-    }
-    if (loop_ && n && armed_ && wake_fd_ >= 0) {
-      uint64_t one = 1;
-      [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
-    }
+    for (uint32_t i = 0; i < n; ++i) free_.push_back(bufs[i].data);
     return n;
   }
   void tx_free(engine::PacketBuf& buf) override {
@@ -84,8 +111,23 @@ class MemoryPort final : public engine::Port {
   }
 
  private:
+  // A copy of `frame` into this port's receive queue (dropped when the pool is empty, as a NIC would).
+  void deliver(const engine::PacketBuf& frame) {
+    std::lock_guard g(mu_);
+    if (free_.empty() || frame.len > kFrameSize) return;
+    engine::PacketBuf b{free_.back(), frame.len, nullptr};
+    free_.pop_back();
+    b.opaque = b.data;
+    std::memcpy(b.data, frame.data, frame.len);
+    rx_.push_back(b);
+    if (armed_ && wake_fd_ >= 0) {
+      uint64_t one = 1;
+      [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
+    }
+  }
+
   engine::PortAttr attr_;
-  bool loop_;
+  std::shared_ptr<LoopBus> bus_;
   std::vector<uint8_t> storage_;
   std::mutex mu_;
   std::vector<uint8_t*> free_;
@@ -97,8 +139,8 @@ class MemoryPort final : public engine::Port {
 }  // namespace
 
 std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortRequest& req, std::string& err) {
-  if (kind == "loop") return std::make_unique<MemoryPort>(req.attr, true);
-  if (kind == "null") return std::make_unique<MemoryPort>(req.attr, false);
+  if (kind == "loop") return std::make_unique<MemoryPort>(req.attr, loop_bus(req.config.name));
+  if (kind == "null") return std::make_unique<MemoryPort>(req.attr, nullptr);
   if (kind == "auto" || kind == "dpdk" || kind == "socket") {
 #ifdef URXE_HAVE_DPDK_PORTS
     dpdk::PortOptions opt;

@@ -1,6 +1,7 @@
 // Packet ports the provider can open for a device, chosen by the device config's `port=` (or $URXE_PORT).
 // Real I/O (dpdk, kernel sockets) comes from dpdk/ once it exists; the two here need no network:
-//   loop — every frame sent is received again by the same port (one context talks to itself);
+//   loop — every frame sent is received by every loop port of the same device in this process (the
+//          sender's own included): contexts of one process talk to each other and to themselves;
 //   null — frames sent are dropped, nothing is received (open/query/PD/MR/CQ work, traffic does not).
 #pragma once
 #include <memory>

@@ -163,11 +163,14 @@ struct UrxeCq {
   en::Wc cur;
 };
 
+struct WrBatch;
+
 struct UrxeQp {
   verbs_qp vqp;
   ContextState* ctx;
   en::QpType type;
   uint32_t async_reported;
+  WrBatch* batch;  // the ibv_wr_* builder state; only for QPs created with send_ops_flags
 };
 
 struct UrxeSrq {
@@ -619,6 +622,7 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
     a.orig_attr.local_ca_ack_delay = 15;
     a.orig_attr.phys_port_cnt = 1;
     a.max_dm_size = 0;
+    a.phys_port_cnt_ex = 1;
     std::memcpy(attr, &a, std::min(attr_size, sizeof a));
     return 0;
   });
@@ -1014,14 +1018,179 @@ ibv_qp* urxe_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   return guarded<ibv_qp*>(nullptr, [&] { return create_qp_common(pd->context, pd, attr); });
 }
 
+// ---- ibv_qp_ex: work requests built with ibv_wr_*() between wr_start and wr_complete ----
+// Preallocated at create time for max_send_wr WRs, their SGEs and their inline bytes, so building and
+// posting allocate nothing. A builder error (too many WRs or SGEs) is reported by wr_complete.
+struct WrBatch {
+  uint32_t max_wr = 0, max_sge = 0, max_inline = 0;
+  std::vector<en::SendWr> wrs;
+  std::vector<en::Sge> sges;        // max_sge per WR
+  std::vector<uint8_t> inline_buf;  // max_inline per WR
+  uint32_t n = 0;
+  int err = 0;
+};
+
+UrxeQp* qpx_qp(ibv_qp_ex* x) {
+  return reinterpret_cast<UrxeQp*>(x);
+}
+
+en::SendWr* wr_new(ibv_qp_ex* x, en::WrOpcode op) {
+  WrBatch& b = *qpx_qp(x)->batch;
+  if (b.n >= b.max_wr) {
+    b.err = ENOMEM;
+    return nullptr;
+  }
+  en::SendWr& w = b.wrs[b.n++];
+  w = en::SendWr{};
+  w.wr_id = x->wr_id;
+  w.send_flags = x->wr_flags;
+  w.opcode = op;
+  return &w;
+}
+en::SendWr* wr_cur(ibv_qp_ex* x) {
+  WrBatch& b = *qpx_qp(x)->batch;
+  return b.n ? &b.wrs[b.n - 1] : nullptr;
+}
+
+void wrx_rdma(ibv_qp_ex* x, en::WrOpcode op, uint32_t rkey, uint64_t addr, __be32 imm) {
+  if (en::SendWr* w = wr_new(x, op)) {
+    w->rdma.rkey = rkey;
+    w->rdma.remote_addr = addr;
+    w->imm_data = imm;
+  }
+}
+void wrx_rdma_write(ibv_qp_ex* x, uint32_t rkey, uint64_t addr) {
+  wrx_rdma(x, en::WR_RDMA_WRITE, rkey, addr, 0);
+}
+void wrx_rdma_write_imm(ibv_qp_ex* x, uint32_t rkey, uint64_t addr, __be32 imm) {
+  wrx_rdma(x, en::WR_RDMA_WRITE_WITH_IMM, rkey, addr, imm);
+}
+void wrx_rdma_read(ibv_qp_ex* x, uint32_t rkey, uint64_t addr) {
+  wrx_rdma(x, en::WR_RDMA_READ, rkey, addr, 0);
+}
+void wrx_send(ibv_qp_ex* x) {
+  wr_new(x, en::WR_SEND);
+}
+void wrx_send_imm(ibv_qp_ex* x, __be32 imm) {
+  if (en::SendWr* w = wr_new(x, en::WR_SEND_WITH_IMM)) w->imm_data = imm;
+}
+void wrx_send_inv(ibv_qp_ex* x, uint32_t rkey) {
+  if (en::SendWr* w = wr_new(x, en::WR_SEND_WITH_INV)) w->invalidate_rkey = rkey;
+}
+void wrx_local_inv(ibv_qp_ex* x, uint32_t rkey) {
+  if (en::SendWr* w = wr_new(x, en::WR_LOCAL_INV)) w->invalidate_rkey = rkey;
+}
+void wrx_cmp_swp(ibv_qp_ex* x, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  if (en::SendWr* w = wr_new(x, en::WR_ATOMIC_CMP_AND_SWP)) {
+    w->atomic.rkey = rkey;
+    w->atomic.remote_addr = addr;
+    w->atomic.compare_add = compare;
+    w->atomic.swap = swap;
+  }
+}
+void wrx_fetch_add(ibv_qp_ex* x, uint32_t rkey, uint64_t addr, uint64_t add) {
+  if (en::SendWr* w = wr_new(x, en::WR_ATOMIC_FETCH_AND_ADD)) {
+    w->atomic.rkey = rkey;
+    w->atomic.remote_addr = addr;
+    w->atomic.compare_add = add;
+  }
+}
+void wrx_set_ud_addr(ibv_qp_ex* x, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  if (en::SendWr* w = wr_cur(x)) {
+    w->ud.ah = ah ? reinterpret_cast<UrxeAh*>(ah)->handle : 0;
+    w->ud.remote_qpn = remote_qpn;
+    w->ud.remote_qkey = remote_qkey;
+  }
+}
+void wrx_set_sge_list(ibv_qp_ex* x, size_t num, const ibv_sge* list) {
+  WrBatch& b = *qpx_qp(x)->batch;
+  en::SendWr* w = wr_cur(x);
+  if (!w) return;
+  if (num > b.max_sge) {
+    b.err = EINVAL;
+    return;
+  }
+  en::Sge* dst = &b.sges[size_t{b.n - 1} * b.max_sge];
+  for (size_t i = 0; i < num; ++i) dst[i] = {list[i].addr, list[i].length, list[i].lkey};
+  w->sg_list = dst;
+  w->num_sge = static_cast<int>(num);
+}
+void wrx_set_sge(ibv_qp_ex* x, uint32_t lkey, uint64_t addr, uint32_t length) {
+  const ibv_sge one{addr, length, lkey};
+  wrx_set_sge_list(x, 1, &one);
+}
+void wrx_set_inline_data_list(ibv_qp_ex* x, size_t num, const ibv_data_buf* bufs) {
+  WrBatch& b = *qpx_qp(x)->batch;
+  en::SendWr* w = wr_cur(x);
+  if (!w) return;
+  size_t total = 0;
+  for (size_t i = 0; i < num; ++i) total += bufs[i].length;
+  if (total > b.max_inline) {
+    b.err = EINVAL;
+    return;
+  }
+  uint8_t* dst = &b.inline_buf[size_t{b.n - 1} * b.max_inline];
+  size_t off = 0;
+  for (size_t i = 0; i < num; ++i) {
+    if (bufs[i].length) std::memcpy(dst + off, bufs[i].addr, bufs[i].length);
+    off += bufs[i].length;
+  }
+  en::Sge* sge = &b.sges[size_t{b.n - 1} * b.max_sge];
+  *sge = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(total), 0};
+  w->sg_list = sge;
+  w->num_sge = 1;
+  w->send_flags |= en::SEND_INLINE;
+}
+void wrx_set_inline_data(ibv_qp_ex* x, void* addr, size_t length) {
+  const ibv_data_buf one{addr, length};
+  wrx_set_inline_data_list(x, 1, &one);
+}
+void wrx_start(ibv_qp_ex* x) {
+  WrBatch& b = *qpx_qp(x)->batch;
+  b.n = 0;
+  b.err = 0;
+}
+void wrx_abort(ibv_qp_ex* x) {
+  wrx_start(x);
+}
+int wrx_complete(ibv_qp_ex* x) {
+  UrxeQp* qp = qpx_qp(x);
+  WrBatch& b = *qp->batch;
+  int rc = b.err;
+  if (!rc && b.n) {
+    for (uint32_t i = 0; i + 1 < b.n; ++i) b.wrs[i].next = &b.wrs[i + 1];
+    b.wrs[b.n - 1].next = nullptr;
+    const en::SendWr* bad = nullptr;
+    try {
+      rc = qp->ctx->engine->post_send(qp->vqp.qp.qp_num, b.wrs.data(), &bad);
+    } catch (...) {
+      rc = ENOMEM;
+    }
+    qp->ctx->doorbell_ring();
+  }
+  b.n = 0;
+  b.err = 0;
+  return rc;
+}
+
 ibv_qp* urxe_create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* ax) {
   return guarded<ibv_qp*>(nullptr, [&]() -> ibv_qp* {
     if (!(ax->comp_mask & IBV_QP_INIT_ATTR_PD)) {
       errno = EINVAL;
       return nullptr;
     }
-    if (ax->comp_mask & ~uint32_t(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
-      errno = EOPNOTSUPP;  // XRC, TSO, RSS, send-ops (ibv_wr_*) API: not supported
+    if (ax->comp_mask &
+        ~uint32_t(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+      errno = EOPNOTSUPP;  // XRC, TSO, RSS: not supported
+      return nullptr;
+    }
+    constexpr uint64_t kSendOps =
+        IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+        IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+    const bool want_ex = ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if (want_ex && (ax->send_ops_flags & ~kSendOps)) {
+      errno = EOPNOTSUPP;  // memory windows, TSO, atomic write
       return nullptr;
     }
     if ((ax->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && ax->create_flags) {
@@ -1037,7 +1206,39 @@ ibv_qp* urxe_create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* ax) {
     a.qp_type = ax->qp_type;
     a.sq_sig_all = ax->sq_sig_all;
     ibv_qp* qp = create_qp_common(ibctx, ax->pd, &a);
-    if (qp) ax->cap = a.cap;
+    if (!qp) return nullptr;
+    ax->cap = a.cap;
+    if (want_ex) {
+      UrxeQp* uq = to_qp(qp);
+      auto* b = new WrBatch;
+      b->max_wr = std::max(a.cap.max_send_wr, 1u);
+      b->max_sge = std::max(a.cap.max_send_sge, 1u);
+      b->max_inline = a.cap.max_inline_data;
+      b->wrs.resize(b->max_wr);
+      b->sges.resize(size_t{b->max_wr} * b->max_sge);
+      b->inline_buf.resize(size_t{b->max_wr} * b->max_inline);
+      uq->batch = b;
+      ibv_qp_ex& x = uq->vqp.qp_ex;
+      x.comp_mask = 0;
+      x.wr_atomic_cmp_swp = wrx_cmp_swp;
+      x.wr_atomic_fetch_add = wrx_fetch_add;
+      x.wr_local_inv = wrx_local_inv;
+      x.wr_rdma_read = wrx_rdma_read;
+      x.wr_rdma_write = wrx_rdma_write;
+      x.wr_rdma_write_imm = wrx_rdma_write_imm;
+      x.wr_send = wrx_send;
+      x.wr_send_imm = wrx_send_imm;
+      x.wr_send_inv = wrx_send_inv;
+      x.wr_set_ud_addr = wrx_set_ud_addr;
+      x.wr_set_inline_data = wrx_set_inline_data;
+      x.wr_set_inline_data_list = wrx_set_inline_data_list;
+      x.wr_set_sge = wrx_set_sge;
+      x.wr_set_sge_list = wrx_set_sge_list;
+      x.wr_start = wrx_start;
+      x.wr_complete = wrx_complete;
+      x.wr_abort = wrx_abort;
+      uq->vqp.comp_mask |= URXE_VERBS_QP_EX;  // now ibv_qp_to_qp_ex() hands out &qp_ex
+    }
     return qp;
   });
 }
@@ -1172,6 +1373,7 @@ int urxe_destroy_qp(ibv_qp* ibqp) {
     wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, async, nullptr, 0);
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
+    delete qp->batch;
     zfree(qp);
     return 0;
   });

@@ -315,6 +315,82 @@ static int ud_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr*
   return 0;
 }
 
+/* A QP created with send_ops_flags is a verbs_qp with VERBS_QP_EX set: ibv_qp_to_qp_ex hands out the
+ * ibv_qp_ex, and the ibv_wr_* builders post through it (here: an inline SEND and a gathered
+ * RDMA WRITE to itself). */
+static int qpex_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr* mr, char* mem,
+                        const union ibv_gid* gid) {
+  struct ibv_cq* cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+  REQUIRE(cq, "qpex cq");
+  struct ibv_qp_init_attr_ex ia;
+  memset(&ia, 0, sizeof ia);
+  ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ia.pd = pd;
+  ia.send_cq = cq;
+  ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 4;
+  ia.cap.max_recv_wr = 4;
+  ia.cap.max_send_sge = 2;
+  ia.cap.max_recv_sge = 1;
+  ia.cap.max_inline_data = 64;
+  ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+  struct ibv_qp* qp = ibv_create_qp_ex(ctx, &ia);
+  REQUIRE(qp, "create_qp_ex with send ops: %s", strerror(errno));
+  CHECK(((struct verbs_qp*)qp)->comp_mask & URXE_VERBS_QP_EX, "VERBS_QP_EX not set");
+  struct ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
+  REQUIRE(qpx == (struct ibv_qp_ex*)qp, "ibv_qp_to_qp_ex %p for %p", (void*)qpx, (void*)qp);
+  ia.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+  errno = 0;
+  CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EOPNOTSUPP, "bind-mw send ops accepted");
+  REQUIRE(to_init(qp) == 0 && to_rtr_rts(qp, qp->qp_num, gid, 1) == 0, "qpex to RTS");
+
+  struct ibv_sge rs = {(uintptr_t)(mem + 6144), 64, mr->lkey};
+  struct ibv_recv_wr r, *bad_r;
+  memset(&r, 0, sizeof r);
+  r.wr_id = 400;
+  r.sg_list = &rs;
+  r.num_sge = 1;
+  REQUIRE(ibv_post_recv(qp, &r, &bad_r) == 0, "qpex post_recv");
+  char msg[20] = "inline through wr_*";
+  memset(mem + 7000, 0, 32);
+  for (int i = 0; i < 16; i++) mem[i] = (char)(0x61 + i);
+  struct ibv_sge gather[2] = {{(uintptr_t)mem, 8, mr->lkey}, {(uintptr_t)(mem + 8), 8, mr->lkey}};
+  ibv_wr_start(qpx);
+  qpx->wr_id = 401;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send(qpx);
+  ibv_wr_set_inline_data(qpx, msg, sizeof msg);
+  qpx->wr_id = 402;
+  ibv_wr_rdma_write(qpx, mr->rkey, (uintptr_t)(mem + 7000));
+  ibv_wr_set_sge_list(qpx, 2, gather);
+  REQUIRE(ibv_wr_complete(qpx) == 0, "wr_complete");
+  struct ibv_wc wc[4];
+  int got = wait_cq(cq, wc, 3);
+  CHECK(got == 3, "qpex completions %d", got);
+  int mask = 0;
+  for (int i = 0; i < got; i++) {
+    CHECK(wc[i].status == IBV_WC_SUCCESS, "qpex wc %s", ibv_wc_status_str(wc[i].status));
+    if (wc[i].wr_id >= 400 && wc[i].wr_id <= 402) mask |= 1 << (wc[i].wr_id - 400);
+  }
+  CHECK(mask == 7, "qpex completions mask %x", mask);
+  CHECK(!memcmp(mem + 6144, msg, sizeof msg), "inline SEND payload");
+  CHECK(!memcmp(mem + 7000, mem, 16), "gathered RDMA WRITE payload");
+  /* Too many WRs for the send queue: wr_complete reports it, nothing is posted. */
+  ibv_wr_start(qpx);
+  for (int i = 0; i < 5; i++) {
+    qpx->wr_id = 500 + (uint64_t)i;
+    ibv_wr_send(qpx);
+    ibv_wr_set_sge(qpx, mr->lkey, (uintptr_t)mem, 4);
+  }
+  CHECK(ibv_wr_complete(qpx) == ENOMEM, "5 WRs on a 4-deep queue");
+  CHECK(ibv_destroy_qp(qp) == 0, "destroy qpex");
+  while (ibv_poll_cq(cq, 4, wc) > 0) {
+  }
+  CHECK(ibv_destroy_cq(cq) == 0, "destroy qpex cq");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
     fprintf(stderr, "usage: %s DEVICE NETDEV IPV4 ACTIVE_MTU [nopreload]\n", argv[0]);
@@ -563,6 +639,7 @@ int main(int argc, char** argv) {
 
   if (srq_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (ud_section(ctx, pd, mr, mem, &gid1)) return 1;
+  if (qpex_section(ctx, pd, mr, mem, &gid1)) return 1;
 
   /* ---- teardown, with the documented EBUSY ordering ---- */
   CHECK(ibv_destroy_cq(cq) == EBUSY, "destroy_cq with a QP");

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Inside in_netns.sh: rdma-core's own pyverbs test suite (python3-pyverbs; shipped compressed under
+# /usr/share/doc/rdma-core/tests) against urxe0. Prints pass/skip/fail counts; fails if any test fails.
+set -u
+src=/usr/share/doc/rdma-core/tests
+[ -f "$src/run_tests.py" ] || { echo "SKIP: python3-pyverbs tests not installed"; exit 77; }
+work=$(mktemp -d /tmp/urxe-pyverbs.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/tests"
+cp -r "$src"/* "$work/tests/"
+gunzip -f "$work"/tests/*.gz
+cd "$work/tests" || exit 1
+# Debian's python3 (pyverbs is built for it), not whatever python3 is first on PATH.
+timeout 900 /usr/bin/python3 run_tests.py --dev urxe0 --gid 1 -v >"$work/out" 2>&1
+rc=$?
+ok=$(grep -cE '\.\.\. ok$|^ok$' "$work/out")
+skip=$(grep -cE "\.\.\. skipped|^skipped " "$work/out")
+fail=$(grep -cE '^(FAIL|ERROR):' "$work/out")
+grep -E '^(FAIL|ERROR):' "$work/out"
+tail -3 "$work/out"
+echo "pyverbs suite on urxe0: ok=$ok skipped=$skip failed=$fail (rc $rc)"
+[ $rc -eq 0 ]
