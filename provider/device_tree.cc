@@ -300,6 +300,8 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
     err = dev_path + ": cannot write";
     return EIO;
   }
+  // Every process that opens the device takes a lock in this file, whoever it runs as.
+  ::chmod((dev_path + "/urxe.qpn").c_str(), 0666);
   write_gid_files(port_dir, cfg.gid_tbl_len, build_gid_table(cfg.netdev, nd.mac));
 
   ok = write_file(class_verbs(paths) + "/abi_version", "6\n");

@@ -543,8 +543,16 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
     if (!st->port) return fail(ENODEV, err);
 
     en::EngineConfig ecfg;
-    const int block = claim_qpn_block(dev->ibdev_path, ecfg.device.max_qp, st->qpn_lock_fd);
-    if (block < 0) return fail(EBUSY, "no free QPN block (urxe.qpn)");
+    int block = claim_qpn_block(dev->ibdev_path, ecfg.device.max_qp, st->qpn_lock_fd);
+    if (block < 0) {
+      // No lock file we may write: pick a block from the pid; processes could then collide, so say so.
+      const uint32_t blocks = ((1u << 24) - 0x11) / ecfg.device.max_qp;
+      block = static_cast<int>(static_cast<uint32_t>(::getpid()) % blocks);
+      std::fprintf(
+          stderr,
+          "urxe: %s: cannot lock %s/urxe.qpn (%s); QPNs from block %d may clash with another process\n",
+          dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
+    }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
     st->engine = std::make_unique<en::Engine>(*st->port, st->clock, ecfg);
     st->engine->set_event_sink(st);

@@ -24,6 +24,7 @@ ip link set va up
 ip link set vb up
 run=$(mktemp -d /tmp/urxe-provider-test.XXXXXX)
 trap 'rm -rf "$run"' EXIT
+chmod 755 "$run"  # the tree must be readable by unprivileged apps too
 export URXE_RUN_DIR="$run" URXE_PROVIDER="$so" URXE_DEVCTL="$devctl"
 "$devctl" link add urxe0 netdev va --port "${URXE_TEST_PORT:-loop}" >/dev/null
 eval "$("$devctl" env)"
