@@ -32,15 +32,34 @@ void restart_timer(EngineImpl& e, Qp& q) {
   q.timer_deadline = (q.una_psn != q.sent_end && q.attr.timeout) ? e.now + timeout_ns(q.attr.timeout) : 0;
 }
 
-// Marks the oldest outstanding WQE failed with `status`; the in-order completion then moves the QP to ERR.
-void fail_head(EngineImpl&, Qp& q, WcStatus status) {
+// Marks the WQE that PSN `psn` belongs to (the oldest outstanding one when psn is UINT32_MAX) failed with
+// `status` and moves the QP to ERR; qp_flush then completes the WQEs before it that were acknowledged, this
+// one with its status, and flushes the rest (IBTA 10.8.3.3).
+void fail_wqe(EngineImpl& e, Qp& q, WcStatus status, uint32_t psn = UINT32_MAX) {
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  SendWqe* target = nullptr;
   for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != prod; i++) {
     SendWqe& w = q.sq.at(i);
     if (w.done && w.status == WC_SUCCESS) continue;
-    w.status = status;
-    w.started = w.sent_all = w.done = true;
-    return;
+    if (!target) target = &w;  // the oldest outstanding, the default
+    if (psn == UINT32_MAX) break;
+    if (!w.started) break;
+    if (wr_info(w.opcode).is_local) continue;
+    if (wire::psn_ge(psn, w.first_psn) && wire::psn_le(psn, w.last_psn)) {
+      target = &w;
+      break;
+    }
+  }
+  if (target) {
+    target->status = status;
+    target->started = target->sent_all = target->done = true;
+  }
+  if (q.type == QPT_RC) {
+    e.qp_set_error(q, false, EVENT_QP_FATAL);
+  } else {
+    q.state.store(QPS_SQE, std::memory_order_release);
+    q.attr.qp_state = QPS_SQE;
+    q.flush_needed = true;
   }
 }
 
@@ -80,6 +99,7 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
   if (progress) {
     q.retry_left = q.attr.retry_cnt;
     q.rnr_left = q.attr.rnr_retry;
+    if (q.rnr_until && wire::psn_lt(q.rnr_psn, q.una_psn)) q.rnr_until = 0;  // the RNR'd request got through
     // an ACK past the requester's go-back position: skip what is already acknowledged
     if (wire::psn_lt(q.next_psn, q.una_psn)) e.go_back(q, q.una_psn);
     restart_timer(e, q);
@@ -120,7 +140,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
         count(Counter::rcvd_rnr_err);
         if (q.rnr_left == 0) {
           count(Counter::retry_rnr_exceeded_err);
-          fail_head(*this, q, WC_RNR_RETRY_EXC_ERR);
+          fail_wqe(*this, q, WC_RNR_RETRY_EXC_ERR, psn);
           return;
         }
         if (q.attr.rnr_retry != 7) q.rnr_left--;
@@ -140,19 +160,19 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
             restart_timer(*this, q);
             return;
           case wire::NakCode::invalid_request:
-            fail_head(*this, q, WC_REM_INV_REQ_ERR);
+            fail_wqe(*this, q, WC_REM_INV_REQ_ERR, psn);
             return;
           case wire::NakCode::remote_access_error:
-            fail_head(*this, q, WC_REM_ACCESS_ERR);
+            fail_wqe(*this, q, WC_REM_ACCESS_ERR, psn);
             return;
           case wire::NakCode::remote_operational_error:
-            fail_head(*this, q, WC_REM_OP_ERR);
+            fail_wqe(*this, q, WC_REM_OP_ERR, psn);
             return;
           case wire::NakCode::invalid_rd_request:
-            fail_head(*this, q, WC_REM_INV_RD_REQ_ERR);
+            fail_wqe(*this, q, WC_REM_INV_RD_REQ_ERR, psn);
             return;
           default:
-            fail_head(*this, q, WC_BAD_RESP_ERR);
+            fail_wqe(*this, q, WC_BAD_RESP_ERR, psn);
             return;
         }
       }
@@ -288,7 +308,7 @@ bool EngineImpl::completer_run(Qp& q) {
     } else if (q.retry_left == 0) {
       count(Counter::retry_exceeded_err);
       q.timer_deadline = 0;
-      fail_head(*this, q, WC_RETRY_EXC_ERR);
+      fail_wqe(*this, q, WC_RETRY_EXC_ERR);
       did = true;
     } else {
       q.retry_left--;

@@ -366,7 +366,7 @@ bool Engine::progress() {
   }
   for (Qp* qp : e.qp_list) {
     if (e.completer_run(*qp)) did = true;
-    if (e.responder_tx(*qp)) did = true;
+    if (e.responder_tx(*qp, e.config.tx_budget)) did = true;
     if (e.requester_run(*qp)) did = true;
     if (e.completer_run(*qp)) did = true;
   }

@@ -222,6 +222,7 @@ struct Qp {
   uint32_t res_next = 0;  // allocation counter; slot = res_next % res.size()
 
   bool flush_needed = false;  // in ERR/SQE: complete what remains with WR_FLUSH_ERR
+  bool flushing = false;      // the failed WQE was reported: every later one is flushed
   bool error_event_sent = false;
 };
 
@@ -306,7 +307,7 @@ struct EngineImpl {
 
   // responder.cc
   void responder_rx(Qp& qp, const wire::Packet& pkt, const uint8_t* frame);
-  bool responder_tx(Qp& qp);
+  bool responder_tx(Qp& qp, uint32_t budget);
 
   // engine.cc: frames
   void rx_frame(PacketBuf& buf);

@@ -207,6 +207,7 @@ void EngineImpl::qp_reset(Qp& q) {
   for (auto& r : q.res) r = RespRes{};
   q.res_next = 0;
   q.flush_needed = false;
+  q.flushing = false;
   q.error_event_sent = false;
   q.comm_est = false;
 }
@@ -234,13 +235,18 @@ void EngineImpl::qp_flush(Qp& q) {
   uint32_t cons = q.sq.cons.load(std::memory_order_relaxed);
   while (cons != prod) {
     SendWqe& w = q.sq.at(cons);
-    Wc wc;
-    wc.wr_id = w.wr_id;
-    // the WQE that failed keeps its own status; the rest are flushed
-    wc.status = (w.done && w.status != WC_SUCCESS) ? w.status : WC_WR_FLUSH_ERR;
-    wc.opcode = wr_info(w.opcode).wc_opcode;
-    wc.qp_num = q.qpn;
-    if (!cq_post(*q.scq, wc, false)) break;
+    if (!q.flushing && w.done && w.status == WC_SUCCESS) {
+      complete_send(q, w);  // finished before the error: a normal completion
+    } else {
+      Wc wc;
+      wc.wr_id = w.wr_id;
+      // the first WQE that failed keeps its own status; everything after it is flushed
+      wc.status = (!q.flushing && w.done) ? w.status : WC_WR_FLUSH_ERR;
+      q.flushing = true;
+      wc.opcode = wr_info(w.opcode).wc_opcode;
+      wc.qp_num = q.qpn;
+      if (!cq_post(*q.scq, wc, false)) break;
+    }
     w.started = w.sent_all = w.done = false;
     cons++;
     q.sq.cons.store(cons, std::memory_order_release);
@@ -389,6 +395,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
       if (next == QPS_SQD) q.sqd_notified = false;
       if (cur == QPS_SQE) {  // SQE → RTS: the send queue restarts where it was flushed
         q.req_idx = q.sq.cons.load(std::memory_order_relaxed);
+        q.flushing = false;
       }
       s.qp_state = next;
       q.state.store(next, std::memory_order_release);

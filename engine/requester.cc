@@ -45,6 +45,8 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
 }
 
 void EngineImpl::go_back(Qp& q, uint32_t psn) {
+  // never behind what is acknowledged (a stale RNR wait or NAK must not rewind PSN assignment)
+  if (wire::psn_lt(psn, q.una_psn)) psn = q.una_psn;
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   uint32_t i = q.sq.cons.load(std::memory_order_relaxed);
   for (; i != prod; i++) {
@@ -66,10 +68,10 @@ void EngineImpl::go_back(Qp& q, uint32_t psn) {
       return;
     }
   }
-  // nothing outstanding from psn on: continue with the first WQE not started
+  // nothing outstanding from psn on: continue with the first WQE not started, at the first unsent PSN
   q.req_idx = i;
   q.req_offset = 0;
-  q.next_psn = psn;
+  q.next_psn = q.sent_end;
 }
 
 bool EngineImpl::requester_run(Qp& q) {

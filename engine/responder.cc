@@ -82,6 +82,8 @@ struct Responder {
 
   // RC responder error (IBTA 9.9.3 class C/D): NAK now, report the receive WQE if one was in use, QP → ERR.
   void fatal(wire::NakCode code, WcStatus recv_status) {
+    // READ responses / atomic ACKs owed for earlier requests go first: the NAK acknowledges them
+    if (q.type == QPT_RC) e.responder_tx(q, UINT32_MAX);
     if (q.type == QPT_RC)
       emit_ack(e, q, wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(code)), pkt.bth.psn,
                q.msn);
@@ -383,8 +385,18 @@ struct Responder {
       }
       return;
     }
-    q.nak_sent = false;
     const wire::OpcodeInfo& info = *pkt.info;
+    // READ data is read when its responses are built: before a later request may change memory, the
+    // responses owed go out, so a READ never sees a later WRITE/atomic/SEND (in-order execution, as rxe).
+    // If the port cannot take them now, this packet is dropped and comes back by go-back-N.
+    if (info.kind != wire::OpKind::rdma_read_request && res_pending(q)) {
+      e.responder_tx(q, UINT32_MAX);
+      if (res_pending(q)) {
+        e.count(Counter::rx_drop_other);
+        return;
+      }
+    }
+    q.nak_sent = false;
     bool ok = false;
     switch (info.kind) {
       case wire::OpKind::send:
@@ -497,12 +509,11 @@ void EngineImpl::responder_rx(Qp& q, const wire::Packet& pkt, const uint8_t* fra
   }
 }
 
-bool EngineImpl::responder_tx(Qp& q) {
+bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
   if (q.type != QPT_RC) return false;
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD) return false;
   bool did = false;
-  uint32_t budget = config.tx_budget;
   const uint32_t n = static_cast<uint32_t>(q.res.size());
   for (uint32_t j = 0; j < n; j++) {
     RespRes& r = q.res[(q.res_next + j) % n];
