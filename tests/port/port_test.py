@@ -222,6 +222,31 @@ def local_transfer(pair, probe, port, ipver):
     check(r.returncode == 0, f"{what}: the sending port itself got all {count} frames ({r.stdout.strip()})")
 
 
+def memif_transfer(pair, probe, tmp):
+    """--dpdk passthrough: a net_memif pair between the namespaces instead of af_packet."""
+    sock = os.path.join(tmp, "memif.sock")
+    args = f"--vdev=net_memif0,socket={sock},socket-abstract=no,bsize=10240,role="
+    count = 2 * len(SIZES)
+    rx = subprocess.Popen(pair.prefix("b") + [probe, "--port", "dpdk", "--dpdk-args", args + "server", "--if",
+                                              pair.ifname["b"], "recv", "--count", str(count), "--sizes",
+                                              ",".join(map(str, SIZES)), "--timeout-ms", "10000"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r, _, _ = select.select([rx.stdout], [], [], 20)
+    if not check(bool(r) and rx.stdout.readline().strip() == "ready", "memif: receiver ready"):
+        rx.kill()
+        return
+    tx = pair.exec("a", [probe, "--port", "dpdk", "--dpdk-args", args + "client", "--if", pair.ifname["a"], "send",
+                         "--dst-ip", pair.ip4["b"], "--count", str(count), "--sizes", ",".join(map(str, SIZES))],
+                   check=False, timeout=60)
+    try:
+        out, err = rx.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        rx.kill()
+        out, err = rx.communicate()
+    check("using DPDK net_memif0" in tx.stderr and "using DPDK net_memif0" in err, "memif: --dpdk vdev used")
+    check(tx.returncode == 0 and rx.returncode == 0, f"memif: all {count} frames arrived intact ({out.strip()})")
+
+
 def eui64_gid(mac):
     b = bytes.fromhex(mac.replace(":", ""))
     return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\0" * 6 + bytes([b[0] ^ 2]) + b[1:3] + b"\xff\xfe" + b[3:]))
@@ -295,6 +320,7 @@ def main():
         for port in ("socket", "dpdk"):
             for ipver in (4, 6):
                 local_transfer(pair, args.probe, port, ipver)
+        memif_transfer(pair, args.probe, tmp)
         # The two ports interoperate (one side DPDK, the other kernel sockets).
         transfer(pair, args.probe, tmp, "a", "b", 4, "dpdk", "socket", capture=False)
         transfer(pair, args.probe, tmp, "b", "a", 6, "socket", "dpdk", capture=False)
