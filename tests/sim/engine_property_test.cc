@@ -102,7 +102,12 @@ struct Tally {
 
 class Scenario {
  public:
-  Scenario(uint64_t seed, bool verbose) : seed_(seed), verbose_(verbose), rng_(seed ^ 0x5eed5eed5eedull) {}
+  Scenario(uint64_t seed, bool verbose, int sabotage = 0)
+      : seed_(seed), verbose_(verbose), rng_(seed ^ 0x5eed5eed5eedull), sabotage_(sabotage) {}
+  // Checker self-test: after the run, damage one thing the checks must notice (1..kSabotages); applied()
+  // tells whether this seed offered something to damage.
+  static constexpr int kSabotages = 7;
+  bool sabotage_applied() const { return sabotage_applied_; }
   // Returns failure descriptions (empty = pass).
   std::vector<std::string> run();
   std::string category() const { return category_; }
@@ -111,6 +116,7 @@ class Scenario {
 
  private:
   void choose_world();
+  void sabotage();
   void plan_flow(Flow& f);
   void carve_and_register();
   void fill_ops(Flow& f);
@@ -148,7 +154,53 @@ class Scenario {
   std::vector<uint8_t> mode_[2];  // 0: must equal want; 1: want or the initial byte; 2: anything
   std::vector<uint8_t> init_[2];
   std::string category_, summary_;
+  int sabotage_ = 0;
+  bool sabotage_applied_ = false;
 };
+
+void Scenario::sabotage() {
+  Flow* rc = nullptr;
+  for (auto& f : flows_)
+    if (f.type == QPT_RC && !f.error_injected) rc = &f;
+  if (!rc) return;
+  auto first_ok = [](std::vector<Wc>& v) -> Wc* {
+    for (auto& w : v)
+      if (w.status == WC_SUCCESS) return &w;
+    return nullptr;
+  };
+  switch (sabotage_) {
+    case 1:  // a byte of remote memory
+      arena_[rc->resp]->at(rc->remote)[rng_.below(rc->remote.len)] ^= 0x10;
+      break;
+    case 2:  // a guard byte before the first region
+      arena_[rc->resp]->base()[3] ^= 1;
+      break;
+    case 3:  // the last byte of a receive region: past every receive buffer, never written
+      arena_[rc->resp]->at(rc->recvbuf)[rc->recvbuf.len - 1] ^= 0x80;
+      break;
+    case 4:  // a lost send completion
+      if (rc->send_wcs.empty()) return;
+      rc->send_wcs.pop_back();
+      break;
+    case 5:  // a receive completed twice
+      if (rc->recv_wcs.empty()) return;
+      rc->recv_wcs.push_back(rc->recv_wcs.back());
+      break;
+    case 6:  // a wrong status
+      if (Wc* w = first_ok(rc->send_wcs))
+        w->status = WC_RETRY_EXC_ERR;
+      else
+        return;
+      break;
+    case 7:  // a wrong byte count on a receive
+      if (Wc* w = first_ok(rc->recv_wcs))
+        ++w->byte_len;
+      else
+        return;
+      break;
+  }
+  sabotage_applied_ = true;
+}
 
 uint32_t max_recv_len(const Flow& f) {
   uint32_t m = 0;
@@ -810,7 +862,12 @@ void Scenario::check_flow(Flow& f, std::vector<std::string>& errs) {
                  "): expected REM_ACCESS_ERR, got " + wc_str(*w));
     } else if (w && static_cast<int>(first_err) < bad) {
       // Only a lost ACK/NAK before the responder's error can fail an earlier op, and only by retries.
-      if (!(faults_ && w->status == WC_RETRY_EXC_ERR))
+      if (w->status == WC_WR_FLUSH_ERR)
+        fail(errs, f,
+             "the first error completion is a flush (op " + std::to_string(first_err) +
+                 ", before the invalid op " + std::to_string(bad) + "): no completion reports the error " +
+                 wc_str(*w));
+      else if (!(faults_ && w->status == WC_RETRY_EXC_ERR))
         fail(errs, f,
              "op " + std::to_string(first_err) + " before the invalid op " + std::to_string(bad) +
                  " failed: " + wc_str(*w));
@@ -1092,9 +1149,9 @@ void Scenario::check_memory(std::vector<std::string>& errs) {
       std::snprintf(
           b, sizeof b,
           "memory differs from the model in the %s: %llu bytes on host%u, first at arena offset %llu, "
-          "got 0x%02x want 0x%02x",
+          "got 0x%02x want 0x%02x (initially 0x%02x)",
           where.c_str(), static_cast<unsigned long long>(bad), h, static_cast<unsigned long long>(first),
-          got[first], want_[h][first]);
+          got[first], want_[h][first], init_[h][first]);
       errs.push_back(b);
     }
   }
@@ -1157,6 +1214,10 @@ std::vector<std::string> Scenario::run() {
         std::printf("   op %2zu %-9s len %5u roff %5llu sges %zu flags 0x%x%s%s\n", i, opname(op.opcode),
                     op.len, (unsigned long long)(op.remote_off & 0xffffffffff), op.local.size(), op.flags,
                     op.signaled ? " signalled" : "", op.bad ? " INVALID" : "");
+        if (op.opcode == WR_RDMA_READ || op.opcode == WR_ATOMIC_CMP_AND_SWP ||
+            op.opcode == WR_ATOMIC_FETCH_AND_ADD)
+          for (auto& pc : op.local)
+            std::printf("        sink +%llu len %u\n", (unsigned long long)(pc.off - f.sink.off), pc.len);
       }
     }
   }
@@ -1231,6 +1292,7 @@ std::vector<std::string> Scenario::run() {
       },
       tb_->net.now_ns() + 50'000'000);
   poll_all();
+  if (sabotage_) sabotage();
   if (!done)
     errs.push_back("did not finish within 30 s of virtual time (stalled at " +
                    std::to_string(tb_->net.now_ns()) + " ns)");
@@ -1256,6 +1318,22 @@ std::vector<std::string> Scenario::run() {
 uint64_t env_u64(const char* name, uint64_t dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::strtoull(v, nullptr, 0) : dflt;
+}
+
+// The checks themselves: a run that passes must fail once one byte, completion or field is damaged.
+TEST(EnginePropertyTest, CheckerCatchesDamage) {
+  uint64_t tried = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    if (!Scenario(seed, false).run().empty()) continue;  // only seeds that pass untouched
+    for (int k = 1; k <= Scenario::kSabotages; ++k) {
+      Scenario s(seed, false, k);
+      auto errs = s.run();
+      if (!s.sabotage_applied()) continue;
+      ++tried;
+      EXPECT_FALSE(errs.empty()) << "seed " << seed << ": damage " << k << " went unnoticed";
+    }
+  }
+  EXPECT_GT(tried, 100u);
 }
 
 TEST(EnginePropertyTest, RandomWorkloadsMatchModel) {

@@ -358,6 +358,11 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
   }
   if (on_transmit) on_transmit(l->from, l->to, f, len);
   ++l->stats.sent;
+  if (drop_if && drop_if(l->from, l->to, f, len)) {
+    ++l->stats.dropped;
+    from.release(slot);
+    return;
+  }
   uint32_t mtu = l->cfg.mtu ? l->cfg.mtu : from.attr_.mtu;
   // The Ethernet header (and a VLAN tag) is not part of the IP MTU.
   uint32_t l2 = (len >= 14 && wire::load_be16(f + 12) == wire::kEtherTypeVlan) ? 18 : 14;

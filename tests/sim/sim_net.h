@@ -171,6 +171,9 @@ class SimNet {
   // Called by SimPort::tx_burst.
   void transmit(SimPort& from, int32_t slot);
 
+  // Optional targeted fault: frames for which it returns true are dropped (counted as dropped) before the
+  // random faults, e.g. "the first READ response" in a focused test.
+  std::function<bool(uint32_t from, uint32_t to, const uint8_t* data, uint32_t len)> drop_if;
   // Optional observer of every frame as it enters a link (before faults), e.g. for traces.
   std::function<void(uint32_t from, uint32_t to, const uint8_t* data, uint32_t len)> on_transmit;
 
