@@ -4,7 +4,7 @@ namespaces joined by a veth pair, next to kernel UDP (iperf3) over the same veth
 
   sudo /usr/bin/python3 tests/port/port_bench.py --probe build/tests/port/port_probe [--seconds 4]
 
-For 64-byte and 4154-byte frames (a 4096-byte RoCE payload over IPv4): the sender (port_probe blast,
+For 66-byte and 4154-byte frames (a 4096-byte RoCE payload over IPv4): the sender (port_probe blast,
 CPU 0) pushes frames as fast as the port takes them, the receiver (port_probe sink, CPU 1) counts them
 busy-polling; kernel UDP is iperf3 -u with the datagram size that gives the same frame size. Then, at
 64 B through the socket port, what the receiving kernel does with the RoCE frames under each way of
@@ -24,6 +24,7 @@ from netns_pair import NetnsPair  # noqa: E402
 
 ETH_IP4_UDP = 14 + 20 + 8
 ROCE_OVERHEAD = ETH_IP4_UDP + 12 + 4  # + BTH + ICRC
+SMALL_PAYLOAD = 6  # 6 B + 2 B pad: a 66-byte frame, the smallest RoCE frame near 64 B
 
 
 def cpu_jiffies():
@@ -112,8 +113,8 @@ def main():
     print(f"# {os.cpu_count()} CPUs, loadavg {open('/proc/loadavg').read().split()[:3]}, {args.seconds:g} s runs,"
           f" sender CPU0, receiver CPU1, veth MTU {pair.mtu}")
     print(f"{'path':34} {'frame B':>8} {'rx Mpps':>8} {'tx Mpps':>8} {'rx Gbit/s':>9}")
-    for payload in (64 - ROCE_OVERHEAD, 4096):
-        frame = payload + ROCE_OVERHEAD
+    for payload in (SMALL_PAYLOAD, 4096):
+        frame = payload + (-payload % 4) + ROCE_OVERHEAD  # the BTH pad makes the payload a multiple of 4
         for port in ("socket", "dpdk"):
             r = best(lambda: port_run(pair, args.probe, port, payload, args.seconds), args.repeat)
             if r is None:
@@ -137,10 +138,10 @@ def main():
             name = f"urxe {port} port, {'sleep' if sleep else 'busy poll'}"
             print(f"{name:34} {r.get('p50_us', 'n/a'):>8} {r.get('p99_us', 'n/a'):>8}")
 
-    print("\n# the receiving kernel and RoCE frames to its own IP (socket port, 64 B frames)")
+    print("\n# the receiving kernel and RoCE frames to its own IP (socket port, 66 B frames)")
     print("# (with veth the receiving kernel's work runs on the sender's CPU, so it shows in tx Mpps)")
     print(f"{'guard':34} {'rx Mpps':>8} {'tx Mpps':>8} {'ICMP sent':>10} {'Udp InErrors':>13}")
-    payload = 64 - ROCE_OVERHEAD
+    payload = SMALL_PAYLOAD
     for name, extra, nft in (("none", ["--no-guard"], False), ("UDP 4791 socket + drop filter", [], False),
                              ("nft netdev ingress drop", ["--no-guard"], True)):
         if nft and pair.exec("b", [args.probe, "--if", pair.ifname["b"], "guard-install"], check=False).returncode:
