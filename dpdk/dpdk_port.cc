@@ -131,6 +131,9 @@ bool eal_init_once(const std::vector<std::string>& extra, uint32_t mem_mb, std::
   std::lock_guard<std::mutex> lk(g_mu);
   if (g_eal_tried) {
     if (!g_eal_ok && err) *err = g_eal_err;
+    if (g_eal_ok && !extra.empty())
+      fprintf(stderr,
+              "urxe: DPDK EAL already running in this process; EAL arguments ignored (--vdev still used)\n");
     return g_eal_ok;
   }
   g_eal_tried = true;
