@@ -9,10 +9,11 @@ QEMU guest booted by tools/rxe-peer/ (issue 5).
   interop.py list               print the matrix
   interop.py urxe-side ...      (internal) the urxe side of one run, inside a private mount namespace
 
-Topology (all inside netns rxenet): bridge rxebr0 (10.77.0.1, fd77::1) joins the guest's tap rxetap1
-(guest eth0 = 10.77.0.11, fd77::11, rxe0) and a veth uxv0br <-> uxv0 (10.77.0.2, fd77::2), the netdev of
-urxe0: `urxe link add urxe0 netdev uxv0`, then `urxe run -- ibv_rc_pingpong -d urxe0 -g IDX ...`, in a
-private mount namespace with a tmpfs on /dev/infiniband so nothing on the host changes.
+Topology: in netns rxenet the bridge rxebr0 (10.77.0.1, fd77::1) joins the guest's tap rxetap1 (guest
+eth0 = 10.77.0.11, fd77::11, rxe0) and a veth uxv0br <-> uxv0; uxv0 (10.77.0.2, fd77::2) sits in netns
+uxnet, urxe's "host", and is the netdev of urxe0: `urxe link add urxe0 netdev uxv0`, then
+`urxe run -- ibv_rc_pingpong -d urxe0 -g IDX ...`, in a private mount namespace with a tmpfs on
+/dev/infiniband so nothing on the host changes.
 
 Every run is captured with tcpdump on the guest's tap (both implementations' frames); every captured
 RoCE frame must pass `urxe pcap decode --strict` (ICRC, well-formed) and dissect in tshark as InfiniBand
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,7 +47,7 @@ SKIP_RC = 77
 NETNS, BRIDGE = "rxenet", "rxebr0"
 PEER = 1
 PEER_IP, PEER_IP6 = "10.77.0.11", "fd77::11"
-URXE_IF, URXE_BR_IF = "uxv0", "uxv0br"
+URXE_NS, URXE_IF, URXE_BR_IF = "uxnet", "uxv0", "uxv0br"
 URXE_IP, URXE_IP6 = "10.77.0.2", "fd77::2"
 URXE_MAC = "52:54:00:77:02:02"
 PEER_MAC = "52:54:00:77:00:01"
@@ -191,16 +193,22 @@ def cmd_setup():
 
 
 def add_urxe_veth():
-    """The urxe side's netdev: veth uxv0 (in rxenet, addresses, no DAD) with its peer on the bridge."""
-    if sh(["ip", "-n", NETNS, "link", "show", URXE_IF]).returncode == 0:
+    """The urxe side's netdev: veth uxv0 (in uxnet, addresses, no DAD) with its peer on the bridge."""
+    # urxe's host has a namespace of its own, like a separate machine on the link: in rxenet its netdev
+    # would share the subnet with the bridge's address, the route to the guest would leave by the bridge,
+    # and the bridge would answer ARP for urxe's address with its own MAC.
+    if sh(["ip", "-n", URXE_NS, "link", "show", URXE_IF]).returncode == 0:
         return False
-    for c in (["ip", "-n", NETNS, "link", "add", URXE_IF, "address", URXE_MAC, "type", "veth", "peer", "name",
-               URXE_BR_IF],
-              ["ip", "netns", "exec", NETNS, "sysctl", "-qw", f"net.ipv6.conf.{URXE_IF}.accept_dad=0"],
+    sh(["ip", "netns", "add", URXE_NS])
+    for c in (["ip", "-n", NETNS, "link", "add", URXE_BR_IF, "type", "veth", "peer", "name", URXE_IF, "netns",
+               URXE_NS],
+              ["ip", "-n", URXE_NS, "link", "set", URXE_IF, "address", URXE_MAC],
+              ["ip", "-n", URXE_NS, "link", "set", "lo", "up"],
+              ["ip", "netns", "exec", URXE_NS, "sysctl", "-qw", f"net.ipv6.conf.{URXE_IF}.accept_dad=0"],
               ["ip", "-n", NETNS, "link", "set", URXE_BR_IF, "master", BRIDGE, "up"],
-              ["ip", "-n", NETNS, "addr", "add", f"{URXE_IP}/24", "dev", URXE_IF],
-              ["ip", "-n", NETNS, "-6", "addr", "add", f"{URXE_IP6}/64", "dev", URXE_IF, "nodad"],
-              ["ip", "-n", NETNS, "link", "set", URXE_IF, "up"]):
+              ["ip", "-n", URXE_NS, "addr", "add", f"{URXE_IP}/24", "dev", URXE_IF],
+              ["ip", "-n", URXE_NS, "-6", "addr", "add", f"{URXE_IP6}/64", "dev", URXE_IF, "nodad"],
+              ["ip", "-n", URXE_NS, "link", "set", URXE_IF, "up"]):
         r = sh(c)
         if r.returncode != 0:
             print(f"FAIL: {' '.join(c)}: {r.stdout}")
@@ -212,7 +220,7 @@ def set_mtu(mtu):
     """One MTU on every hop: guest eth0 (rxe follows it at once), its tap, the bridge, the urxe veth."""
     for c in (["ip", "-n", NETNS, "link", "set", "rxetap1", "mtu", str(mtu)],
               ["ip", "-n", NETNS, "link", "set", URXE_BR_IF, "mtu", str(mtu)],
-              ["ip", "-n", NETNS, "link", "set", URXE_IF, "mtu", str(mtu)],
+              ["ip", "-n", URXE_NS, "link", "set", URXE_IF, "mtu", str(mtu)],
               ["ip", "-n", NETNS, "link", "set", BRIDGE, "mtu", str(mtu)]):
         r = sh(c)
         if r.returncode != 0:
@@ -250,8 +258,9 @@ def cmd_teardown():
     if st.get("started_peer"):
         r = sh([os.path.join(PEER_TOOLS, "stop-peer.sh"), str(PEER), "--teardown"], timeout=120)
         print(r.stdout, end="")
-    elif st.get("made_veth"):
-        sh(["ip", "-n", NETNS, "link", "del", URXE_IF])
+    if st.get("made_veth"):
+        sh(["ip", "-n", NETNS, "link", "del", URXE_BR_IF])
+        sh(["ip", "netns", "del", URXE_NS])
     os.unlink(STATE_FILE)
     return 0
 
@@ -472,7 +481,7 @@ def urxe_available():
     if re.search(r"unknown (sub)?command|usage: urxe (pcap|<)", r.stdout, re.I) or r.returncode == 2 and \
             "link" not in r.stdout:
         return f"{urxe} has no 'link' subcommand yet (issue 4: `urxe link add`, `urxe env`, `urxe run`): " + \
-            r.stdout.strip().splitlines()[0] if r.stdout.strip() else "no output"
+            (r.stdout.strip().splitlines()[0] if r.stdout.strip() else "no output")
     r = sh([urxe, "env"], timeout=30)
     if r.returncode != 0:
         return f"`{urxe} env` failed (exit {r.returncode}): {r.stdout.strip()[:200]}"
@@ -485,7 +494,7 @@ def urxe_available():
 
 
 def cmd_urxe_side(argv):
-    """Inside `ip netns exec rxenet unshare --mount`: a tmpfs on /dev/infiniband, `urxe link add`, GID index
+    """Inside `ip netns exec uxnet unshare --mount`: a tmpfs on /dev/infiniband, `urxe link add`, GID index
     lookup (@GID@ in the command becomes the index of address --gid), then `urxe run -- CMD`."""
     urxe, gid_addr = argv[0], argv[1]
     cmd = argv[argv.index("--") + 1:]
@@ -521,8 +530,10 @@ class UrxeProc:
 
     def __init__(self, cmd, gid_addr, logpath, case_dir):
         self.logf = open(logpath, "w")
-        env = dict(os.environ, URXE_RUN_DIR=os.path.join(case_dir, "urxe-run"))
-        full = ["ip", "netns", "exec", NETNS, "unshare", "--mount", "--propagation", "private",
+        run_dir = os.path.join(case_dir, "urxe-run")  # a fresh device tree for every run
+        shutil.rmtree(run_dir, ignore_errors=True)
+        env = dict(os.environ, URXE_RUN_DIR=run_dir)
+        full = ["ip", "netns", "exec", URXE_NS, "unshare", "--mount", "--propagation", "private",
                 sys.executable, os.path.abspath(__file__), "urxe-side", urxe_side_bin(), gid_addr, "--"] + cmd
         self.logf.write("$ " + " ".join(shlex.quote(a) for a in full) + "\n")
         self.logf.flush()
@@ -554,7 +565,7 @@ def wait_urxe_listen(proc, port, timeout=30):
     while time.monotonic() < end:
         if proc.proc.poll() is not None:
             return False
-        r = nsx(["ss", "-ltnH", f"sport = :{port}"], timeout=10)
+        r = sh(["ip", "netns", "exec", URXE_NS, "ss", "-ltnH", f"sport = :{port}"], timeout=10)
         if r.stdout.strip():
             return True
         time.sleep(0.2)
@@ -667,6 +678,7 @@ def run_case(case, st):
     secs = time.monotonic() - t0
     res = {"name": case["name"], "ok": not problems, "seconds": round(secs, 1), "problems": problems,
            "notes": notes, "frames": stats["frames"], "opcodes": {"urxe": stats["urxe"], "rxe": stats["rxe"]},
+           "naks": stats["naks"], "retransmits": stats["retransmits"], "tcpdump_dropped": dropped,
            "case": case}
     json.dump(res, open(os.path.join(d, "result.json"), "w"), indent=1)
     return res
@@ -682,7 +694,7 @@ def cmd_run(groups):
     if reason:
         skip(reason)
     # the urxe netdev's link-local address (its default GID)
-    r = sh(["ip", "-n", NETNS, "-6", "-o", "addr", "show", "dev", URXE_IF, "scope", "link"])
+    r = sh(["ip", "-n", URXE_NS, "-6", "-o", "addr", "show", "dev", URXE_IF, "scope", "link"])
     m = re.search(r"inet6 (fe80::[0-9a-f:]+)/", r.stdout)
     st["urxe_ll"] = m.group(1) if m else "fe80::"
     only = os.environ.get("URXE_INTEROP_ONLY")
