@@ -4,9 +4,13 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -647,10 +651,19 @@ enum : uint8_t {
   IBV_SPEED_HDR = 64
 };
 void eth_speed(const std::string& netdev, uint8_t& width, uint8_t& speed) {
+  // ETHTOOL_GSET through the socket API answers for the caller's network namespace (sysfs may not).
   long mbps = 0;
-  if (FILE* f = std::fopen(("/sys/class/net/" + netdev + "/speed").c_str(), "r")) {
-    if (std::fscanf(f, "%ld", &mbps) != 1) mbps = 0;
-    std::fclose(f);
+  if (int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0); s >= 0) {
+    ethtool_cmd cmd{};
+    cmd.cmd = ETHTOOL_GSET;
+    ifreq ifr{};
+    std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", netdev.c_str());
+    ifr.ifr_data = reinterpret_cast<char*>(&cmd);
+    if (::ioctl(s, SIOCETHTOOL, &ifr) == 0) {
+      const uint32_t v = ethtool_cmd_speed(&cmd);
+      if (v != static_cast<uint32_t>(SPEED_UNKNOWN)) mbps = v;
+    }
+    ::close(s);
   }
   width = IBV_WIDTH_1X;
   speed = IBV_SPEED_SDR;
