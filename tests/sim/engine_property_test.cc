@@ -117,6 +117,7 @@ class Scenario {
  private:
   void choose_world();
   void sabotage();
+  void probe_victims(std::vector<std::string>& errs);
   void plan_flow(Flow& f);
   void carve_and_register();
   void fill_ops(Flow& f);
@@ -157,6 +158,78 @@ class Scenario {
   int sabotage_ = 0;
   bool sabotage_applied_ = false;
 };
+
+std::string wc_str(const Wc& w);
+uint64_t g_probes[2];  // invalidation probes run (remote, local), for the summary
+
+// An MR invalidated by a successful SEND_WITH_INV or LOCAL_INV must refuse access afterwards: a WRITE with
+// the invalidated rkey fails with REM_ACCESS_ERR, a SEND gathering through the invalidated lkey with
+// LOC_PROT_ERR. Each probe uses a fresh RC pair (the error moves it to ERR) and the first victim of each
+// kind.
+void Scenario::probe_victims(std::vector<std::string>& errs) {
+  bool done_remote = false, done_local = false;
+  for (auto& f : flows_) {
+    if (f.type != QPT_RC || f.error_injected) continue;
+    for (auto& op : f.ops) {
+      if (op.victim < 0) continue;
+      bool remote = op.opcode == WR_SEND_WITH_INV;
+      if (remote ? done_remote : done_local) continue;
+      bool ok = false;  // did the invalidating WR succeed?
+      if (remote) {
+        for (auto& w : f.recv_wcs)
+          ok |= w.status == WC_SUCCESS && (w.wc_flags & WC_WITH_INV) && w.imm_data == op.inv_rkey;
+      } else {
+        ok = true;  // LOCAL_INV: in a flow without errors every op succeeded (checked above)
+      }
+      if (!ok) continue;
+      (remote ? done_remote : done_local) = true;
+      const Victim& v = victims_[static_cast<size_t>(op.victim)];
+      // The probe runs on a clean link: its outcome is then exact.
+      LinkConfig clean;
+      clean.latency_ns = link_.latency_ns;
+      tb_->net.set_link(0, 1, clean);
+      tb_->net.set_link(1, 0, clean);
+      QpParams p;
+      QpEnds ends;
+      std::string e = tb_->connect(p, ends);
+      if (!e.empty()) {
+        errs.push_back("probe connect: " + e);
+        return;
+      }
+      uint32_t from = f.req;
+      Sge sg;
+      SendWr wr;
+      wr.wr_id = 1;
+      wr.send_flags = SEND_SIGNALED;
+      wr.num_sge = 1;
+      wr.sg_list = &sg;
+      if (remote) {
+        // From the requester's source MR into the responder's invalidated victim.
+        sg = {reinterpret_cast<uint64_t>(arena_[from]->at(f.src)), 8, f.src_mr.lkey};
+        wr.opcode = WR_RDMA_WRITE;
+        wr.rdma = {reinterpret_cast<uint64_t>(arena_[v.host]->at(v.region)), v.mr.rkey};
+      } else {
+        sg = {reinterpret_cast<uint64_t>(arena_[v.host]->at(v.region)), 8, v.mr.lkey};
+        wr.opcode = WR_SEND;
+        from = v.host;
+      }
+      const SendWr* bad = nullptr;
+      int rc = tb_->host[from].eng->post_send(ends.qpn[from], &wr, &bad);
+      Wc wc{};
+      int n = 0;
+      if (rc == 0)
+        tb_->net.run_until([&] { return (n = tb_->host[from].eng->poll_cq(ends.send_cq[from], 1, &wc)) > 0; },
+                           tb_->net.now_ns() + 1'000'000'000);
+      WcStatus want = remote ? WC_REM_ACCESS_ERR : WC_LOC_PROT_ERR;
+      ++g_probes[remote ? 0 : 1];
+      if (rc != 0 || n <= 0 || wc.status != want)
+        errs.push_back(std::string(remote ? "after SEND_WITH_INV" : "after LOCAL_INV") +
+                       " the invalidated MR still works or fails wrongly: post " + std::to_string(rc) +
+                       (n > 0 ? ", completion " + wc_str(wc) : ", no completion") + ", expected " +
+                       wc_status_str(want));
+    }
+  }
+}
 
 void Scenario::sabotage() {
   Flow* rc = nullptr;
@@ -1302,6 +1375,7 @@ std::vector<std::string> Scenario::run() {
       for (auto& w : flows_[fi].recv_wcs) std::printf(" flow %zu recv wc %s\n", fi, wc_str(w).c_str());
     }
   for (auto& f : flows_) check_flow(f, errs);
+  if (errs.empty()) probe_victims(errs);
   check_memory(errs);
   // Corrupted frames: each one the link corrupted must have been dropped by an engine as bad (ICRC/parse).
   LinkStats ls = tb_->net.total_stats();
@@ -1395,6 +1469,8 @@ TEST(EnginePropertyTest, RandomWorkloadsMatchModel) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%" PRIu64 " seeds in %.2f s wall (%.2f ms/seed), %.1f s of virtual time\n", n, secs,
               1000 * secs / static_cast<double>(n), static_cast<double>(vtime) / 1e9);
+  std::printf("  invalidation probes: %" PRIu64 " after SEND_WITH_INV, %" PRIu64 " after LOCAL_INV\n",
+              g_probes[0], g_probes[1]);
   uint64_t total_failed = 0;
   for (auto& [cat, t] : tally) {
     std::printf("  %-28s %6" PRIu64 " runs %6" PRIu64 " failed\n", cat.c_str(), t.runs, t.failed);
