@@ -151,10 +151,13 @@ struct ConnOpts {
 class Loopback {
  public:
   using ConnOpts = urxe::engine::test::ConnOpts;
-  explicit Loopback(EngineConfig cfg = {}, uint32_t link_mtu = 1500, size_t mem = 1 << 20) {
+  explicit Loopback(EngineConfig cfg = {}, uint32_t link_mtu = 1500, size_t mem = 1 << 20,
+                    bool ipv6 = false) {
     for (int s = 0; s < 2; s++) {
       Node& n = node[s];
       n.gid = wire::gid_from_ipv4({10, 0, 0, static_cast<uint8_t>(1 + s)});
+      if (ipv6)
+        n.gid = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, static_cast<uint8_t>(1 + s)};
       n.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(1 + s)};
       PortAttr pa;
       pa.mac = n.mac;

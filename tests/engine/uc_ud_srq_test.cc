@@ -237,6 +237,110 @@ TEST(Srq, SharedByTwoQpsWithLimitEvent) {
   EXPECT_EQ(EOPNOTSUPP, lb.b().eng->modify_srq(srq, sa, SRQ_MAX_WR));
 }
 
+TEST(Ipv6, RcAndUdOverIpv6Gids) {
+  Loopback lb({}, 1500, 1 << 20, true);
+  auto [qa, qb] = lb.connect(QPT_RC);
+  fill(lb.a().mem, 0, 3000, 6);
+  post_recv(lb.b(), qb, 0, 4096, 1);
+  Sge sge{lb.a().addr(0), 3000, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_SEND, &sge, 1, 1);
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  ASSERT_EQ(lb.poll(lb.b(), 1).size(), 1u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 3000));
+  auto& [side, p] = lb.link.trace.at(0);
+  EXPECT_EQ(p.ip_version, 6);
+  EXPECT_EQ(p.ip6.hop_limit, 64);
+  EXPECT_EQ(p.dst_gid(), lb.b().gid);
+  EXPECT_EQ(p.udp.checksum, 0);  // like rxe, even over IPv6
+
+  const uint32_t ua = lb.create_qp(lb.a(), QPT_UD), ub = lb.create_qp(lb.b(), QPT_UD);
+  ConnOpts o;
+  lb.bring_up(lb.a(), ua, QPT_UD, lb.b(), ub, 0, 0, o);
+  lb.bring_up(lb.b(), ub, QPT_UD, lb.a(), ua, 0, 0, o);
+  AddressVector av;
+  av.dgid = lb.b().gid;
+  av.dmac = lb.b().mac;
+  av.flow_label = 0x12345;
+  uint32_t ah;
+  ASSERT_EQ(0, lb.a().eng->create_ah(lb.a().pd, av, ah));
+  post_recv(lb.b(), ub, 0x8000, 1024 + 40, 2);
+  sge.length = 100;
+  SendWr u = make_wr(WR_SEND, &sge, 1, 2);
+  u.ud.ah = ah;
+  u.ud.remote_qpn = ub;
+  u.ud.remote_qkey = o.qkey;
+  ASSERT_EQ(0, lb.a().eng->post_send(ua, &u, &bad));
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].byte_len, 140u);
+  // the whole 40-byte IPv6 header is the GRH
+  EXPECT_EQ(lb.b().mem[0x8000] >> 4, 6);
+  EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 0x8000 + 8, lb.a().gid.data(), 16));
+  EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 0x8000 + 24, lb.b().gid.data(), 16));
+  EXPECT_EQ(lb.link.trace.back().second.ip6.flow_label, 0x12345u);
+}
+
+TEST(Mr, ZeroBasedAndIovaAddressing) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  std::vector<uint8_t> zb(4096, 0), va(4096, 0);
+  MrInfo mz, mv;
+  ASSERT_EQ(0, lb.b().eng->reg_mr(lb.b().pd, zb.data(), zb.size(), 0x5555,
+                                  ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_ZERO_BASED, mz));
+  ASSERT_EQ(0, lb.b().eng->reg_mr(lb.b().pd, va.data(), va.size(), 0x7000000,
+                                  ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mv));
+  fill(lb.a().mem, 0, 64, 9);
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  SendWr w1 = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w1.rdma.remote_addr = 100;  // zero-based: an offset into the region
+  w1.rdma.rkey = mz.rkey;
+  SendWr w2 = make_wr(WR_RDMA_WRITE, &sge, 1, 2);
+  w2.rdma.remote_addr = 0x7000000 + 200;  // the iova given at registration
+  w2.rdma.rkey = mv.rkey;
+  w1.next = &w2;
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w1, &bad));
+  auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[1].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), zb.data() + 100, 64));
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), va.data() + 200, 64));
+  EXPECT_FALSE(lb.b().events.has(EVENT_COMM_EST));  // already RTS when the first packet came
+}
+
+TEST(Events, CommEstWhenFirstPacketArrivesInRtr) {
+  Loopback lb;
+  const uint32_t qa = lb.create_qp(lb.a(), QPT_RC), qb = lb.create_qp(lb.b(), QPT_RC);
+  ConnOpts o;
+  lb.bring_up(lb.a(), qa, QPT_RC, lb.b(), qb, 5, 5, o);
+  // B only to RTR
+  QpAttr at;
+  at.qp_state = QPS_INIT;
+  at.port_num = 1;
+  at.qp_access_flags = ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(0, lb.b().eng->modify_qp(qb, at, QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS));
+  at.qp_state = QPS_RTR;
+  at.ah_attr.dgid = lb.a().gid;
+  at.ah_attr.dmac = lb.a().mac;
+  at.dest_qp_num = qa;
+  at.rq_psn = 5;
+  at.max_dest_rd_atomic = 1;
+  ASSERT_EQ(0, lb.b().eng->modify_qp(qb, at,
+                                     QP_STATE | QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN |
+                                         QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER));
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey;
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);  // an RTR responder answers
+  EXPECT_TRUE(lb.b().events.has(EVENT_COMM_EST));
+}
+
 TEST(Threads, PostAndPollWhileProgressRunsOnAnotherThread) {
   Loopback lb;
   const auto conn = lb.connect(QPT_RC);  // named (lambdas capture it; clang 14 cannot capture bindings)
