@@ -402,6 +402,20 @@ def perftest(group, tool, args, mtu=1500, fam="v4", netem=None, frames_from=("ur
     return out
 
 
+def rdma_check(group, size, chunk, mtu=1500, path_mtu=1024, fam="v4", netem=None):
+    """Our data check (rdma_check.c): READ pattern A, WRITE pattern B, READ it back, 16 FETCH_AND_ADD + 2
+    CMP_AND_SWAP with every original value checked, then the server checks its own memory."""
+    out = []
+    for role in ("server", "client"):
+        name = f"rdma_check_s{size}_c{chunk}_m{path_mtu}" + ("" if fam == "v4" else f"_{fam}") + \
+            ("_lossy" if netem else "") + f"_urxe_{role}"
+        out.append({"name": name, "group": group, "tool": "rdma_check", "kind": "rdma_check",
+                    "args": f"-s {size} -c {chunk} -n 16 -m {path_mtu} -p {OOB_PORT}", "urxe_role": role,
+                    "mtu": mtu, "fam": fam, "netem": netem, "timeout": 150 if netem else 90,
+                    "ok_pattern": r"all checks passed"})
+    return out
+
+
 # netem for the lossy runs: applied in the guest on egress (rxe -> urxe) and, through ifb0, on ingress
 # (urxe -> rxe). reorder needs a delay to reorder against.
 LOSSY = "delay 1ms reorder 10% 50% duplicate 1% loss 2%"
@@ -432,11 +446,16 @@ def matrix():
         # UC WRITE: data flows client -> server only, nothing comes back
         role_case["frames_from"] = ("urxe",) if role_case["urxe_role"] == "client" else ("rxe",)
         m.append(role_case)
+    # our data check of WRITE/READ/atomics: 1 MiB in 64 KiB READs/WRITEs (64 packets each, READ responses
+    # spanning 64 packets), and in 2 KiB pieces
+    m += rdma_check("datacheck", 1 << 20, 65536)
+    m += rdma_check("datacheck", 65536, 2048)
     # path MTU 4096 (4200-byte link)
     m += pingpong("mtu4096", "rc", 65536, 5, mtu=4200, path_mtu=4096)
     m += pingpong("mtu4096", "ud", 4096, 5, mtu=4200)
     m += perftest("mtu4096", "ib_write_bw", "-n 50 -s 65536 -m 4096", mtu=4200)
     m += perftest("mtu4096", "ib_read_bw", "-n 50 -s 65536 -m 4096", mtu=4200)
+    m += rdma_check("mtu4096", 1 << 20, 65536, mtu=4200, path_mtu=4096)
     # IPv6 GIDs: a global (ULA) address, and the link-local default GID
     m += pingpong("ipv6", "rc", 4097, 5, fam="v6")
     m += pingpong("ipv6", "ud", 1024, 5, fam="v6")
@@ -444,15 +463,17 @@ def matrix():
     m += perftest("ipv6", "ib_read_lat", "-n 50 -s 64", fam="v6")
     m += perftest("ipv6", "ib_atomic_lat", "-n 50 -A CMP_AND_SWAP", fam="v6")
     m += pingpong("ipv6", "rc", 4097, 5, fam="ll")
+    m += rdma_check("ipv6", 1 << 20, 65536, fam="v6")
     # lossy link: RC SEND (with data check), WRITE, READ under loss, reordering and duplication
     m += pingpong("lossy", "rc", 65536, 10, netem=LOSSY)
     m += perftest("lossy", "ib_write_bw", "-n 100 -s 65536", netem=LOSSY)
     m += perftest("lossy", "ib_read_bw", "-n 100 -s 65536", netem=LOSSY)
     m += perftest("lossy", "ib_send_bw", "-n 100 -s 65536", netem=LOSSY)
+    m += rdma_check("lossy", 1 << 20, 65536, netem=LOSSY)
     return m
 
 
-GROUPS = ("pingpong", "perftest", "mtu4096", "ipv6", "lossy")
+GROUPS = ("pingpong", "perftest", "datacheck", "mtu4096", "ipv6", "lossy")
 
 
 def cmd_list():
@@ -604,9 +625,12 @@ def run_case(case, st):
     peer_dev = f"-d rxe0 -{'x' if case['kind'] == 'perftest' else 'g'} {peer_idx}"
     urxe_dev = f"-d urxe0 -{'x' if case['kind'] == 'perftest' else 'g'} @GID@"
     tool, args = case["tool"], case["args"]
+    urxe_tool = tool
+    if case["kind"] == "rdma_check":
+        tool, urxe_tool = "/tmp/rdma_check", rdma_check_bin()
     # the client reaches the server's IPv4 address for the out-of-band TCP exchange in every case
     peer_cmd = f"{tool} {peer_dev} {args}"
-    urxe_cmd = shlex.split(f"{tool} {urxe_dev} {args}")
+    urxe_cmd = shlex.split(f"{urxe_tool} {urxe_dev} {args}")
     if case["urxe_role"] == "server":
         peer_cmd += f" {URXE_IP}"
     else:
@@ -684,6 +708,29 @@ def run_case(case, st):
     return res
 
 
+def rdma_check_bin():
+    p = os.environ.get("URXE_INTEROP_RDMA_CHECK", "")
+    if not os.access(p, os.X_OK):
+        raise RuntimeError(f"rdma_check not built (URXE_INTEROP_RDMA_CHECK='{p}')")
+    return p
+
+
+def upload_rdma_check():
+    """Copies rdma_check into the guest (/tmp/rdma_check): same Debian 12 libc and libibverbs there."""
+    import base64
+    import gzip
+    import hashlib
+    data = open(rdma_check_bin(), "rb").read()
+    md5 = hashlib.md5(data).hexdigest()
+    if md5 in peer_exec("md5sum /tmp/rdma_check 2>/dev/null", timeout=30).stdout:
+        return
+    b64 = base64.b64encode(gzip.compress(data, 9)).decode()
+    r = peer_exec(f"echo {b64} | base64 -d | gunzip > /tmp/rdma_check && chmod +x /tmp/rdma_check && "
+                  "md5sum /tmp/rdma_check", timeout=60)
+    if md5 not in r.stdout:
+        raise RuntimeError(f"upload of rdma_check to the guest failed: {r.stdout[-300:]}")
+
+
 def cmd_run(groups):
     st = load_state()
     bad = [g for g in groups if g not in GROUPS]
@@ -709,6 +756,8 @@ def cmd_run(groups):
         print(out)
         print(f"FAIL: urxe0 is not usable on {URXE_IF} (ibv_devinfo exit {rc})")
         return 1
+    if any(c["kind"] == "rdma_check" for c in cases):
+        upload_rdma_check()
     results = []
     t_all = time.monotonic()
     for c in cases:
