@@ -149,8 +149,8 @@ static void wait_cq(int n, struct ibv_wc* wc) {
     if (r < 0) die("ibv_poll_cq");
     for (int i = got; i < got + r; i++)
       if (wc[i].status != IBV_WC_SUCCESS)
-        die("completion of wr_id %llu: %s (%d)", (unsigned long long)wc[i].wr_id, ibv_wc_status_str(wc[i].status),
-            wc[i].status);
+        die("completion of wr_id %llu: %s (%d)", (unsigned long long)wc[i].wr_id,
+            ibv_wc_status_str(wc[i].status), wc[i].status);
     got += r;
     clock_gettime(CLOCK_MONOTONIC, &t);
     if (t.tv_sec - t0.tv_sec > CQ_TIMEOUT_S) die("%d of %d completions after %d s", got, n, CQ_TIMEOUT_S);
@@ -165,21 +165,40 @@ int main(int argc, char** argv) {
   int atomics = 16;
   while ((opt = getopt(argc, argv, "d:g:s:c:n:m:p:")) != -1) {
     switch (opt) {
-      case 'd': dev_name = optarg; break;
-      case 'g': gidx = atoi(optarg); break;
-      case 's': size = strtoul(optarg, NULL, 0); break;
-      case 'c': chunk = strtoul(optarg, NULL, 0); break;
-      case 'n': atomics = atoi(optarg); break;
-      case 'm': mtu = atoi(optarg); break;
-      case 'p': port = atoi(optarg); break;
-      default: fprintf(stderr, "usage: see the header of rdma_check.c\n"); return 2;
+      case 'd':
+        dev_name = optarg;
+        break;
+      case 'g':
+        gidx = atoi(optarg);
+        break;
+      case 's':
+        size = strtoul(optarg, NULL, 0);
+        break;
+      case 'c':
+        chunk = strtoul(optarg, NULL, 0);
+        break;
+      case 'n':
+        atomics = atoi(optarg);
+        break;
+      case 'm':
+        mtu = atoi(optarg);
+        break;
+      case 'p':
+        port = atoi(optarg);
+        break;
+      default:
+        fprintf(stderr, "usage: see the header of rdma_check.c\n");
+        return 2;
     }
   }
   const char* server = optind < argc ? argv[optind] : NULL;
   role = server ? "client" : "server";
   if (!dev_name || size % 8 || !chunk || size / chunk > MAX_WR / 2) die("bad arguments");
-  enum ibv_mtu path_mtu = mtu == 256 ? IBV_MTU_256 : mtu == 512 ? IBV_MTU_512 : mtu == 2048 ? IBV_MTU_2048
-                          : mtu == 4096 ? IBV_MTU_4096 : IBV_MTU_1024;
+  enum ibv_mtu path_mtu = mtu == 256    ? IBV_MTU_256
+                          : mtu == 512  ? IBV_MTU_512
+                          : mtu == 2048 ? IBV_MTU_2048
+                          : mtu == 4096 ? IBV_MTU_4096
+                                        : IBV_MTU_1024;
 
   struct ibv_device** list = ibv_get_device_list(NULL);
   struct ibv_device* dev = NULL;
@@ -197,18 +216,21 @@ int main(int argc, char** argv) {
   fill(buf, size, 0xA5A5A5A5u);
   *counter = COUNTER_INIT;
   memset(rbuf, 0, size + 4096);
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  int access =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   struct ibv_mr* mr = ibv_reg_mr(pd, buf, size + 8, access);
   struct ibv_mr* rmr = ibv_reg_mr(pd, rbuf, size + 4096, IBV_ACCESS_LOCAL_WRITE);
   cq = ibv_create_cq(ctx, 2 * MAX_WR, NULL, NULL, 0);
   if (!mr || !rmr || !cq) die("reg_mr/create_cq: %s", strerror(errno));
-  struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-                                .cap = {.max_send_wr = MAX_WR, .max_recv_wr = 1, .max_send_sge = 1,
-                                        .max_recv_sge = 1}};
+  struct ibv_qp_init_attr ia = {
+      .send_cq = cq,
+      .recv_cq = cq,
+      .qp_type = IBV_QPT_RC,
+      .cap = {.max_send_wr = MAX_WR, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
   struct ibv_qp* qp = ibv_create_qp(pd, &ia);
   if (!qp) die("ibv_create_qp: %s", strerror(errno));
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-                          .qp_access_flags = (unsigned)access};
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qp_access_flags = (unsigned)access};
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
     die("modify INIT: %s", strerror(errno));
 
@@ -231,8 +253,9 @@ int main(int argc, char** argv) {
   a.ah_attr.grh.sgid_index = (uint8_t)gidx;
   a.ah_attr.grh.hop_limit = 64;
   a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     die("modify RTR: %s", strerror(errno));
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;
@@ -240,8 +263,9 @@ int main(int argc, char** argv) {
   a.rnr_retry = 7;
   a.sq_psn = me.psn;
   a.max_rd_atomic = 4;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                IBV_QP_MAX_QP_RD_ATOMIC))
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                        IBV_QP_MAX_QP_RD_ATOMIC))
     die("modify RTS: %s", strerror(errno));
   printf("%s: local QPN %#x PSN %#x, remote QPN %#x PSN %#x, %zu bytes in %zu-byte chunks, MTU %d\n", role,
          me.qpn, me.psn, peer.qpn, peer.psn, size, chunk, mtu);
@@ -253,7 +277,8 @@ int main(int argc, char** argv) {
     unsigned long long want;
     if (sscanf(line, "done %llx", &want) != 1) die("bad message '%s'", line);
     long bad = first_mismatch(buf, size, 0x5A5A5A5Au);
-    if (bad >= 0) die("region byte %ld is %#x, pattern B says %#x", bad, buf[bad], pattern(0x5A5A5A5Au, (size_t)bad));
+    if (bad >= 0)
+      die("region byte %ld is %#x, pattern B says %#x", bad, buf[bad], pattern(0x5A5A5A5Au, (size_t)bad));
     if (*counter != want) die("counter %#llx, expected %#llx", (unsigned long long)*counter, want);
     send_line(fd, "ok\n");
     printf("server: region holds pattern B, counter %#llx: all checks passed\n", want);
@@ -264,12 +289,16 @@ int main(int argc, char** argv) {
   int nchunks = (int)((size + chunk - 1) / chunk);
   // 1 and 2: READ (pattern A), WRITE (pattern B), READ back (pattern B)
   for (int phase = 0; phase < 3; phase++) {
-    if (phase == 1) fill(rbuf, size, 0x5A5A5A5Au);  // the WRITE source
-    else memset(rbuf, 0, size);
+    if (phase == 1)
+      fill(rbuf, size, 0x5A5A5A5Au);  // the WRITE source
+    else
+      memset(rbuf, 0, size);
     for (int i = 0; i < nchunks; i++) {
       size_t off = (size_t)i * chunk, len = size - off < chunk ? size - off : chunk;
       struct ibv_sge sge = {.addr = (uintptr_t)rbuf + off, .length = (uint32_t)len, .lkey = rmr->lkey};
-      struct ibv_send_wr wr = {.wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1,
+      struct ibv_send_wr wr = {.wr_id = (uint64_t)i,
+                               .sg_list = &sge,
+                               .num_sge = 1,
                                .opcode = phase == 1 ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
                                .send_flags = IBV_SEND_SIGNALED},
                          *badwr;
@@ -281,8 +310,9 @@ int main(int argc, char** argv) {
     if (phase != 1) {
       uint32_t seed = phase == 0 ? 0xA5A5A5A5u : 0x5A5A5A5Au;
       long bad = first_mismatch(rbuf, size, seed);
-      if (bad >= 0) die("READ %s: byte %ld is %#x, expected %#x", phase ? "after WRITE" : "of pattern A", bad,
-                        rbuf[bad], pattern(seed, (size_t)bad));
+      if (bad >= 0)
+        die("READ %s: byte %ld is %#x, expected %#x", phase ? "after WRITE" : "of pattern A", bad, rbuf[bad],
+            pattern(seed, (size_t)bad));
     }
   }
   printf("client: READ of pattern A, WRITE + READ back of pattern B: data correct\n");
@@ -293,7 +323,9 @@ int main(int argc, char** argv) {
     int fadd = i < atomics;
     uint64_t compare = i == atomics ? model : model + 1;  // the first CAS matches, the second does not
     struct ibv_sge sge = {.addr = (uintptr_t)result, .length = 8, .lkey = rmr->lkey};
-    struct ibv_send_wr wr = {.wr_id = 1000u + (unsigned)i, .sg_list = &sge, .num_sge = 1,
+    struct ibv_send_wr wr = {.wr_id = 1000u + (unsigned)i,
+                             .sg_list = &sge,
+                             .num_sge = 1,
                              .opcode = fadd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP,
                              .send_flags = IBV_SEND_SIGNALED},
                        *badwr;
@@ -307,8 +339,10 @@ int main(int argc, char** argv) {
     if (*result != model)
       die("%s #%d returned %#llx, expected %#llx", fadd ? "FETCH_AND_ADD" : "CMP_AND_SWAP", i,
           (unsigned long long)*result, (unsigned long long)model);
-    if (fadd) model += ADD_STEP;
-    else if (compare == model) model = wr.wr.atomic.swap;
+    if (fadd)
+      model += ADD_STEP;
+    else if (compare == model)
+      model = wr.wr.atomic.swap;
   }
   printf("client: %d FETCH_AND_ADD + 2 CMP_AND_SWAP (one matching): every original value correct\n", atomics);
   snprintf(line, sizeof line, "done %llx\n", (unsigned long long)model);
