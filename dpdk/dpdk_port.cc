@@ -24,6 +24,8 @@
 #include <set>
 
 #include "dpdk/socket_port.h"
+#include "wire/bytes.h"
+#include "wire/opcode.h"
 
 namespace urxe::dpdk {
 namespace {
@@ -98,6 +100,21 @@ void af_packet_geometry(uint32_t max_frame, uint32_t& framesz, uint32_t& blocksz
   uint32_t page = static_cast<uint32_t>(getpagesize());
   blocksz = framesz;
   while (blocksz % page) blocksz += framesz;
+}
+
+// The destination QP of a RoCE frame (untagged IPv4/IPv6, UDP 4791); false for anything else.
+bool roce_dqpn(const uint8_t* d, uint32_t len, uint32_t& qpn) {
+  uint32_t bth;
+  if (len >= 14 + 20 + 8 + 12 && d[12] == 0x08 && d[13] == 0x00 && d[23] == 17) {
+    bth = 14 + (d[14] & 0xfu) * 4 + 8;
+  } else if (len >= 14 + 40 + 8 + 12 && d[12] == 0x86 && d[13] == 0xdd && d[20] == 17) {
+    bth = 14 + 40 + 8;
+  } else {
+    return false;
+  }
+  if (bth + 12 > len || wire::load_be16(d + bth - 6) != wire::kRoceV2Port) return false;
+  qpn = wire::load_be24(d + bth + 5);
+  return true;
 }
 
 thread_local bool t_registered = false;
@@ -379,6 +396,12 @@ uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       rte_pktmbuf_free(m[i]);
       continue;
     }
+    uint32_t qpn = 0;
+    if (qpn_filter_ && roce_dqpn(d, m[i]->data_len, qpn) && !qpns_.contains(qpn)) {
+      ++not_ours_dropped_;
+      rte_pktmbuf_free(m[i]);
+      continue;
+    }
     bufs[out++] = engine::PacketBuf{rte_pktmbuf_mtod(m[i], uint8_t*), m[i]->data_len, m[i]};
   }
   return out;
@@ -403,7 +426,7 @@ void DpdkPort::rx_wait_arm(bool armed) {
   if (wait_is_socket_) {
     // Armed: frames for us are queued (1 byte each) on the wakeup socket; disarmed: dropped in the filter.
     if (armed) {
-      attach_roce_filter(wait_fd_, info_.mac, 1, nullptr);
+      attach_roce_filter(wait_fd_, info_.mac, 1, qpns_, nullptr);
     } else {
       attach_drop_filter(wait_fd_, nullptr);
       // The kernel hands a frame to the packet sockets one after the other: the wakeup socket can have it
@@ -424,6 +447,12 @@ void DpdkPort::rx_wait_arm(bool armed) {
     uint64_t v;
     [[maybe_unused]] ssize_t n = read(wait_fd_, &v, sizeof v);
   }
+}
+
+bool DpdkPort::set_rx_qpn_range(QpnRange qpns) {
+  qpns_ = qpns;
+  qpn_filter_ = qpns.first != 0 || qpns.end != (1u << 24);
+  return true;
 }
 
 DpdkPortStats DpdkPort::stats() const {

@@ -66,6 +66,9 @@ class DpdkPort final : public engine::Port {
   const NetdevInfo& netdev() const { return info_; }
   bool udp_guard_active() const { return guard_.active(); }
   DpdkPortStats stats() const;
+  // Deliver only RoCE frames whose destination QP is in `qpns` (checked in rx_burst; the PMD still copies
+  // them) and wake only for those.
+  bool set_rx_qpn_range(QpnRange qpns);
 
  private:
   DpdkPort() = default;
@@ -73,6 +76,8 @@ class DpdkPort final : public engine::Port {
   static constexpr uint16_t kStash = 32;
   rte_mbuf* stash_[kStash] = {};  // frames rx_wait_arm(false) took from the PMD; rx_burst serves them first
   uint16_t stash_n_ = 0, stash_pos_ = 0;
+  QpnRange qpns_;
+  bool qpn_filter_ = false;
 
   uint16_t port_id_ = 0;
   bool started_ = false;

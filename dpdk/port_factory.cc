@@ -26,6 +26,12 @@ bool have_cap_net_raw() {
   return have_cap(CAP_NET_RAW);
 }
 
+bool set_rx_qpn_range(engine::Port& port, uint32_t first, uint32_t end) {
+  if (auto* s = dynamic_cast<SocketPort*>(&port)) return s->set_rx_qpn_range({first, end});
+  if (auto* d = dynamic_cast<DpdkPort*>(&port)) return d->set_rx_qpn_range({first, end});
+  return false;
+}
+
 std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* notice, std::string* err) {
   std::string why;
   bool try_dpdk = opt.kind == PortKind::dpdk;

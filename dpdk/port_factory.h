@@ -25,6 +25,10 @@ struct PortOptions {
 bool have_cap_net_admin();
 bool have_cap_net_raw();
 
+// Tells a port from open_port which destination QPNs this process owns, [first, end): frames for other
+// QPNs (another process's on the same device) are dropped by the port. False for other Port types.
+bool set_rx_qpn_range(engine::Port& port, uint32_t first, uint32_t end);
+
 // nullptr with *err set when no port could be opened. *notice receives one line (no newline) describing
 // the choice, e.g. "urxe: eth0: using the kernel-socket port (no CAP_NET_ADMIN for DPDK af_packet)".
 std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* notice, std::string* err);

@@ -17,6 +17,7 @@
 namespace urxe::dpdk {
 namespace {
 
+constexpr uint32_t kSnapAll = 0x40000;
 constexpr uint32_t kTxDataOffset = TPACKET2_HDRLEN - sizeof(sockaddr_ll);  // where tx frame data starts
 
 uint32_t status_load(const tpacket2_hdr* h) {
@@ -32,7 +33,7 @@ std::string errno_msg(const char* what) {
 
 // Kernel-side filter: PACKET_HOST frames (or PACKET_OUTGOING ones to our own MAC) carrying IPv4 (not a
 // fragment) or IPv6 UDP to port 4791. Everything else is dropped before it is queued.
-std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen) {
+std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns) {
   auto J = [](uint16_t code, uint32_t k, uint32_t i, uint32_t t, uint32_t f) {
     return sock_filter{code, static_cast<uint8_t>(t - i - 1), static_cast<uint8_t>(f - i - 1), k};
   };
@@ -40,7 +41,7 @@ std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen)
   const uint32_t mac03 =
       (uint32_t{mac[0]} << 24) | (uint32_t{mac[1]} << 16) | (uint32_t{mac[2]} << 8) | mac[3];
   const uint32_t mac45 = (uint32_t{mac[4]} << 8) | mac[5];
-  enum : uint32_t { kProto = 7, kV4 = 10, kV6 = 17, kAccept = 21, kDrop = 22 };
+  enum : uint32_t { kProto = 7, kV4 = 10, kV6 = 19, kQpn = 24, kAccept = 27, kDrop = 28 };
   return {
       /*0*/ S(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE)),
       /*1*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_HOST, 1, kProto, 2),
@@ -52,19 +53,28 @@ std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen)
       /*7*/ S(BPF_LD | BPF_H | BPF_ABS, 12),
       /*8*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 8, kV4, 9),
       /*9*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 9, kV6, kDrop),
+      // IPv4: UDP, not a fragment, destination port 4791; then the BTH word holding the destination QP.
       /*10*/ S(BPF_LD | BPF_B | BPF_ABS, 23),
       /*11*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 11, 12, kDrop),
       /*12*/ S(BPF_LD | BPF_H | BPF_ABS, 20),
       /*13*/ J(BPF_JMP | BPF_JSET | BPF_K, 0x3fff, 13, kDrop, 14),
       /*14*/ S(BPF_LDX | BPF_B | BPF_MSH, 14),
       /*15*/ S(BPF_LD | BPF_H | BPF_IND, 16),
-      /*16*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 16, kAccept, kDrop),
-      /*17*/ S(BPF_LD | BPF_B | BPF_ABS, 20),
-      /*18*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 18, 19, kDrop),
-      /*19*/ S(BPF_LD | BPF_H | BPF_ABS, 56),
-      /*20*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 20, kAccept, kDrop),
-      /*21*/ S(BPF_RET | BPF_K, snaplen),
-      /*22*/ S(BPF_RET | BPF_K, 0),
+      /*16*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 16, 17, kDrop),
+      /*17*/ S(BPF_LD | BPF_W | BPF_IND, 14 + 8 + 4),
+      /*18*/ S(BPF_JMP | BPF_JA, kQpn - 18 - 1),
+      // IPv6 (no extension headers: RoCE uses none)
+      /*19*/ S(BPF_LD | BPF_B | BPF_ABS, 20),
+      /*20*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 20, 21, kDrop),
+      /*21*/ S(BPF_LD | BPF_H | BPF_ABS, 56),
+      /*22*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 22, 23, kDrop),
+      /*23*/ S(BPF_LD | BPF_W | BPF_ABS, 14 + 40 + 8 + 4),
+      // Destination QP (low 24 bits of BTH bytes 4..7) in [first, end).
+      /*24*/ S(BPF_ALU | BPF_AND | BPF_K, 0xffffff),
+      /*25*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.first, 25, 26, kDrop),
+      /*26*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.end, 26, kDrop, kAccept),
+      /*27*/ S(BPF_RET | BPF_K, snaplen),
+      /*28*/ S(BPF_RET | BPF_K, 0),
   };
 }
 
@@ -77,8 +87,8 @@ bool attach(int fd, std::vector<sock_filter> f, std::string* err) {
 
 }  // namespace
 
-bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, std::string* err) {
-  return attach(fd, roce_filter(mac, snaplen), err);
+bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns, std::string* err) {
+  return attach(fd, roce_filter(mac, snaplen, qpns), err);
 }
 
 bool attach_drop_filter(int fd, std::string* err) {
@@ -133,7 +143,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     if (err) *err = errno_msg("socket(AF_PACKET) (needs CAP_NET_RAW)");
     return nullptr;
   }
-  if (!attach_roce_filter(p->fd_, p->info_.mac, 0x40000, err)) return nullptr;
+  if (!attach_roce_filter(p->fd_, p->info_.mac, kSnapAll, {}, err)) return nullptr;
   int v = TPACKET_V2;
   if (setsockopt(p->fd_, SOL_PACKET, PACKET_VERSION, &v, sizeof v) != 0) {
     if (err) *err = errno_msg("PACKET_VERSION");
@@ -282,6 +292,10 @@ void SocketPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
     }
     bufs[i].opaque = nullptr;
   }
+}
+
+bool SocketPort::set_rx_qpn_range(QpnRange qpns, std::string* err) {
+  return attach_roce_filter(fd_, info_.mac, kSnapAll, qpns, err);
 }
 
 PortStats SocketPort::stats() {

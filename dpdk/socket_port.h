@@ -34,9 +34,17 @@ struct PortStats {
   uint64_t kernel_rx_packets = 0, kernel_rx_drops = 0;  // PACKET_STATISTICS (reset on every read)
 };
 
+// Destination QPNs a port delivers: [first, end). Several processes share a device, each with its own block
+// of QPNs (the provider's urxe.qpn locks); a port told its block drops the other processes' RoCE frames
+// before they cost a wakeup. Default: every QPN.
+struct QpnRange {
+  uint32_t first = 0, end = 1u << 24;
+  bool contains(uint32_t qpn) const { return qpn >= first && qpn < end; }
+};
+
 // Classic-BPF filters on a packet socket `fd` (also used by DpdkPort's wakeup socket): pass RoCE frames for
-// this host (see above), truncated to `snaplen` bytes, or drop everything.
-bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, std::string* err);
+// this host (see above) whose destination QP is in `qpns`, truncated to `snaplen` bytes; or drop everything.
+bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns, std::string* err);
 bool attach_drop_filter(int fd, std::string* err);
 
 // Frames addressed to the port's own MAC (another QP on this device, in this process or another one) are
@@ -83,6 +91,8 @@ class SocketPort final : public engine::Port {
   const NetdevInfo& netdev() const { return info_; }
   bool udp_guard_active() const { return guard_.active(); }
   PortStats stats();
+  // Deliver only RoCE frames whose destination QP is in `qpns` (in the kernel's socket filter).
+  bool set_rx_qpn_range(QpnRange qpns, std::string* err = nullptr);
 
  private:
   SocketPort() = default;

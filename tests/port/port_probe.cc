@@ -13,6 +13,7 @@
 //     ping --dst-ip IP --count N --size S   N round trips one at a time; prints RTT p50/p99 in us
 //       (--sleep: both wait on rx_wait_fd between frames, as an idle progress thread does)
 //     guard-install | guard-remove   the nftables ingress drop of UDP/4791 on IFACE (kernel_guard.h)
+//   --qpn-range FIRST:END: deliver only RoCE frames to QPNs in [FIRST, END) (the frames here go to 0x123)
 //   --no-guard: do not hold UDP port 4791 (to measure what the kernel does without it)
 // Prints "ready" on stdout once the port is open (receivers), and one "key=value ..." result line.
 #include <poll.h>
@@ -74,7 +75,9 @@ struct Args {
   uint32_t count = 0, size = 64, timeout_ms = 5000, gap_us = 200;
   double seconds = 3;
   bool guard = true;
-  bool sleep = false;  // ping/pong: sleep on rx_wait_fd when idle instead of busy polling
+  bool sleep = false;
+  uint32_t qpn_first = 0, qpn_end = 0;  // --qpn-range FIRST:END (0:0 = not set)  // ping/pong: sleep on
+                                        // rx_wait_fd when idle instead of busy polling
 };
 
 Args parse_args(int argc, char** argv) {
@@ -109,7 +112,11 @@ Args parse_args(int argc, char** argv) {
       a.guard = false;
     else if (k == "--sleep")
       a.sleep = true;
-    else if (k[0] != '-' && a.cmd.empty())
+    else if (k == "--qpn-range") {
+      std::string v = val();
+      a.qpn_first = static_cast<uint32_t>(std::stoul(v.substr(0, v.find(':')), nullptr, 0));
+      a.qpn_end = static_cast<uint32_t>(std::stoul(v.substr(v.find(':') + 1), nullptr, 0));
+    } else if (k[0] != '-' && a.cmd.empty())
       a.cmd = k;
     else
       die("unknown argument " + k);
@@ -225,6 +232,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<engine::Port> port = dpdk::open_port(opt, &notice, &err);
   if (!port) die("open_port: " + err);
   fprintf(stderr, "%s\n", notice.c_str());
+  if (a.qpn_end && !dpdk::set_rx_qpn_range(*port, a.qpn_first, a.qpn_end)) die("set_rx_qpn_range failed");
   dpdk::NetdevInfo info;
   if (!dpdk::query_netdev(a.ifname, info, &err)) die(err);
   const char* kind = dynamic_cast<dpdk::DpdkPort*>(port.get()) ? "dpdk" : "socket";

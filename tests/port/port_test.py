@@ -247,6 +247,25 @@ def memif_transfer(pair, probe, tmp):
     check(tx.returncode == 0 and rx.returncode == 0, f"memif: all {count} frames arrived intact ({out.strip()})")
 
 
+def qpn_filter(pair, probe, port):
+    """A port told its QPN block gets the frames for QPNs in it (and wakes for them), and no others."""
+    for rng, want in (("0x100:0x200", True), ("0x11:0x111", False), ("0x124:0x1124", False)):
+        count = 8
+        rx = subprocess.Popen(pair.prefix("b") + [probe, "--port", port, "--qpn-range", rng, "--if",
+                                                  pair.ifname["b"], "recv", "--count", str(count), "--sizes", "64",
+                                                  "--timeout-ms", "3000"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        r, _, _ = select.select([rx.stdout], [], [], 20)
+        if not check(bool(r) and rx.stdout.readline().strip() == "ready", f"{port} qpn {rng}: receiver ready"):
+            rx.kill()
+            continue
+        pair.exec("a", [probe, "--port", "socket", "--if", pair.ifname["a"], "send", "--dst-ip", pair.ip6["b"],
+                        "--count", str(count), "--sizes", "64"], check=False, timeout=60)
+        out, _ = rx.communicate(timeout=30)
+        got = f"ok={count} " in out if want else " ok=0 " in out
+        check(got, f"{port} QPN range {rng}: QP 0x123 frames {'delivered' if want else 'dropped'} ({out.strip()})")
+
+
 def eui64_gid(mac):
     b = bytes.fromhex(mac.replace(":", ""))
     return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\0" * 6 + bytes([b[0] ^ 2]) + b[1:3] + b"\xff\xfe" + b[3:]))
@@ -321,6 +340,8 @@ def main():
             for ipver in (4, 6):
                 local_transfer(pair, args.probe, port, ipver)
         memif_transfer(pair, args.probe, tmp)
+        for port in ("socket", "dpdk"):
+            qpn_filter(pair, args.probe, port)
         # The two ports interoperate (one side DPDK, the other kernel sockets).
         transfer(pair, args.probe, tmp, "a", "b", 4, "dpdk", "socket", capture=False)
         transfer(pair, args.probe, tmp, "b", "a", 6, "socket", "dpdk", capture=False)
