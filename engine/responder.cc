@@ -118,6 +118,7 @@ struct Responder {
     const uint32_t len = pkt.payload_len;
     if (info.position == wire::Position::first || info.position == wire::Position::middle)
       return len == q.mtu;
+    if (info.position == wire::Position::last) return len >= 1 && len <= q.mtu;  // (as rxe's check_length)
     return len <= q.mtu;
   }
 
@@ -290,6 +291,7 @@ struct Responder {
     MrError err;
     uint8_t* p = e.mr_resolve(a.rkey, q.pd, ACCESS_REMOTE_ATOMIC, a.va, 8, err);
     if (!p) return reject(wire::NakCode::remote_access_error, WC_SUCCESS);
+    if (reinterpret_cast<uintptr_t>(p) & 7) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     // The engine is the only writer of this memory on the wire side; the 8-byte aligned location is
     // updated with one atomic operation so a local CPU user sees no torn value.
     auto* loc = reinterpret_cast<uint64_t*>(p);
