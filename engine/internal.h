@@ -187,6 +187,7 @@ struct Qp {
   uint32_t next_psn = 0;    // PSN of the next packet to send
   uint32_t sent_end = 0;    // one past the highest PSN ever sent
   uint32_t rnr_psn = 0;
+  uint32_t noack_pkts = 0;  // request packets sent since the last one with AckReq
   bool sqd_notified = false;
 
   // completer

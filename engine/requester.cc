@@ -180,7 +180,10 @@ bool EngineImpl::requester_run(Qp& q) {
         spec.ieth_rkey = w.inv_rkey;
         spec.bth.se = (w.send_flags & SEND_SOLICITED) != 0;
       }
-      spec.bth.ack_req = q.type == QPT_RC && last;
+      // AckReq on the last packet, and every so often inside long messages: peers such as rxe only ACK
+      // on AckReq, and the window of unacknowledged PSNs must keep moving
+      const uint32_t every = std::min<uint32_t>(64, std::max<uint32_t>(1, config.max_unacked_psns / 2));
+      spec.bth.ack_req = q.type == QPT_RC && (last || q.noack_pkts + 1 >= every);
       if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req_offset;
     }
     uint8_t* dst = begin_frame(spec, payload);
@@ -202,6 +205,7 @@ bool EngineImpl::requester_run(Qp& q) {
     finish_frame();
     did = true;
     budget--;
+    q.noack_pkts = spec.bth.ack_req ? 0 : q.noack_pkts + 1;
     q.next_psn = wire::psn_add(psn, psn_used);
     if (wire::psn_gt(q.next_psn, q.sent_end)) q.sent_end = q.next_psn;
     if (info.is_read || info.is_atomic) {

@@ -397,6 +397,27 @@ TEST(RcAck, CoalescedAckEveryNPackets) {
   EXPECT_EQ(ack_psns, (std::vector<uint32_t>{0x103, 0x107, 0x109}));
 }
 
+TEST(RcAck, LongMessageAgainstAPeerThatAcksOnlyOnAckReq) {
+  EngineConfig cfg;
+  cfg.ack_every_n = 1u << 30;  // B acknowledges only on AckReq or the last packet, like rxe
+  cfg.max_unacked_psns = 128;
+  Loopback lb(cfg);
+  auto [qa, qb] = lb.connect(QPT_RC);
+  Sge sge{lb.a().addr(0), 512 * 1024, lb.a().mr.lkey};  // 512 packets: four windows
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey;
+  post(lb.a(), qa, w);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(lb.a().eng->counter(Counter::completer_retry_err), 0u);  // never stalled into a timeout
+  int ackreq = 0;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 0 && p.bth.ack_req) ackreq++;
+  EXPECT_EQ(ackreq, 512 / 64);  // every 64 packets (and the last)
+}
+
 TEST(RcAck, CumulativeAckCompletesSeveralWrs) {
   Loopback lb;
   auto [qa, qb] = lb.connect(QPT_RC);
