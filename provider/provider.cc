@@ -28,6 +28,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -558,20 +559,28 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
           dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
     }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
-    st->engine = std::make_unique<en::Engine>(*st->port, st->clock, ecfg);
+    try {
+      st->engine = std::make_unique<en::Engine>(*st->port, st->clock, ecfg);
+    } catch (const std::exception& ex) {
+      return fail(ENOMEM, std::string("engine: ") + ex.what());
+    }
     st->engine->set_event_sink(st);
 
     verbs_set_ops(&ctx->vctx, &ctx_ops());
     ctx->vctx.context.num_comp_vectors = 1;
-    st->progress_thread = std::thread([st] {
-      pthread_setname_np(pthread_self(), "urxe-progress");
-      request_short_slice();
-      try {
-        st->run();
-      } catch (...) {
-        std::fprintf(stderr, "urxe: progress thread stopped by an exception\n");
-      }
-    });
+    try {
+      st->progress_thread = std::thread([st] {
+        pthread_setname_np(pthread_self(), "urxe-progress");
+        request_short_slice();
+        try {
+          st->run();
+        } catch (...) {
+          std::fprintf(stderr, "urxe: progress thread stopped by an exception\n");
+        }
+      });
+    } catch (const std::system_error& ex) {
+      return fail(EAGAIN, std::string("progress thread: ") + ex.what());
+    }
     URXE_DEBUG("alloc_context(%s): port %s, async_fd %d, qpn_base 0x%x", dev->config->name.c_str(),
                st->config.port.c_str(), st->async_rd, ecfg.qpn_base);
     return &ctx->vctx;
