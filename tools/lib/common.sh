@@ -49,13 +49,15 @@ configure() {
   cmake -S "$URXE_TOP" -B "$dir" -G "$gen" "$@"
 }
 
-# build DIR [targets...]
+# build DIR [targets...]: keeps going past a failed target (so one broken target does not hide the rest),
+# and still fails at the end.
 build() {
   local dir=$1
   shift
-  local targets=()
+  local targets=() keep=(-k)
   [ $# -gt 0 ] && targets=(--target "$@")
-  cmake --build "$dir" -j "$URXE_JOBS" "${targets[@]}"
+  grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$dir/CMakeCache.txt" 2>/dev/null && keep=(-k 0)
+  cmake --build "$dir" -j "$URXE_JOBS" "${targets[@]}" -- "${keep[@]}"
 }
 
 # The Release build everything else uses (tools/demo, tools/bench and the first stage of tools/test).
