@@ -159,21 +159,27 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
             go_back(q, psn);
             restart_timer(*this, q);
             return;
-          case wire::NakCode::invalid_request:
-            fail_wqe(*this, q, WC_REM_INV_REQ_ERR, psn);
+          default: {
+            const auto code = static_cast<wire::NakCode>(a.value());
+            const WcStatus st = code == wire::NakCode::invalid_request            ? WC_REM_INV_REQ_ERR
+                                : code == wire::NakCode::remote_access_error      ? WC_REM_ACCESS_ERR
+                                : code == wire::NakCode::remote_operational_error ? WC_REM_OP_ERR
+                                : code == wire::NakCode::invalid_rd_request       ? WC_REM_INV_RD_REQ_ERR
+                                                                                  : WC_BAD_RESP_ERR;
+            // READ responses / atomic ACKs for earlier WQEs may still be on their way (the responder sent
+            // them before this NAK; the network may have reordered them): wait for them up to one
+            // retransmit timeout before the error takes the QP down.
+            const SendWqe* h = head_wqe(q);
+            if (h && wire::psn_lt(h->first_psn, psn)) {
+              q.nak_pending = true;
+              q.nak_psn = psn;
+              q.nak_status = st;
+              q.timer_deadline = now + (q.attr.timeout ? timeout_ns(q.attr.timeout) : timeout_ns(14));
+              return;
+            }
+            fail_wqe(*this, q, st, psn);
             return;
-          case wire::NakCode::remote_access_error:
-            fail_wqe(*this, q, WC_REM_ACCESS_ERR, psn);
-            return;
-          case wire::NakCode::remote_operational_error:
-            fail_wqe(*this, q, WC_REM_OP_ERR, psn);
-            return;
-          case wire::NakCode::invalid_rd_request:
-            fail_wqe(*this, q, WC_REM_INV_RD_REQ_ERR, psn);
-            return;
-          default:
-            fail_wqe(*this, q, WC_BAD_RESP_ERR, psn);
-            return;
+          }
         }
       }
       default:
@@ -293,6 +299,24 @@ bool EngineImpl::completer_run(Qp& q) {
   if (static_cast<int32_t>(q.req_idx - cons) < 0) {
     q.req_idx = cons;
     q.req_offset = 0;
+  }
+  // an error NAK waiting for earlier READ/atomic answers: apply it once they are in. If they do not come
+  // within a retransmit timeout they never will (the responder is in ERR and answers nothing): the oldest
+  // unanswered WQE then fails as a transport retry failure, and everything after it is flushed.
+  if (q.nak_pending) {
+    const SendWqe* h = head_wqe(q);
+    if (!h || !wire::psn_lt(h->first_psn, q.nak_psn)) {
+      q.nak_pending = false;
+      fail_wqe(*this, q, q.nak_status, q.nak_psn);
+      return true;
+    }
+    if (now >= q.timer_deadline) {
+      q.nak_pending = false;
+      count(Counter::retry_exceeded_err);
+      fail_wqe(*this, q, WC_RETRY_EXC_ERR);
+      return true;
+    }
+    return did;
   }
   // RNR wait over: resend from the NAKed PSN
   if (q.rnr_until && now >= q.rnr_until) {

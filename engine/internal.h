@@ -187,7 +187,10 @@ struct Qp {
   uint32_t next_psn = 0;    // PSN of the next packet to send
   uint32_t sent_end = 0;    // one past the highest PSN ever sent
   uint32_t rnr_psn = 0;
-  uint32_t noack_pkts = 0;  // request packets sent since the last one with AckReq
+  uint32_t noack_pkts = 0;
+  bool nak_pending = false;  // an error NAK waits for answers to earlier READs/atomics
+  uint32_t nak_psn = 0;
+  WcStatus nak_status = WC_SUCCESS;  // request packets sent since the last one with AckReq
   bool sqd_notified = false;
 
   // completer
@@ -224,6 +227,7 @@ struct Qp {
 
   bool flush_needed = false;  // in ERR/SQE: complete what remains with WR_FLUSH_ERR
   bool flushing = false;      // the failed WQE was reported: every later one is flushed
+  bool flush_gap = false;     // a WQE was flushed unfinished: later finished ones are flushed too
   bool error_event_sent = false;
 };
 

@@ -208,6 +208,8 @@ void EngineImpl::qp_reset(Qp& q) {
   q.res_next = 0;
   q.flush_needed = false;
   q.flushing = false;
+  q.flush_gap = false;
+  q.nak_pending = false;
   q.error_event_sent = false;
   q.comm_est = false;
 }
@@ -235,14 +237,17 @@ void EngineImpl::qp_flush(Qp& q) {
   uint32_t cons = q.sq.cons.load(std::memory_order_relaxed);
   while (cons != prod) {
     SendWqe& w = q.sq.at(cons);
-    if (!q.flushing && w.done && w.status == WC_SUCCESS) {
+    if (!q.flushing && !q.flush_gap && w.done && w.status == WC_SUCCESS) {
       complete_send(q, w);  // finished before the error: a normal completion
     } else {
       Wc wc;
       wc.wr_id = w.wr_id;
-      // the first WQE that failed keeps its own status; everything after it is flushed
-      wc.status = (!q.flushing && w.done) ? w.status : WC_WR_FLUSH_ERR;
-      q.flushing = true;
+      // the WQE that failed reports its own status (even after unfinished ones before it were flushed);
+      // everything after it is flushed
+      const bool failed = !q.flushing && w.done && w.status != WC_SUCCESS;
+      wc.status = failed ? w.status : WC_WR_FLUSH_ERR;
+      if (failed) q.flushing = true;
+      if (!w.done) q.flush_gap = true;
       wc.opcode = wr_info(w.opcode).wc_opcode;
       wc.qp_num = q.qpn;
       if (!cq_post(*q.scq, wc, false)) break;
@@ -396,6 +401,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
       if (cur == QPS_SQE) {  // SQE → RTS: the send queue restarts where it was flushed
         q.req_idx = q.sq.cons.load(std::memory_order_relaxed);
         q.flushing = false;
+        q.flush_gap = false;
       }
       s.qp_state = next;
       q.state.store(next, std::memory_order_release);
