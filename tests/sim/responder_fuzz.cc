@@ -141,6 +141,8 @@ struct World {
   MrInfo rw_mr{}, ro_mr{}, src_mr{}, sink_mr{}, recv_mr{}, zb_mr{};
   uint32_t pd = 0, cq = 0, qpn[3] = {0, 0, 0};  // RC, UC, UD
   std::vector<uint8_t> ro_copy, src_copy;
+  std::vector<uint8_t>
+      before[4];  // writable regions at the start (rw, zero-based, sink, recv), for the stats
   uint32_t recv_posted = 0;
   // The PSNs the structured records aim at: each QP's expected request PSN, our requester's next response.
   uint32_t next_req_psn[3] = {kRqPsn, kRqPsn, kRqPsn}, next_resp_psn = 0x200;
@@ -163,6 +165,10 @@ struct World {
     recv = arena.carve(kRegionLen, rng, 64);
     zb = arena.carve(kRegionLen, rng, 64);
     ro_copy.assign(arena.at(ro), arena.at(ro) + ro.len);
+    for (int i = 0; i < 4; ++i) {
+      const sim::GuardedArena::Region& r = i == 0 ? rw : i == 1 ? zb : i == 2 ? sink : recv;
+      before[i].assign(arena.at(r), arena.at(r) + r.len);
+    }
     src_copy.assign(arena.at(src), arena.at(src) + src.len);
     must(eng->alloc_pd(pd), "alloc_pd");
     auto reg = [&](const sim::GuardedArena::Region& r, uint32_t acc, MrInfo& mr, bool zero) {
@@ -326,12 +332,20 @@ void structured(World& w, Reader& in) {
   int32_t psn_delta = (pb & 0x80)    ? static_cast<int8_t>(pb)
                       : (pb & 7) < 5 ? 0
                                      : static_cast<int32_t>(pb & 7) - 7;
-  int32_t va_off = static_cast<int16_t>(in.u16());
-  uint32_t dma_len = in.u16();
-  if (flags & 0x80) dma_len = in.u32();
+  // Address and length: mostly inside the region and consistent with the payload (so writes, reads and
+  // atomics are executed), otherwise anything.
+  uint16_t vb = in.u16();
+  uint8_t dmode = in.u8();
+  int32_t va_off = (dmode & 0x40) ? static_cast<int16_t>(vb) : static_cast<int32_t>(vb % kRegionLen);
   // Payload: a full path MTU (1024, what first/middle packets carry), a short one, or anything up to 4200.
   uint16_t pl = in.u16();
   uint32_t payload_len = (pl >> 14) == 0 ? 1024u : (pl >> 14) == 3 ? pl % 4200u : pl % 1025u;
+  uint32_t dma_len =
+      (dmode & 3) == 0 ? in.u16()
+      : (dmode & 3) == 1
+          ? in.u32()
+          : payload_len + ((dmode & 3) == 3 ? static_cast<uint32_t>((dmode >> 2) & 7) * 1024u : 0);
+  if (dmode & 0x80) va_off &= ~7;  // atomics need 8-byte alignment
   wire::FrameSpec s;
   s.src_mac = sim::sim_mac(1);
   s.dst_mac = sim::sim_mac(0);
@@ -366,7 +380,7 @@ void structured(World& w, Reader& in) {
     rkey = mrs[m]->rkey;
     va = (m == 2 ? 0 : reinterpret_cast<uint64_t>(w.arena.at(*regs[m]))) +
          static_cast<uint64_t>(static_cast<int64_t>(va_off));
-    if (mrsel & 0x80) rkey ^= 1u << (mrsel & 31) % 32;  // near-miss key
+    if ((mrsel & 0xc0) == 0xc0) rkey ^= 1u << (mrsel & 31) % 32;  // near-miss key
   } else {
     rkey = in.u32();
     va = in.u64();
@@ -412,6 +426,7 @@ void structured(World& w, Reader& in) {
 
 uint64_t g_counters[static_cast<uint32_t>(Counter::num_counters)];
 uint64_t g_tx;
+uint64_t g_written[4];  // inputs that changed the rw, zero-based, READ-sink and receive regions
 
 }  // namespace
 
@@ -421,7 +436,9 @@ void responder_fuzz_print_stats() {
   std::printf("engine counters over all inputs: tx_frames=%" PRIu64, g_tx);
   for (uint32_t c = 0; c < static_cast<uint32_t>(Counter::num_counters); ++c)
     if (g_counters[c]) std::printf(" %s=%" PRIu64, counter_name(static_cast<Counter>(c)), g_counters[c]);
-  std::printf("\n");
+  std::printf("\ninputs that wrote: remote-writable MR %" PRIu64 ", zero-based MR %" PRIu64
+              ", READ/atomic sink %" PRIu64 ", receive buffers %" PRIu64 "\n",
+              g_written[0], g_written[1], g_written[2], g_written[3]);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -456,5 +473,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (uint32_t c = 0; c < static_cast<uint32_t>(Counter::num_counters); ++c)
     g_counters[c] += w.eng->counter(static_cast<Counter>(c));
   g_tx += w.port.sent;
+  for (int i = 0; i < 4; ++i) {
+    const sim::GuardedArena::Region& r = i == 0 ? w.rw : i == 1 ? w.zb : i == 2 ? w.sink : w.recv;
+    g_written[i] += std::memcmp(w.before[i].data(), w.arena.at(r), r.len) != 0;
+  }
   return 0;
 }

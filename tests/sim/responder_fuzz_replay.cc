@@ -29,7 +29,24 @@ std::vector<uint8_t> generate(urxe::sim::Rng& rng) {
     size_t len = kind < 7 ? 90 : kind == 7 ? rng.range(0, 200) : kind == 8 ? 2 : 1;
     in.push_back(static_cast<uint8_t>(len));
     in.push_back(static_cast<uint8_t>(len >> 8));
+    size_t at = in.size();
     for (size_t k = 0; k < len; ++k) in.push_back(static_cast<uint8_t>(rng.next()));
+    if (kind < 6) {
+      // A clean request for the RC QP most of the time (the field order of structured() in responder_fuzz.cc:
+      // sel, opsel, flags, mrsel, variations, psn, va(2), dma mode, payload length(2)): expected PSN, no
+      // variations, an address inside the remote-writable or zero-based MR, DMA length = payload, at most one
+      // MTU; the rest of the fields stay random. Such frames reach the responder's write/read/atomic paths.
+      uint8_t* b = &in[at];
+      b[0] = static_cast<uint8_t>(rng.chance(0.7) ? 0 : rng.below(4));
+      b[2] &= static_cast<uint8_t>(~0x20);
+      b[3] = rng.chance(0.5) ? 0 : 2;
+      b[4] = 0xff;
+      b[5] = 0;
+      b[8] = static_cast<uint8_t>(2 | (rng.chance(0.5) ? 0x80 : 0));
+      uint16_t pl = static_cast<uint16_t>(0x4000 | rng.below(1025));
+      b[9] = static_cast<uint8_t>(pl);
+      b[10] = static_cast<uint8_t>(pl >> 8);
+    }
   }
   return in;
 }
