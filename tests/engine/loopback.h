@@ -65,6 +65,7 @@ class Link {
   uint64_t latency_ns = 1000;
   // Extra delay per frame (reordering when it varies); 0 keeps FIFO order.
   std::function<uint64_t(int side)> jitter;
+  uint64_t hold_ns = 0;  // set by the hook: extra delay for the frame being sent
   VClock clock;
   std::vector<std::pair<int, wire::Packet>> trace;  // every frame sent, as parsed (before the hook)
   bool keep_trace = true;
@@ -81,7 +82,9 @@ class Link {
     Fate f = hook ? hook(side, pkt, bytes) : Fate::pass;
     if (f == Fate::drop) return;
     MemPort* dst = ports[1 - side];
-    enqueue(*dst, clock.t + latency_ns + (jitter ? jitter(side) : 0), bytes);
+    const uint64_t extra = hold_ns;  // a hook may hold back this one frame
+    hold_ns = 0;
+    enqueue(*dst, clock.t + latency_ns + extra + (jitter ? jitter(side) : 0), bytes);
     if (f == Fate::duplicate) enqueue(*dst, clock.t + latency_ns + (jitter ? jitter(side) : 0), bytes);
   }
   void enqueue(MemPort& dst, uint64_t at, const std::vector<uint8_t>& bytes) {

@@ -197,6 +197,54 @@ TEST(RcNak, PsnSequenceErrorOncePerGapThenGoBackN) {
   EXPECT_EQ(wa[0].status, WC_SUCCESS);
 }
 
+// READ, then a WRITE the responder refuses: the NAK may overtake the READ response.
+struct ReadThenBadWrite {
+  Loopback lb;
+  uint32_t qa = 0, qb = 0;
+  ReadThenBadWrite() {
+    std::tie(qa, qb) = lb.connect(QPT_RC);
+    fill(lb.b().mem, 0, 100, 3);
+  }
+  std::vector<Wc> run() {
+    Sge rs{lb.a().addr(0), 100, lb.a().mr.lkey};
+    SendWr r = make_wr(WR_RDMA_READ, &rs, 1, 1);
+    r.rdma.remote_addr = lb.b().addr(0);
+    r.rdma.rkey = lb.b().mr.rkey;
+    Sge ws{lb.a().addr(0x1000), 8, lb.a().mr.lkey};
+    SendWr w = make_wr(WR_RDMA_WRITE, &ws, 1, 2);
+    w.rdma.remote_addr = lb.b().addr(0);
+    w.rdma.rkey = 0xbad00;
+    r.next = &w;
+    post(lb.a(), qa, r);
+    return lb.poll(lb.a(), 2);
+  }
+};
+
+TEST(RcNak, ErrorNakOvertakingReadResponseStillCompletesTheRead) {
+  ReadThenBadWrite t;
+  t.lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.info && p.info->kind == wire::OpKind::rdma_read_response) t.lb.link.hold_ns = 50'000;
+    return Fate::pass;
+  };
+  auto wa = t.run();
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(t.lb.a().mem.data(), t.lb.b().mem.data(), 100));
+  EXPECT_EQ(wa[1].status, WC_REM_ACCESS_ERR);
+}
+
+TEST(RcNak, ErrorNakAfterLostReadResponseFailsTheReadAndFlushesTheRest) {
+  ReadThenBadWrite t;
+  t.lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    return (side == 1 && p.info && p.info->kind == wire::OpKind::rdma_read_response) ? Fate::drop
+                                                                                     : Fate::pass;
+  };
+  auto wa = t.run();
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WC_RETRY_EXC_ERR);  // the responder (now in ERR) never answers again
+  EXPECT_EQ(wa[1].status, WC_WR_FLUSH_ERR);
+}
+
 TEST(RcRnr, RnrNakThenRetrySucceedsAfterReceivePosted) {
   Loopback lb;
   ConnOpts o;
