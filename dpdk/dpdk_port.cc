@@ -256,6 +256,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
   {
     std::lock_guard<std::mutex> lk(g_mu);
     g_ports_in_use.insert(p->port_id_);
+    p->have_port_ = true;
   }
 
   // mbufs hold a whole frame (af_packet refuses queues whose ring frames would not fit one mbuf).
@@ -319,10 +320,10 @@ DpdkPort::~DpdkPort() {
   while (stash_pos_ < stash_n_) rte_pktmbuf_free(stash_[stash_pos_++]);
   if (started_) rte_eth_dev_stop(port_id_);
   if (g_eal_ok && !dev_name_.empty()) {
-    rte_eth_dev_close(port_id_);
+    if (have_port_) rte_eth_dev_close(port_id_);
     if (hotplugged_) rte_vdev_uninit(dev_name_.c_str());
     std::lock_guard<std::mutex> lk(g_mu);
-    g_ports_in_use.erase(port_id_);
+    if (have_port_) g_ports_in_use.erase(port_id_);
   }
   if (pool_) rte_mempool_free(pool_);
 }

@@ -82,6 +82,7 @@ class DpdkPort final : public engine::Port {
   uint16_t port_id_ = 0;
   bool started_ = false;
   bool hotplugged_ = false;
+  bool have_port_ = false;  // port_id_ names an ethdev this port claimed
   std::string dev_name_;
   rte_mempool* pool_ = nullptr;
   uint32_t buf_size_ = 0;

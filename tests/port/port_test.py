@@ -350,6 +350,11 @@ def main():
             for ipver in (4, 6):
                 transfer(pair, args.probe, tmp, src, dst, ipver, "auto", "auto", caps=NET_RAW_ONLY,
                          label="NET_RAW only: ")
+        r = pair.exec("a", [args.probe, "--dpdk-args", "--vdev=net_nosuchpmd0", "--if", pair.ifname["a"], "info"],
+                      check=False)
+        check(r.returncode == 0 and "kind=socket" in r.stdout and "using the kernel-socket port (DPDK failed:" in r.stderr
+              and len(r.stderr.strip().splitlines()) == 1,
+              f"DPDK failing to start falls back to the socket port with a one-line notice ({r.stderr.strip()})")
         r = pair.exec("a", NET_RAW_ONLY + [args.probe, "--port", "dpdk", "--if", pair.ifname["a"], "info"],
                       check=False)
         check(r.returncode != 0 and "NET_ADMIN" in r.stderr,
