@@ -64,7 +64,7 @@ launch() {  # launch N: tap + QEMU (daemonized); under the lock
     -device "virtio-net-pci,netdev=data,mac=$(peer_mac "$n"),addr=3,romfile=,csum=off,guest_csum=off" \
     -netdev "user,id=ctl,restrict=on,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:$(peer_port "$n")-10.0.2.15:7777" \
     -device "virtio-net-pci,netdev=ctl,mac=$(peer_ctlmac "$n"),addr=4,romfile=" \
-    2>"$d/qemu.err"
+    2>"$d/qemu.err" 9>&-   # QEMU must not inherit (and so keep) the lock
 }
 setup() {
   ensure_netns
