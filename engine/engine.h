@@ -43,7 +43,7 @@ struct EngineConfig {
   DeviceAttr device;
   uint32_t qpn_base = 0x11;         // first QPN (rxe's first is 0x11); give processes disjoint ranges
   uint32_t ack_every_n = 16;        // responder ACKs at least every N packets of a long message (≥ 1)
-  uint32_t max_unacked_psns = 256;  // requester's window of unacknowledged PSNs per QP
+  uint32_t max_unacked_psns = 128;  // requester's window of unacknowledged PSNs per QP (rxe: 128)
   uint32_t rx_burst = 32;           // frames taken from the port per progress() round
   uint32_t tx_budget = 64;          // packets the requester may send per QP per progress() round (fairness)
   bool verify_icrc = true;
