@@ -11,7 +11,9 @@
 //    UC/UD: every receive completion matches a message that was sent (all of them, in order, without faults);
 //  - every signalled WR completed exactly once, in order, with the right status and opcode; after an error
 //    the failing WR and every later one complete with an error status (flushed);
-//  - every corrupted frame was dropped by the receiving engine.
+//  - every corrupted frame was dropped by the receiving engine; UD messages sent with a wrong Q_Key (a tenth)
+//    are dropped and counted;
+//  - after a successful SEND_WITH_INV / LOCAL_INV the invalidated MR refuses access.
 // The model applies each flow's operations in order to plain buffers; flows use disjoint memory, so their
 // interleaving does not matter. RDMA READ results are only defined if no later unfenced WR of the same QP
 // writes the bytes read (a duplicate READ may be re-executed), so the generator fences such writes, as an
@@ -58,6 +60,7 @@ struct Op {
   uint64_t compare_add = 0, swap = 0;
   bool consumes_recv = false;
   bool bad = false;           // deliberately invalid (remote access error expected)
+  bool wrong_qkey = false;    // UD: sent with a Q_Key the receiver does not have: must be dropped
   int victim = -1;            // SEND_WITH_INV / LOCAL_INV: index of the MR invalidated
   std::vector<uint8_t> data;  // the message bytes (gathered) for sends and writes
 };
@@ -103,7 +106,11 @@ struct Tally {
 class Scenario {
  public:
   Scenario(uint64_t seed, bool verbose, int sabotage = 0)
-      : seed_(seed), verbose_(verbose), rng_(seed ^ 0x5eed5eed5eedull), sabotage_(sabotage) {}
+      : seed_(seed),
+        verbose_(verbose),
+        rng_(seed ^ 0x5eed5eed5eedull),
+        qkey_rng_(seed ^ 0x9e3779b97f4a7c15ull),
+        sabotage_(sabotage) {}
   // Checker self-test: after the run, damage one thing the checks must notice (1..kSabotages); applied()
   // tells whether this seed offered something to damage.
   static constexpr int kSabotages = 7;
@@ -142,6 +149,7 @@ class Scenario {
   uint64_t seed_;
   bool verbose_;
   Rng rng_;
+  Rng qkey_rng_;
   LinkConfig link_;
   EngineConfig ecfg_;
   bool faults_ = false;
@@ -451,6 +459,12 @@ void Scenario::plan_flow(Flow& f) {
     }
     op.consumes_recv = op.opcode == WR_SEND || op.opcode == WR_SEND_WITH_IMM ||
                        op.opcode == WR_SEND_WITH_INV || op.opcode == WR_RDMA_WRITE_WITH_IMM;
+    // A tenth of UD sends carry a wrong Q_Key (drawn from a side stream, so the other choices of a seed stay
+    // as they were): the receiver drops them, they consume no receive.
+    if (f.type == QPT_UD && qkey_rng_.chance(0.1)) {
+      op.wrong_qkey = true;
+      op.consumes_recv = false;
+    }
     if (op.opcode == WR_RDMA_READ || op.opcode == WR_ATOMIC_CMP_AND_SWP ||
         op.opcode == WR_ATOMIC_FETCH_AND_ADD)
       sink += op.len + 3 * 40 + 8;  // room for SGE gaps
@@ -694,6 +708,7 @@ std::string Scenario::post_ops(Flow& f, size_t from, size_t to) {
       wr.ud.remote_qpn = pairs_[f.pair].ends.qpn[f.resp];
       // Half the time the "privileged" Q_Key: the sender's own, which both sides share here.
       wr.ud.remote_qkey = (op.wr_id & 1) ? pairs_[f.pair].params.qkey : 0x80000000u;
+      if (op.wrong_qkey) wr.ud.remote_qkey = pairs_[f.pair].params.qkey ^ 0x5a5a;
     }
     const SendWr* bad = nullptr;
     int rc = e.post_send(qpn, &wr, &bad);
@@ -1391,6 +1406,19 @@ std::vector<std::string> Scenario::run() {
   uint64_t dropped_bad = 0;
   for (auto& h : tb_->host)
     dropped_bad += h.eng->counter(Counter::rx_drop_icrc) + h.eng->counter(Counter::rx_drop_parse);
+  // Wrong Q_Keys: without faults every such UD message reaches the receiver and is dropped there.
+  if (!faults_) {
+    for (auto& f : flows_) {
+      if (f.type != QPT_UD) continue;
+      uint64_t wrong = 0;
+      for (auto& op : f.ops) wrong += op.wrong_qkey;
+      uint64_t got = tb_->host[f.resp].eng->counter(Counter::rx_drop_qkey);
+      if (got != wrong)
+        errs.push_back("UD: " + std::to_string(wrong) +
+                       " messages with a wrong Q_Key sent, receiver counted " + std::to_string(got) +
+                       " Q_Key drops");
+    }
+  }
   if (ls.rx_overflow == 0 && dropped_bad != ls.corrupted)
     errs.push_back("the link corrupted " + std::to_string(ls.corrupted) + " frames but the engines dropped " +
                    std::to_string(dropped_bad) + " as bad");
