@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Live interop between urxe (host side, network namespace rxenet) and kernel Soft-RoCE (rdma_rxe) in a
+"""Live interop between urxe (host side, network namespace uxnet) and kernel Soft-RoCE (rdma_rxe) in a
 QEMU guest booted by tools/rxe-peer/ (issue 5).
 
   interop.py setup              build the guest (cached), boot peer 1, add the urxe-side veth; state.json
@@ -9,8 +9,8 @@ QEMU guest booted by tools/rxe-peer/ (issue 5).
   interop.py list               print the matrix
   interop.py urxe-side ...      (internal) the urxe side of one run, inside a private mount namespace
 
-Topology: in netns rxenet the bridge rxebr0 (10.77.0.1, fd77::1) joins the guest's tap rxetap1 (guest
-eth0 = 10.77.0.11, fd77::11, rxe0) and a veth uxv0br <-> uxv0; uxv0 (10.77.0.2, fd77::2) sits in netns
+Topology: in netns urxe-rxenet the bridge rxebr0 (10.77.0.1, fd77::1) joins the guest's tap rxetap1
+(guest eth0 = 10.77.0.11, fd77::11, rxe0) and a veth uxv0br <-> uxv0; uxv0 (10.77.0.2, fd77::2) sits in netns
 uxnet, urxe's "host", and is the netdev of urxe0: `urxe link add urxe0 netdev uxv0`, then
 `urxe run -- ibv_rc_pingpong -d urxe0 -g IDX ...`, in a private mount namespace with a tmpfs on
 /dev/infiniband so nothing on the host changes.
@@ -43,8 +43,11 @@ RESULTS = os.path.abspath(os.environ.get("URXE_INTEROP_RESULTS", "interop-result
 STATE_FILE = os.path.join(RESULTS, "state.json")
 SKIP_FILE = os.path.join(RESULTS, "skip.txt")
 SKIP_RC = 77
+# The namespaces and the peer's addresses are global on a machine: one interop run (setup .. teardown) at a
+# time. The owner file names the run holding them (its results dir and the PID of its ctest).
+OWNER_FILE = "/run/lock/urxe-interop.owner" if os.path.isdir("/run/lock") else "/tmp/urxe-interop.owner"
 
-NETNS, BRIDGE = "rxenet", "rxebr0"
+NETNS, BRIDGE = os.environ.get("NETNS", "urxe-rxenet"), "rxebr0"  # as in tools/rxe-peer/rxe-env.sh
 PEER = 1
 PEER_IP, PEER_IP6 = "10.77.0.11", "fd77::11"
 URXE_NS, URXE_IF, URXE_BR_IF = "uxnet", "uxv0", "uxv0br"
@@ -108,9 +111,35 @@ def urxe_bin():
 # setup / teardown
 
 
+def owner():
+    """The other live run holding the peer, as a string, or None."""
+    try:
+        o = json.load(open(OWNER_FILE))
+    except (OSError, ValueError):
+        return None
+    if o.get("results") == RESULTS or not os.path.exists(f"/proc/{o.get('pid')}"):
+        return None
+    return f"pid {o.get('pid')}, results {o.get('results')}"
+
+
+def take_ownership():
+    import fcntl
+    with open(OWNER_FILE + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        other = owner()
+        if other:
+            return other
+        # the ctest (or shell) that runs setup lives until teardown
+        json.dump({"pid": os.getppid(), "results": RESULTS}, open(OWNER_FILE, "w"))
+    return None
+
+
 def load_state():
     if os.path.exists(SKIP_FILE):
         skip(open(SKIP_FILE).read().strip())
+    other = owner()
+    if other:
+        skip(f"the rxe peer and namespaces {NETNS}/{URXE_NS} belong to another interop run ({other})")
     if not os.path.exists(STATE_FILE):
         skip(f"no rxe peer: {STATE_FILE} missing (the interop_peer_setup test did not run or failed)")
     st = json.load(open(STATE_FILE))
@@ -140,6 +169,10 @@ def cmd_setup():
         if os.path.exists(f):
             os.unlink(f)
     reason = prerequisites()
+    if not reason:
+        other = take_ownership()
+        if other:
+            reason = f"the rxe peer and namespaces {NETNS}/{URXE_NS} are in use by another interop run ({other})"
     if reason:
         open(SKIP_FILE, "w").write(reason + "\n")
         skip(reason)
@@ -194,8 +227,8 @@ def cmd_setup():
 
 def add_urxe_veth():
     """The urxe side's netdev: veth uxv0 (in uxnet, addresses, no DAD) with its peer on the bridge."""
-    # urxe's host has a namespace of its own, like a separate machine on the link: in rxenet its netdev
-    # would share the subnet with the bridge's address, the route to the guest would leave by the bridge,
+    # urxe's host has a namespace of its own, like a separate machine on the link: in urxe-rxenet its
+    # netdev would share the subnet with the bridge's address, the route to the guest would leave by the bridge,
     # and the bridge would answer ARP for urxe's address with its own MAC.
     if sh(["ip", "-n", URXE_NS, "link", "show", URXE_IF]).returncode == 0:
         return False
@@ -250,11 +283,47 @@ def sysfs_gid_to_addr(g):
     return f"::ffff:{a.ipv4_mapped}" if a.ipv4_mapped else str(a)
 
 
+def kill_leftovers():
+    """Processes a killed run may leave behind (ctest's timeout kills the driver, not its children): every
+    process inside uxnet (urxe's namespace, made by setup: only our urxe side runs there) and our tcpdump
+    in urxe-rxenet. Found by namespace, each signalled by PID."""
+    def ns_pids(ns):
+        r = sh(["ip", "netns", "pids", ns])
+        return r.stdout.split() if r.returncode == 0 else []
+    pids = ns_pids(URXE_NS)
+    for pid in ns_pids(NETNS):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() == "tcpdump":
+                pids.append(pid)
+        except OSError:
+            pass
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+            log(f"killed leftover process {pid}")
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def release_ownership():
+    try:
+        if json.load(open(OWNER_FILE)).get("results") == RESULTS:
+            os.unlink(OWNER_FILE)
+    except (OSError, ValueError):
+        pass
+
+
 def cmd_teardown():
     if not os.path.exists(STATE_FILE):
         log("nothing to tear down (no state.json)")
+        release_ownership()
         return 0
     st = json.load(open(STATE_FILE))
+    if owner():
+        log(f"not tearing down: the peer belongs to another run ({owner()})")
+        os.unlink(STATE_FILE)
+        return 0
+    kill_leftovers()
     if st.get("started_peer"):
         r = sh([os.path.join(PEER_TOOLS, "stop-peer.sh"), str(PEER), "--teardown"], timeout=120)
         print(r.stdout, end="")
@@ -262,6 +331,7 @@ def cmd_teardown():
         sh(["ip", "-n", NETNS, "link", "del", URXE_BR_IF])
         sh(["ip", "netns", "del", URXE_NS])
     os.unlink(STATE_FILE)
+    release_ownership()
     return 0
 
 
@@ -270,13 +340,16 @@ def cmd_teardown():
 
 
 class Capture:
-    def __init__(self, path, mtu, iface="rxetap1"):
+    """tcpdump on the guest's tap, RoCE frames from or to `match` only (by default urxe's MAC: someone else
+    using the peer at the same time does not get into the checks)."""
+
+    def __init__(self, path, mtu, iface="rxetap1", match=f"ether host {URXE_MAC}"):
         self.path, self.err_path = path, path + ".tcpdump.txt"
         self.errf = open(self.err_path, "w")
         # --immediate-mode and a large buffer: see tools/rxe-peer/capture.sh (no ring-block latency, no
         # drops while the TCG guest keeps the cores busy); the snap length covers a full frame.
         self.proc = subprocess.Popen(["ip", "netns", "exec", NETNS, "tcpdump", "--immediate-mode", "-B", "65536",
-                                      "-i", iface, "-s", str(mtu + 64), "-U", "-w", path, "udp port 4791"],
+                                      "-i", iface, "-s", str(mtu + 64), "-U", "-w", path, f"udp port 4791 and {match}"],
                                      stdout=subprocess.DEVNULL, stderr=self.errf)
         for _ in range(100):
             if "listening on" in open(self.err_path).read():
@@ -800,7 +873,7 @@ def cmd_smoke():
     os.makedirs(d, exist_ok=True)
     problems = []
     t0 = time.monotonic()
-    cap = Capture(os.path.join(d, "capture.pcap"), 1500)
+    cap = Capture(os.path.join(d, "capture.pcap"), 1500, match="ether host 52:54:00:77:00:fe")  # the bridge
     try:
         r = peer_exec(f"bgrun /tmp/smoke.log timeout -s KILL 60 ibv_rc_pingpong -d rxe0 "
                       f"-g {st['peer_gid_index']['v4']} -n 1 -s 64", timeout=30)

@@ -5,7 +5,7 @@ talking RC to kernel rxe in a peer VM: it plays the *client* of
 `ibv_rc_pingpong -g 1 -n 1 -s 64` running in the guest.
 
   ./peer-exec.sh 1 'bgrun /tmp/pp.log ibv_rc_pingpong -d rxe0 -g 1 -n 1 -s 64'
-  ip netns exec rxenet python3 host-roce-demo.py 10.77.0.11 10.77.0.1
+  ip netns exec urxe-rxenet python3 host-roce-demo.py 10.77.0.11 10.77.0.1
 
 Steps: TCP out-of-band exchange (the pingpong "LID:QPN:PSN:GID" text), then
 over UDP/4791: send one RC SEND Only (64 B) with a correct ICRC, receive rxe's
