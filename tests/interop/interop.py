@@ -917,7 +917,12 @@ def cmd_smoke():
     return 1 if problems else 0
 
 
+def on_sigterm(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # so the finally blocks stop our tcpdump and urxe side
+
+
 def main():
+    signal.signal(signal.SIGTERM, on_sigterm)
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
