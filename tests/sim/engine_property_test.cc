@@ -5,6 +5,7 @@
 // the 24-bit wrap), path MTUs and engine tunables, and posts a random mix of every work request type with
 // sizes 0, 1, MTU-1, MTU, MTU+1, multi-MTU, one to three SGEs, inline, fence and solicited flags, some
 // receives posted late (RNR), and in some seeds one invalid request (remote access error). Then it checks:
+//  (A third of the one-way RC pairs take their receives from an SRQ.)
 //  - every byte of both hosts' memory equals the reference model (registered regions as the model says,
 //    everything else untouched: guard bytes around every region, gaps between SGEs, receive-buffer tails);
 //  - RC: every receive completed exactly once, in order, with the right length, opcode, flags and immediate;
@@ -96,6 +97,7 @@ struct Victim {
 struct Pair {
   QpParams params;
   QpEnds ends;
+  bool use_srq = false;
 };
 
 // Categories for the summary: which kinds of runs pass.
@@ -110,6 +112,7 @@ class Scenario {
         verbose_(verbose),
         rng_(seed ^ 0x5eed5eed5eedull),
         qkey_rng_(seed ^ 0x9e3779b97f4a7c15ull),
+        srq_rng_(seed ^ 0x5a17ull),
         sabotage_(sabotage) {}
   // Checker self-test: after the run, damage one thing the checks must notice (1..kSabotages); applied()
   // tells whether this seed offered something to damage.
@@ -150,6 +153,7 @@ class Scenario {
   bool verbose_;
   Rng rng_;
   Rng qkey_rng_;
+  Rng srq_rng_;
   LinkConfig link_;
   EngineConfig ecfg_;
   bool faults_ = false;
@@ -380,6 +384,9 @@ void Scenario::choose_world() {
     uint32_t dir = static_cast<uint32_t>(rng_.below(3));  // 0: 0->1, 1: 1->0, 2: both
     bool err_here = inject && i == 0;
     if (err_here) dir = static_cast<uint32_t>(rng_.below(2));  // an errored QP carries one flow only
+    // A third of the one-way RC pairs without an injected error take their receives from an SRQ on the
+    // responder (drawn from a side stream so the other choices of a seed stay as they were).
+    if (dir != 2 && !err_here && srq_rng_.chance(0.33)) pairs_[p].use_srq = true;
     for (uint32_t d = 0; d < 2; ++d) {
       if (dir != 2 && dir != d) continue;
       Flow f;
@@ -407,8 +414,10 @@ void Scenario::choose_world() {
     f.resp = 1 - f.req;
     flows_.push_back(f);
   }
-  category_ = std::string(faults_ ? "faults" : "lossless") + (inject ? "+error" : "") + (uc ? "+UC" : "") +
-              (ud ? "+UD" : "");
+  bool any_srq = false;
+  for (auto& p : pairs_) any_srq |= p.use_srq;
+  category_ = std::string(faults_ ? "faults" : "lossless") + (any_srq ? "+SRQ" : "") +
+              (inject ? "+error" : "") + (uc ? "+UC" : "") + (ud ? "+UD" : "");
 }
 
 // Chooses each op's kind, flags and length, and the region sizes they need.
@@ -738,7 +747,8 @@ std::string Scenario::post_recvs(Flow& f, bool late) {
     wr.sg_list = sg;
     wr.num_sge = static_cast<int>(r.pieces.size());
     const RecvWr* bad = nullptr;
-    int rc = e.post_recv(qpn, &wr, &bad);
+    uint32_t srq = pairs_[f.pair].params.srq[f.resp];
+    int rc = srq ? e.post_srq_recv(srq, &wr, &bad) : e.post_recv(qpn, &wr, &bad);
     if (rc) return "post_recv failed: " + std::to_string(rc);
   }
   return {};
@@ -1259,6 +1269,17 @@ std::vector<std::string> Scenario::run() {
   choose_world();
   for (auto& f : flows_) plan_flow(f);
   for (auto& p : pairs_) {
+    if (p.use_srq) {
+      // On the responder of the pair's only flow.
+      for (auto& f : flows_)
+        if (&pairs_[f.pair] == &p) {
+          SrqAttr a;
+          a.max_wr = 128;
+          a.max_sge = 4;
+          int rc = tb_->host[f.resp].eng->create_srq(tb_->host[f.resp].pd, a, p.params.srq[f.resp]);
+          if (rc) return {"create_srq failed: " + std::to_string(rc)};
+        }
+    }
     std::string e = tb_->connect(p.params, p.ends);
     if (!e.empty()) return {"connect: " + e};
   }

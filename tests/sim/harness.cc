@@ -88,6 +88,7 @@ std::string Testbed::connect(const QpParams& p, QpEnds& out) {
     ia.send_cq = out.send_cq[s];
     ia.recv_cq = out.recv_cq[s];
     ia.qp_type = p.type;
+    ia.srq = p.srq[s];
     ia.sq_sig_all = p.sq_sig_all;
     ia.cap.max_send_wr = p.max_send_wr;
     ia.cap.max_recv_wr = p.max_recv_wr;
