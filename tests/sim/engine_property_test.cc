@@ -4,14 +4,15 @@
 // corruption, or none), several QP pairs (RC in one or both directions, UC, UD) with random PSNs (some near
 // the 24-bit wrap), path MTUs and engine tunables, and posts a random mix of every work request type with
 // sizes 0, 1, MTU-1, MTU, MTU+1, multi-MTU, one to three SGEs, inline, fence and solicited flags, some
-// receives posted late (RNR), and in some seeds one invalid request (remote access error). Then it checks:
-//  (A third of the one-way RC pairs take their receives from an SRQ.)
+// receives posted late (RNR), and in some seeds one invalid request (remote access error); a third of the
+// one-way RC pairs take their receives from an SRQ. Then it checks:
 //  - every byte of both hosts' memory equals the reference model (registered regions as the model says,
 //    everything else untouched: guard bytes around every region, gaps between SGEs, receive-buffer tails);
 //  - RC: every receive completed exactly once, in order, with the right length, opcode, flags and immediate;
 //    UC/UD: every receive completion matches a message that was sent (all of them, in order, without faults);
 //  - every signalled WR completed exactly once, in order, with the right status and opcode; after an error
-//    the failing WR and every later one complete with an error status (flushed);
+//    the failing WR and every later one complete with an error status (flushed), the first of them not a
+//    flush; both QPs end in ERR and the responder's receives are flushed;
 //  - every corrupted frame was dropped by the receiving engine; UD messages sent with a wrong Q_Key (a tenth)
 //    are dropped and counted;
 //  - after a successful SEND_WITH_INV / LOCAL_INV the invalidated MR refuses access.
