@@ -7,6 +7,7 @@ QEMU guest booted by tools/rxe-peer/ (issue 5).
   interop.py smoke              host-roce-demo.py (Python RC client) against ibv_rc_pingpong in the guest
   interop.py run GROUP...       run the matrix groups (see `list`); exit 0 / 1 / 77 (skipped, reason printed)
   interop.py list               print the matrix
+  interop.py fixtures DIR [CASE...]   copy passed runs' captures (trimmed) + a provenance file to DIR
   interop.py urxe-side ...      (internal) the urxe side of one run, inside a private mount namespace
 
 Topology: in netns urxe-rxenet the bridge rxebr0 (10.77.0.1, fd77::1) joins the guest's tap rxetap1
@@ -917,6 +918,75 @@ def cmd_smoke():
     return 1 if problems else 0
 
 
+# A representative set of runs for pcap-fixtures/ (replay tests): every transport, both roles, multi-packet
+# and READ/atomic responses, IPv6, MTU 4096, and recovery under loss.
+FIXTURE_CASES = [
+    "rc_pingpong_s4097_urxe_client", "rc_pingpong_s262144_urxe_server", "uc_pingpong_s4097_urxe_client",
+    "ud_pingpong_s1024_urxe_server", "srq_pingpong_s64_urxe_client", "ib_write_bw_n_50_s_65536_urxe_client",
+    "ib_read_bw_n_50_s_65536_urxe_client", "ib_read_bw_n_50_s_65536_urxe_server",
+    "ib_atomic_bw_n_50_a_fetch_and_add_urxe_client", "ib_atomic_bw_n_50_a_cmp_and_swap_urxe_server",
+    "rdma_check_s65536_c2048_m1024_urxe_client", "rdma_check_s65536_c2048_m1024_urxe_server",
+    "rc_pingpong_s65536_m4096_urxe_server", "rc_pingpong_s4097_v6_urxe_client",
+    "rdma_check_s1048576_c65536_m1024_lossy_urxe_client", "rdma_check_s1048576_c65536_m1024_lossy_urxe_server",
+]
+FIXTURE_MAX_FRAMES = 800
+
+
+def cmd_fixtures(outdir, names):
+    """Copies the captures of passed runs (first FIXTURE_MAX_FRAMES frames) to OUTDIR as
+    interop-<case>.pcap and writes OUTDIR/interop-PROVENANCE.md: what ran, which side is which, and the
+    QP parameters both programs printed (QPNs, PSNs, rkeys, VAs, GIDs), the MTU and any netem."""
+    os.makedirs(outdir, exist_ok=True)
+    commit = sh(["git", "-C", TOP, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    manifest = ""
+    for guest in (os.environ.get("URXE_RXE_PEER_DIR", ""), os.path.expanduser("~/.cache/urxe/rxe-peer")):
+        f = os.path.join(guest, "guest", "manifest.txt")
+        if guest and os.path.exists(f):
+            manifest = open(f).read()
+            break
+    vers = ", ".join(l for l in manifest.splitlines() if l.split(" ")[0] in (
+        "libibverbs1", "ibverbs-providers", "perftest") or l.startswith("linux-image"))
+    lines = ["# interop captures: urxe (host) <-> kernel rxe (QEMU guest)", "",
+             f"Made by tests/interop/interop.py (urxe {commit}); guest: {vers or 'see tools/rxe-peer'}.",
+             f"urxe: MAC {URXE_MAC}, {URXE_IP} / {URXE_IP6} (netdev uxv0). rxe: MAC {PEER_MAC}, {PEER_IP} / "
+             f"{PEER_IP6} (rxe0 on eth0). Captured with tcpdump on the guest's tap (rxe's frames after its "
+             "egress netem, urxe's before the guest's ingress netem), UDP 4791 to/from urxe's MAC only; "
+             f"at most the first {FIXTURE_MAX_FRAMES} frames of a run are kept.", ""]
+    for name in names or FIXTURE_CASES:
+        d = os.path.join(RESULTS, name)
+        try:
+            res = json.load(open(os.path.join(d, "result.json")))
+        except OSError:
+            print(f"{name}: no result, skipped")
+            continue
+        if not res["ok"]:
+            print(f"{name}: did not pass, skipped")
+            continue
+        out = os.path.join(outdir, f"interop-{name}.pcap")
+        r = sh(["editcap", "-F", "pcap", "-r", os.path.join(d, "capture.pcap"), out, f"1-{FIXTURE_MAX_FRAMES}"])
+        if r.returncode:
+            print(f"{name}: editcap: {r.stdout}")
+            continue
+        c = res["case"]
+        params = []
+        for side in ("urxe", "rxe"):
+            log_text = open(os.path.join(d, f"{side}.log"), errors="replace").read()
+            params += [f"  - {side}: {l.strip()}" for l in log_text.splitlines()
+                       if re.search(r"(local|remote) (address|QPN)|^\s*GID:", l)]
+        frames = int(sh(["sh", "-c", f"tshark -r {shlex.quote(out)} 2>/dev/null | wc -l"]).stdout.strip() or 0)
+        lines += [f"## interop-{name}.pcap ({frames} of {res['frames']} frames)",
+                  f"- `{c['tool']} {c['args']}` with urxe as {c['urxe_role']}, rxe as "
+                  f"{'client' if c['urxe_role'] == 'server' else 'server'}; link MTU {c['mtu']}, GIDs "
+                  f"{ {'v4': 'IPv4-mapped', 'v6': 'IPv6 ULA', 'll': 'IPv6 link-local'}[c['fam']] }" +
+                  (f"; netem `{c['netem']}` both ways" if c["netem"] else ""),
+                  f"- opcodes (BTH opcode: count): urxe {res['opcodes']['urxe']}, rxe {res['opcodes']['rxe']}; "
+                  f"NAKs {res.get('naks')}, retransmitted requests {res.get('retransmits')}",
+                  "- QP parameters as printed by the programs:"] + params + [""]
+        print(f"{name}: {frames} frames -> {out}")
+    open(os.path.join(outdir, "interop-PROVENANCE.md"), "w").write("\n".join(lines))
+    return 0
+
+
 def on_sigterm(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")  # so the finally blocks stop our tcpdump and urxe side
 
@@ -940,6 +1010,8 @@ def main():
         return cmd_smoke()
     if c == "run":
         return cmd_run(sys.argv[2:] or list(GROUPS))
+    if c == "fixtures" and len(sys.argv) >= 3:
+        return cmd_fixtures(sys.argv[2], sys.argv[3:])
     print(__doc__)
     return 2
 

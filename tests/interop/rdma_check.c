@@ -267,8 +267,12 @@ int main(int argc, char** argv) {
                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                         IBV_QP_MAX_QP_RD_ATOMIC))
     die("modify RTS: %s", strerror(errno));
-  printf("%s: local QPN %#x PSN %#x, remote QPN %#x PSN %#x, %zu bytes in %zu-byte chunks, MTU %d\n", role,
-         me.qpn, me.psn, peer.qpn, peer.psn, size, chunk, mtu);
+  printf(
+      "%s: local QPN %#x PSN %#x RKey %#x VAddr %#llx, remote QPN %#x PSN %#x RKey %#x VAddr %#llx, %zu "
+      "bytes in "
+      "%zu-byte chunks, MTU %d\n",
+      role, me.qpn, me.psn, me.rkey, (unsigned long long)me.addr, peer.qpn, peer.psn, peer.rkey,
+      (unsigned long long)peer.addr, size, chunk, mtu);
   fflush(stdout);
   char line[256];
 
