@@ -2,7 +2,7 @@
 // 64 KiB RDMA WRITE bytes per second (the engines' CPU cost: both sides' protocol work, ICRC and copies),
 // each beside memcpy of the same bytes; then goodput with 1% random loss as a fraction of lossless goodput,
 // in virtual time on a 10 Gb/s, 5 µs link (what the loss recovery costs on the wire).
-// Rates are per CPU second of this thread (Google Benchmark's default) in binary units (GiB/s; M = 2^20): on
+// Rates are per CPU second of this thread (Google Benchmark's default), bytes in binary units (G = 2^30): on
 // a shared machine that is the stable figure. Pin it: taskset -c 1 build/tests/sim/engine_bench
 #include <benchmark/benchmark.h>
 
