@@ -13,17 +13,17 @@ uint64_t timeout_ns(uint8_t t) {
 
 }  // namespace
 
-void EngineImpl::complete_send(Qp& q, SendWqe& w) {
+bool EngineImpl::send_completion(const Qp& q, const SendWqe& w, Wc& wc) const {
   const bool signaled = q.sq_sig_all || (w.send_flags & SEND_SIGNALED);
-  if (!signaled && w.status == WC_SUCCESS) return;
-  Wc wc;
+  if (!signaled && w.status == WC_SUCCESS) return false;
+  wc = Wc{};
   wc.wr_id = w.wr_id;
   wc.status = w.status;
   const WrInfo& info = wr_info(w.opcode);
   wc.opcode = info.wc_opcode;
   wc.byte_len = info.is_atomic ? 8u : static_cast<uint32_t>(w.length);
   wc.qp_num = q.qpn;
-  cq_post(*q.scq, wc, false);
+  return true;
 }
 
 namespace {
@@ -290,10 +290,14 @@ bool EngineImpl::completer_run(Qp& q) {
       qp_flush(q);
       return true;
     }
-    complete_send(q, w);
+    // Free the slot before the completion is visible: an app that polls it may post again at once
+    // into a queue it sized to exactly its outstanding WRs (ibv_rc_pingpong -e with max_send_wr 1).
+    Wc wc;
+    const bool post = send_completion(q, w, wc);
     w.started = w.sent_all = w.done = false;
     cons++;
     q.sq.cons.store(cons, std::memory_order_release);
+    if (post) cq_post(*q.scq, wc, false);
     did = true;
   }
   if (static_cast<int32_t>(q.req_idx - cons) < 0) {

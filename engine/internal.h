@@ -308,7 +308,8 @@ struct EngineImpl {
   // completer.cc
   bool completer_run(Qp& qp);  // in-order completions + timers
   void completer_rx(Qp& qp, const wire::Packet& pkt);
-  void complete_send(Qp& qp, SendWqe& w);
+  // The completion a finished send WQE reports; false when it is unsignaled and successful.
+  bool send_completion(const Qp& qp, const SendWqe& w, Wc& wc) const;
 
   // responder.cc
   void responder_rx(Qp& qp, const wire::Packet& pkt, const uint8_t* frame);

@@ -238,7 +238,14 @@ void EngineImpl::qp_flush(Qp& q) {
   while (cons != prod) {
     SendWqe& w = q.sq.at(cons);
     if (!q.flushing && !q.flush_gap && w.done && w.status == WC_SUCCESS) {
-      complete_send(q, w);  // finished before the error: a normal completion
+      // finished before the error: a normal completion, slot freed before it is visible (see completer)
+      Wc wc;
+      const bool post = send_completion(q, w, wc);
+      w.started = w.sent_all = w.done = false;
+      cons++;
+      q.sq.cons.store(cons, std::memory_order_release);
+      if (post) cq_post(*q.scq, wc, false);
+      continue;
     } else {
       Wc wc;
       wc.wr_id = w.wr_id;
