@@ -1428,6 +1428,14 @@ std::vector<std::string> Scenario::run() {
   uint64_t dropped_bad = 0;
   for (auto& h : tb_->host)
     dropped_bad += h.eng->counter(Counter::rx_drop_icrc) + h.eng->counter(Counter::rx_drop_parse);
+  // At rest the engines hold no port buffers: every received frame was freed, every allocated one sent or
+  // freed.
+  if (done && tb_->net.in_flight() == 0)
+    for (auto& h : tb_->host)
+      if (h.port->held_by_user() || h.port->rx_pending())
+        errs.push_back("host" + std::to_string(h.index) + " at rest still holds " +
+                       std::to_string(h.port->held_by_user()) + " port buffers (" +
+                       std::to_string(h.port->rx_pending()) + " frames not taken from rx)");
   // Wrong Q_Keys: without faults every such UD message reaches the receiver and is dropped there.
   if (!faults_) {
     for (auto& f : flows_) {
