@@ -49,12 +49,12 @@ std::string GuardedArena::check_guards() const {
 }
 
 Testbed::Testbed(uint64_t seed, const LinkConfig& link, const EngineConfig& ecfg, uint32_t port_mtu,
-                 uint32_t pool_bufs)
-    : net(seed) {
+                 uint32_t pool_bufs, bool ipv6)
+    : net(seed), ipv6_(ipv6) {
   for (uint32_t i = 0; i < 2; ++i) {
     PortConfig pc;
     pc.mac = sim_mac(i);
-    pc.gids = {sim_gid_v4(i)};
+    pc.gids = {gid(i)};
     pc.mtu = port_mtu;
     pc.pool_bufs = pool_bufs;
     pc.buf_size = port_mtu + 64;
@@ -101,7 +101,7 @@ std::string Testbed::connect(const QpParams& p, QpEnds& out) {
     Engine& e = *host[s].eng;
     uint32_t peer = 1 - s;
     AddressVector av;
-    av.dgid = sim_gid_v4(peer);
+    av.dgid = gid(peer);
     av.dmac = sim_mac(peer);
     av.sgid_index = 0;
     int rc;

@@ -68,14 +68,19 @@ struct QpParams {
 // Two hosts (ports 0 and 1) joined by one link.
 class Testbed {
  public:
+  // ipv6: the hosts' GIDs are IPv6 addresses (frames IPv6), else IPv4-mapped.
   Testbed(uint64_t seed, const LinkConfig& link, const engine::EngineConfig& ecfg = {},
-          uint32_t port_mtu = 4200, uint32_t pool_bufs = 512);
+          uint32_t port_mtu = 4200, uint32_t pool_bufs = 512, bool ipv6 = false);
+  wire::Gid gid(uint32_t h) const { return ipv6_ ? sim_gid_v6(h) : sim_gid_v4(h); }
   SimNet net;
   Host host[2];
   // Creates a QP (own send and recv CQ) on each host and brings both to RTS (RC/UC connected to each
   // other; UD with an AH each way). Returns an empty string or what failed.
   std::string connect(const QpParams& p, QpEnds& out);
   std::string describe_counters() const;
+
+ private:
+  bool ipv6_ = false;
 };
 
 std::string hexdump_diff(const uint8_t* got, const uint8_t* want, uint64_t len, uint64_t base = 0);

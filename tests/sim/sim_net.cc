@@ -480,6 +480,14 @@ wire::MacAddr sim_mac(uint32_t i) {
   return {0x02, 0, 0, 0, static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i + 1)};
 }
 
+wire::Gid sim_gid_v6(uint32_t i) {
+  wire::Gid g{};
+  g[0] = 0xfd;
+  g[14] = static_cast<uint8_t>(i >> 8);
+  g[15] = static_cast<uint8_t>(i + 1);
+  return g;
+}
+
 wire::Gid sim_gid_v4(uint32_t i) {
   return wire::gid_from_ipv4({10, 0, static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i + 1)});
 }

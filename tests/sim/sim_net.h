@@ -217,6 +217,7 @@ class SimNet {
 // Helpers for tests.
 wire::MacAddr sim_mac(uint32_t i);  // 02:00:00:00:00:i+1, locally administered
 wire::Gid sim_gid_v4(uint32_t i);   // ::ffff:10.0.0.(i+1)
+wire::Gid sim_gid_v6(uint32_t i);   // fd00::(i+1), a unique local address
 std::string describe(const LinkStats& s);
 
 }  // namespace urxe::sim
