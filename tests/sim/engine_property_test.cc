@@ -5,8 +5,8 @@
 // the 24-bit wrap), path MTUs and engine tunables, and posts a random mix of every work request type with
 // sizes 0, 1, MTU-1, MTU, MTU+1, multi-MTU, one to three SGEs, inline, fence and solicited flags, some
 // receives posted late (RNR), IPv4 or (a quarter of the seeds) IPv6 GIDs, and in some seeds one invalid
-// request (remote access error); a third of the
-// one-way RC pairs take their receives from an SRQ. Then it checks:
+// request (remote access error); a third of the one-way RC pairs take their receives from an SRQ. Then it
+// checks:
 //  - every byte of both hosts' memory equals the reference model (registered regions as the model says,
 //    everything else untouched: guard bytes around every region, gaps between SGEs, receive-buffer tails);
 //  - RC: every receive completed exactly once, in order, with the right length, opcode, flags and immediate;
@@ -16,7 +16,8 @@
 //    flush; both QPs end in ERR and the responder's receives are flushed;
 //  - every corrupted frame was dropped by the receiving engine; UD messages sent with a wrong Q_Key (a tenth)
 //    are dropped and counted;
-//  - after a successful SEND_WITH_INV / LOCAL_INV the invalidated MR refuses access.
+//  - after a successful SEND_WITH_INV / LOCAL_INV the invalidated MR refuses access;
+//  - at rest the engines hold no port buffers.
 // The model applies each flow's operations in order to plain buffers; flows use disjoint memory, so their
 // interleaving does not matter. RDMA READ results are only defined if no later unfenced WR of the same QP
 // writes the bytes read (a duplicate READ may be re-executed), so the generator fences such writes, as an
