@@ -71,10 +71,11 @@ class Link {
   bool keep_trace = true;
   MemPort* ports[2] = {nullptr, nullptr};
 
-  void send(int side, const uint8_t* data, uint32_t len) {
-    std::vector<uint8_t> bytes(data, data + len);
+  void send(int side, std::vector<uint8_t>&& frame, uint32_t len) {
+    std::vector<uint8_t> bytes = std::move(frame);
+    bytes.resize(len);
     wire::Packet pkt;
-    wire::parse_frame(wire::ByteSpan(bytes.data(), bytes.size()), pkt);
+    if (keep_trace || hook) wire::parse_frame(wire::ByteSpan(bytes.data(), bytes.size()), pkt);
     if (keep_trace) {
       pkt.payload = {};
       trace.emplace_back(side, pkt);
@@ -84,21 +85,22 @@ class Link {
     MemPort* dst = ports[1 - side];
     const uint64_t extra = hold_ns;  // a hook may hold back this one frame
     hold_ns = 0;
-    enqueue(*dst, clock.t + latency_ns + extra + (jitter ? jitter(side) : 0), bytes);
     if (f == Fate::duplicate) enqueue(*dst, clock.t + latency_ns + (jitter ? jitter(side) : 0), bytes);
+    enqueue(*dst, clock.t + latency_ns + extra + (jitter ? jitter(side) : 0), std::move(bytes));
   }
-  void enqueue(MemPort& dst, uint64_t at, const std::vector<uint8_t>& bytes) {
+  void enqueue(MemPort& dst, uint64_t at, std::vector<uint8_t> bytes) {
     auto it = dst.inbox.end();
     while (it != dst.inbox.begin() && std::prev(it)->at > at) --it;
-    dst.inbox.insert(it, Frame{at, bytes});
+    dst.inbox.insert(it, Frame{at, std::move(bytes)});
   }
 };
 
 inline uint32_t MemPort::tx_burst(PacketBuf* bufs, uint32_t n) {
   if (refuse && refuse()) n /= 2;
   for (uint32_t i = 0; i < n; i++) {
-    link_.send(side_, bufs[i].data, bufs[i].len);
-    tx_free(bufs[i]);
+    auto* v = static_cast<std::vector<uint8_t>*>(bufs[i].opaque);
+    link_.send(side_, std::move(*v), bufs[i].len);
+    delete v;
   }
   return n;
 }

@@ -1,5 +1,8 @@
 // RC work requests end to end between two engines: every opcode, sizes, immediates, inline, SGE lists,
 // PSN wraparound, fence, zero-length and large messages.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <numeric>
 
 #include "tests/engine/loopback.h"
@@ -398,6 +401,75 @@ TEST(RcLimits, LargeMessage16MiBAndMaxSizeRefusedBeyond2GiB) {
   SendWr b = make_wr(WR_RDMA_WRITE, big, 2);
   EXPECT_EQ(EINVAL, lb.a().eng->post_send(qa, &b, &bad));
   EXPECT_EQ(bad, &b);
+}
+
+}  // namespace
+}  // namespace urxe::engine::test
+
+namespace urxe::engine::test {
+namespace {
+
+// A 2 GiB virtual window backed by one small memfd mapped again and again, so a 2^31-byte message needs
+// only `chunk` bytes of memory on each side.
+struct AliasedWindow {
+  static constexpr size_t kWindow = size_t{1} << 31;
+  size_t chunk;
+  uint8_t* base = nullptr;
+  explicit AliasedWindow(size_t chunk_bytes) : chunk(chunk_bytes) {
+    const int fd = memfd_create("urxe-engine-test", 0);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(chunk)) != 0) return;
+    void* v = mmap(nullptr, kWindow, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (v == MAP_FAILED) return;
+    base = static_cast<uint8_t*>(v);
+    for (size_t off = 0; off < kWindow; off += chunk)
+      if (mmap(base + off, chunk, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+        base = nullptr;
+    close(fd);
+  }
+  ~AliasedWindow() {
+    if (base) munmap(base, kWindow);
+  }
+};
+
+TEST(RcLimits, MaxSizeMessage2GiBWriteAndRead) {
+  Loopback lb({}, 9000, 4096);
+  ConnOpts o;
+  o.mtu = MTU_4096;
+  o.sq_psn = 0xfff000;  // and the PSNs wrap on the way
+  auto [qa, qb] = lb.connect(QPT_RC, o);
+  lb.link.keep_trace = false;
+  AliasedWindow src(16u << 20), dst(16u << 20);
+  ASSERT_TRUE(src.base && dst.base);
+  for (size_t i = 0; i < src.chunk; i++) src.base[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  MrInfo ms, md;
+  ASSERT_EQ(0, lb.a().eng->reg_mr(lb.a().pd, src.base, AliasedWindow::kWindow,
+                                  reinterpret_cast<uintptr_t>(src.base), ACCESS_LOCAL_WRITE, ms));
+  ASSERT_EQ(0, lb.b().eng->reg_mr(lb.b().pd, dst.base, AliasedWindow::kWindow,
+                                  reinterpret_cast<uintptr_t>(dst.base),
+                                  ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ, md));
+  Sge sge{reinterpret_cast<uintptr_t>(src.base), 0x80000000u, ms.lkey};
+  SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(dst.base);
+  w.rdma.rkey = md.rkey;
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  auto wa = lb.poll(lb.a(), 1, 600'000'000'000ull);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(wa[0].byte_len, 0x80000000u);
+  EXPECT_EQ(0, std::memcmp(src.base, dst.base, src.chunk));
+  // and back: a 2^31-byte READ (one request, 524288 response packets)
+  std::memset(src.base, 0, src.chunk);
+  w = make_wr(WR_RDMA_READ, &sge, 1, 2);
+  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(dst.base);
+  w.rdma.rkey = md.rkey;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));
+  wa = lb.poll(lb.a(), 1, 600'000'000'000ull);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(wa[0].byte_len, 0x80000000u);
+  EXPECT_EQ(0, std::memcmp(src.base, dst.base, src.chunk));
+  EXPECT_EQ(lb.a().eng->counter(Counter::completer_retry_err), 0u);
 }
 
 }  // namespace
