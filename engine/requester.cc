@@ -25,11 +25,14 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   if (w.started) return false;     // a resend or the rest of a message: its limits were checked already
   if (st == QPS_SQD) return true;  // SQD: no new WQE starts
   const WrInfo& info = wr_info(w.opcode);
-  if (q.type != QPT_RC || info.is_local) return false;
-  // window of unacknowledged PSNs
-  if (static_cast<uint32_t>(wire::psn_diff(q.next_psn, q.una_psn)) >= config.max_unacked_psns &&
+  if (q.type != QPT_RC) return false;
+  // window of unacknowledged PSNs (local WRs use no PSN)
+  if (!info.is_local &&
+      static_cast<uint32_t>(wire::psn_diff(q.next_psn, q.una_psn)) >= config.max_unacked_psns &&
       wire::psn_diff(q.next_psn, q.una_psn) > 0)
     return true;
+  // A fence holds local WRs too (LOCAL_INV behind a READ): the queue is ordered, so it also holds the WRs
+  // after them.
   const bool fence = w.send_flags & SEND_FENCE;
   if (!fence && !info.is_read && !info.is_atomic) return false;
   // READs/atomics in flight (sent, not yet answered)
