@@ -444,6 +444,14 @@ std::string provider_library_path() {
   const std::string build_dir = URXE_BUILD_DIR;
   std::error_code ec;
   const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  // Next to the running program first, so a moved build tree or a relocated install (DESTDIR, another
+  // prefix) finds its own copy: <build>/tools/urxe -> <build>/provider/, <prefix>/bin -> <prefix>/<libdir>.
+  if (!exe.empty()) {
+    const fs::path dir = fs::path(exe).parent_path();
+    for (const fs::path& p : {dir / "../provider/liburxe-rdmav34.so",
+                              dir / URXE_PROVIDER_INSTALL_FROM_BINDIR / "liburxe-rdmav34.so"})
+      if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
+  }
   const bool in_build = !build_dir.empty() && exe.rfind(build_dir + "/", 0) == 0;
   const std::string& first = in_build ? build : install;
   const std::string& second = in_build ? install : build;
