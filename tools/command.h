@@ -27,5 +27,12 @@ bool is_help(std::string_view a);
 
 // Subcommands.
 int pcap_main(Args args);
+int link_main(Args args);
+int env_main(Args args);
+int run_main(Args args);
+
+// True when the provider library `urxe env` would name is readable; otherwise says so on stderr, prefixed
+// by prog, with how to get it.
+bool provider_library_ok(const char* prog);
 
 }  // namespace urxe::tools

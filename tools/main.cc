@@ -8,6 +8,10 @@
 namespace {
 
 constexpr urxe::tools::Command kCommands[] = {
+    {"link", "add/del/show RDMA devices on Ethernet interfaces (link add urxe0 netdev eth0)",
+     urxe::tools::link_main},
+    {"env", "print the environment verbs applications need (eval \"$(urxe env)\")", urxe::tools::env_main},
+    {"run", "run a verbs application with that environment (urxe run -- ibv_devinfo)", urxe::tools::run_main},
     {"pcap", "decode RoCEv2 captures (pcap/pcapng): headers, fields, ICRC verdict", urxe::tools::pcap_main},
 };
 

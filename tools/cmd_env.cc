@@ -1,0 +1,70 @@
+// `urxe env`: the environment an unmodified verbs application needs to see urxe devices (provider/cli.h
+// prints it), with a check that the provider library it names exists.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "provider/cli.h"
+#include "provider/device_tree.h"
+#include "tools/command.h"
+
+namespace urxe::tools {
+namespace {
+
+constexpr char kEnvUsage[] =
+    "usage: urxe env [--driver]\n"
+    "Print the environment a stock libibverbs application (ibv_devinfo, perftest, your program) needs to "
+    "use\n"
+    "urxe devices, as shell 'export' lines:\n"
+    "  eval \"$(urxe env)\"; ibv_devinfo -d urxe0\n"
+    "  SYSFS_PATH  $URXE_RUN_DIR/sys (default /run/urxe/sys): where libibverbs finds the devices\n"
+    "  LD_PRELOAD  liburxe-rdmav34.so (appended to any LD_PRELOAD already set): registers the provider and\n"
+    "              makes completion channels (ibv_create_comp_channel) work without a kernel\n"
+    "The library is $URXE_PROVIDER if set, else the one next to this urxe: <build>/provider/ in a build\n"
+    "tree, the library directory of the installation otherwise.\n"
+    "'urxe run -- CMD' runs one command with this environment.\n"
+    "\n"
+    "  --driver  print the line for /etc/libibverbs.d/urxe.driver instead (loads the provider for every\n"
+    "            application without LD_PRELOAD; completion channels then fail cleanly with EBADF):\n"
+    "              urxe env --driver > /etc/libibverbs.d/urxe.driver   # and SYSFS_PATH still applies\n"
+    "\n"
+    "exit status: 0, 1 when the provider library is not found, 2 usage error\n";
+
+}  // namespace
+
+bool provider_library_ok(const char* prog) {
+  const std::string lib = provider::provider_library_path();
+  if (::access(lib.c_str(), R_OK) == 0) return true;
+  std::fprintf(stderr,
+               "%s: the urxe provider library %s is missing (build it: ninja urxe_provider, or install "
+               "urxe; or point URXE_PROVIDER at liburxe-rdmav34.so)\n",
+               prog, lib.c_str());
+  return false;
+}
+
+int env_main(Args args) {
+  bool driver = false;
+  for (std::string_view a : args) {
+    if (is_help(a)) {
+      std::fputs(kEnvUsage, stdout);
+      return 0;
+    }
+    if (a == "--driver") {
+      driver = true;
+    } else {
+      std::fprintf(stderr, "urxe env: unknown argument '%.*s'\n%s", static_cast<int>(a.size()), a.data(),
+                   kEnvUsage);
+      return kExitUsage;
+    }
+  }
+  // Printing a LD_PRELOAD of a missing file would make every later command in that shell warn.
+  if (!provider_library_ok("urxe env")) return 1;
+  char word[] = "--driver";
+  char* argv[] = {word, nullptr};
+  return provider::cli::env_main(driver ? 1 : 0, argv, std::cout, std::cerr);
+}
+
+}  // namespace urxe::tools

@@ -1,0 +1,396 @@
+// `urxe link ...`: create, remove and list urxe devices (provider/cli.h does the work on the device tree).
+// This file adds the user-facing part: argument checks whose errors say how to fix them, --help texts, and
+// the nftables ingress drop of UDP/4791 that keeps the kernel from answering RoCE frames
+// (dpdk/kernel_guard.h), which belongs to the device's owner, so `link add` installs it and `link del`
+// removes it.
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dpdk/kernel_guard.h"
+#include "provider/cli.h"
+#include "provider/device_tree.h"
+#include "tools/command.h"
+
+extern char** environ;
+
+namespace urxe::tools {
+namespace {
+
+namespace prov = urxe::provider;
+
+constexpr char kAddUsage[] =
+    "usage: urxe link add NAME netdev IFACE [--dpdk 'EAL/vdev ARGS'] [--mtu N] [--port KIND] [--gids N]\n"
+    "                     [--no-filter]\n"
+    "Create the RDMA device NAME (e.g. urxe0) on the Ethernet interface IFACE of this network namespace:\n"
+    "a sysfs-like tree under $URXE_RUN_DIR (default /run/urxe), /dev/infiniband/uverbsN, and the device's\n"
+    "config. GIDs are built from IFACE's IPv4/IPv6 addresses in the kernel's RoCE order ('urxe link "
+    "refresh'\n"
+    "or 'urxe link watch' after address changes). Applications then see it through 'urxe run' / 'urxe env'.\n"
+    "Needs root (mknod in /dev/infiniband). Several devices may coexist.\n"
+    "\n"
+    "  --dpdk ARGS   EAL/vdev arguments passed to DPDK as they are, e.g. --dpdk "
+    "'--vdev=net_af_xdp0,iface=eth0'\n"
+    "                (default with CAP_NET_ADMIN: DPDK's af_packet vdev on IFACE)\n"
+    "  --mtu N       Ethernet MTU urxe uses (348 .. IFACE's MTU; default IFACE's MTU). The RoCE path MTU is\n"
+    "                the largest of 256..4096 that fits N minus 92 bytes of headers (1500 -> 1024, 4200 -> "
+    "4096)\n"
+    "  --port KIND   packet I/O: auto (default: DPDK with CAP_NET_ADMIN, else the kernel-socket port, with "
+    "a\n"
+    "                one-line notice), dpdk, socket, loop (in-process only, for tests), null (drops all)\n"
+    "  --gids N      GID table size, 2..1024 (default 16)\n"
+    "  --no-filter   do not install the nftables ingress drop described below\n"
+    "\n"
+    "With CAP_NET_ADMIN, also installs an nftables netdev ingress chain on IFACE (table 'netdev "
+    "urxe_IFACE')\n"
+    "that drops UDP destination port 4791 before the kernel's IP stack sees it: the kernel then neither\n"
+    "answers RoCE frames with ICMP port unreachable nor spends CPU on them, while urxe's packet taps still\n"
+    "get every frame. (Kernel RoCE, rdma_rxe, on the same interface stops working while it is there.)\n"
+    "Without CAP_NET_ADMIN each urxe process holds UDP port 4791 itself instead.\n"
+    "\n"
+    "exit status: 0 created, 1 failed, 2 usage error\n";
+
+constexpr char kDelUsage[] =
+    "usage: urxe link del NAME\n"
+    "Remove the device NAME: its tree under $URXE_RUN_DIR and /dev/infiniband/uverbsN. Processes that have "
+    "it\n"
+    "open keep working until they close it. When no other device uses its interface, also removes the\n"
+    "nftables ingress drop 'link add' installed (needs CAP_NET_ADMIN).\n"
+    "\n"
+    "exit status: 0 removed, 1 no such device or failure, 2 usage error\n";
+
+constexpr char kShowUsage[] =
+    "usage: urxe link show [NAME]\n"
+    "List the urxe devices of $URXE_RUN_DIR (default /run/urxe), like 'rdma link show':\n"
+    "  link urxe0/1 state ACTIVE physical_state LINK_UP netdev eth0 port auto dev uverbs0\n"
+    "      gid 10.0.0.1\n"
+    "state is the interface's (ACTIVE when up); each GID in use follows (IPv4-mapped ones as a.b.c.d).\n"
+    "'urxe link' with no arguments does the same.\n"
+    "\n"
+    "exit status: 0, or 1 when NAME is given and does not exist\n";
+
+constexpr char kRefreshUsage[] =
+    "usage: urxe link refresh [NAME]\n"
+    "Rewrite the GID tables of NAME (default: every device) from their interfaces' current addresses.\n";
+
+constexpr char kWatchUsage[] =
+    "usage: urxe link watch\n"
+    "Stay in the foreground and refresh every device's GID table whenever an address or link changes\n"
+    "(rtnetlink), until killed. Run it as a service where addresses change after 'link add'.\n";
+
+void print_error(const char* what, const std::string& msg) {
+  std::fprintf(stderr, "urxe link %s: %s\n", what, msg.c_str());
+}
+
+bool parse_u32(std::string_view s, uint32_t& v) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+// Calls provider/cli's link_main with the words given; its stderr is collected so it can be annotated.
+int call_link_main(const std::vector<std::string>& words, std::string& err_text) {
+  std::vector<char*> argv;
+  for (const std::string& w : words) argv.push_back(const_cast<char*>(w.c_str()));
+  std::ostringstream err;
+  const int rc = prov::cli::link_main(static_cast<int>(argv.size()), argv.data(), std::cout, err);
+  std::cout.flush();
+  err_text = err.str();
+  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
+  if (err_text.rfind("urxe: ", 0) == 0) err_text.erase(0, 6);
+  return rc;
+}
+
+bool have_cap_net_admin() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &hdr, data) != 0) return false;
+  return (data[CAP_NET_ADMIN / 32].effective >> (CAP_NET_ADMIN % 32)) & 1;
+}
+
+// Whether our nftables table for ifname exists (`nft list table` exits 0), so `link del` only removes a
+// table that is there instead of making nft print an error.
+bool ingress_drop_present(const std::string& ifname) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  const std::string table = "urxe_" + ifname;
+  const char* argv[] = {"nft", "list", "table", "netdev", table.c_str(), nullptr};
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, "nft", &fa, nullptr, const_cast<char* const*>(argv), environ);
+  if (rc != 0) rc = posix_spawn(&pid, "/usr/sbin/nft", &fa, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return false;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+bool device_exists(const prov::Paths& paths, const std::string& name, prov::DeviceInfo* info = nullptr) {
+  for (const prov::DeviceInfo& d : prov::list_devices(paths)) {
+    if (d.config.name == name) {
+      if (info) *info = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string no_device(const prov::Paths& paths, const std::string& name) {
+  std::string names;
+  for (const prov::DeviceInfo& d : prov::list_devices(paths))
+    names += (names.empty() ? "" : ", ") + d.config.name;
+  return "no urxe device '" + name + "' in " + paths.run_dir +
+         (names.empty() ? std::string(" (there are none)") : " (there are: " + names + ")") +
+         "; set URXE_RUN_DIR if it was created with another";
+}
+
+std::string permission_hint(const std::string& msg) {
+  if (msg.find("ermission denied") != std::string::npos || msg.find("not permitted") != std::string::npos ||
+      msg.find("ead-only") != std::string::npos)
+    return " (run it as root: it writes $URXE_RUN_DIR, default /run/urxe, and /dev/infiniband)";
+  return "";
+}
+
+int add_main(Args args) {
+  for (std::string_view a : args) {
+    if (is_help(a)) {
+      std::fputs(kAddUsage, stdout);
+      return 0;
+    }
+  }
+  if (args.size() < 3) {
+    std::fprintf(stderr, "urxe link add: expected NAME netdev IFACE\n%s", kAddUsage);
+    return kExitUsage;
+  }
+  const std::string name(args[0]), ifname(args[2]);
+  if (args[1] != "netdev") {
+    std::fprintf(stderr,
+                 "urxe link add: expected the word 'netdev' after NAME, got '%.*s' (e.g. urxe link add %s "
+                 "netdev eth0)\n",
+                 static_cast<int>(args[1].size()), args[1].data(), name.c_str());
+    return kExitUsage;
+  }
+  std::vector<std::string> words = {"add", name, "netdev", ifname};
+  uint32_t mtu = 0;
+  std::string port = "auto", dpdk;
+  bool filter = true;
+  for (size_t i = 3; i < args.size(); ++i) {
+    const std::string_view k = args[i];
+    if (k == "--no-filter") {
+      filter = false;
+      continue;
+    }
+    if (k != "--dpdk" && k != "--mtu" && k != "--port" && k != "--gids") {
+      std::fprintf(
+          stderr,
+          "urxe link add: unknown option '%.*s' (valid: --dpdk, --mtu, --port, --gids, --no-filter)\n",
+          static_cast<int>(k.size()), k.data());
+      return kExitUsage;
+    }
+    if (i + 1 >= args.size()) {
+      std::fprintf(stderr, "urxe link add: %.*s needs a value (see urxe link add --help)\n",
+                   static_cast<int>(k.size()), k.data());
+      return kExitUsage;
+    }
+    const std::string_view v = args[++i];
+    uint32_t n = 0;
+    if (k == "--mtu") {
+      if (!parse_u32(v, n) || n < 348) {
+        std::fprintf(stderr,
+                     "urxe link add: --mtu '%.*s' is not an Ethernet MTU urxe can use (a number >= 348: the "
+                     "smallest RoCE path MTU, 256, plus 92 bytes of headers)\n",
+                     static_cast<int>(v.size()), v.data());
+        return kExitUsage;
+      }
+      mtu = n;
+    } else if (k == "--gids") {
+      if (!parse_u32(v, n) || n < 2 || n > 1024) {
+        std::fprintf(stderr, "urxe link add: --gids '%.*s': the GID table size must be a number 2..1024\n",
+                     static_cast<int>(v.size()), v.data());
+        return kExitUsage;
+      }
+    } else if (k == "--port") {
+      if (v != "auto" && v != "dpdk" && v != "socket" && v != "loop" && v != "null") {
+        std::fprintf(stderr, "urxe link add: --port '%.*s': valid kinds are auto, dpdk, socket, loop, null\n",
+                     static_cast<int>(v.size()), v.data());
+        return kExitUsage;
+      }
+      port = v;
+    } else if (k == "--dpdk") {
+      if (v.empty()) {
+        std::fputs(
+            "urxe link add: --dpdk needs EAL/vdev arguments (omit it for the default af_packet vdev)\n",
+            stderr);
+        return kExitUsage;
+      }
+      dpdk = v;
+    }
+    words.emplace_back(k);
+    words.emplace_back(v);
+  }
+  if (!dpdk.empty() && port != "auto" && port != "dpdk") {
+    std::fprintf(stderr, "urxe link add: --dpdk is for the DPDK port; it cannot be combined with --port %s\n",
+                 port.c_str());
+    return kExitUsage;
+  }
+
+  const prov::Paths paths = prov::Paths::from_env();
+  if (ifname.empty() || ifname.size() >= IFNAMSIZ || if_nametoindex(ifname.c_str()) == 0) {
+    print_error("add", "no interface '" + ifname +
+                           "' in this network namespace (list them with 'ip link'; in a container, use "
+                           "the container's interface, e.g. eth0)");
+    return 1;
+  }
+  prov::DeviceInfo existing;
+  if (device_exists(paths, name, &existing)) {
+    print_error("add", "device '" + name + "' already exists (on " + existing.config.netdev + ", in " +
+                           paths.run_dir + "); remove it with 'urxe link del " + name +
+                           "' or choose another NAME");
+    return 1;
+  }
+  if (mtu) {
+    prov::NetdevInfo nd;
+    if (prov::query_netdev(ifname, nd) && mtu > nd.mtu) {
+      print_error("add", "--mtu " + std::to_string(mtu) + " is larger than " + ifname + "'s MTU " +
+                             std::to_string(nd.mtu) + " (raise it first: ip link set " + ifname + " mtu " +
+                             std::to_string(mtu) + ")");
+      return 1;
+    }
+  }
+
+  std::string err;
+  const int rc = call_link_main(words, err);
+  if (rc != 0) {
+    print_error("add", err + permission_hint(err));
+    return rc == kExitUsage ? kExitUsage : 1;
+  }
+
+  // The ingress drop only matters for ports that put frames on the wire.
+  if (!filter || port == "loop" || port == "null") return 0;
+  if (!have_cap_net_admin()) {
+    std::fprintf(stderr,
+                 "urxe: note: no CAP_NET_ADMIN, so no nftables ingress drop of UDP/4791 on %s; urxe "
+                 "processes hold UDP port 4791 themselves so the kernel sends no ICMP port unreachable\n",
+                 ifname.c_str());
+    return 0;
+  }
+  std::string why;
+  if (dpdk::install_ingress_drop(ifname, &why)) {
+    std::printf("%s: nftables ingress drop of UDP/4791 (table netdev urxe_%s)\n", ifname.c_str(),
+                ifname.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "urxe: warning: could not install the nftables ingress drop of UDP/4791 on %s (%s; install "
+                 "nftables, or pass --no-filter); the device works, urxe processes hold UDP port 4791 "
+                 "themselves instead\n",
+                 ifname.c_str(), why.c_str());
+  }
+  return 0;
+}
+
+int del_main(Args args) {
+  if (!args.empty() && is_help(args[0])) {
+    std::fputs(kDelUsage, stdout);
+    return 0;
+  }
+  if (args.size() != 1) {
+    std::fprintf(stderr, "urxe link del: expected exactly one device NAME\n%s", kDelUsage);
+    return kExitUsage;
+  }
+  const std::string name(args[0]);
+  const prov::Paths paths = prov::Paths::from_env();
+  prov::DeviceInfo dev;
+  if (!device_exists(paths, name, &dev)) {
+    print_error("del", no_device(paths, name));
+    return 1;
+  }
+  std::string err;
+  if (call_link_main({"del", name}, err) != 0) {
+    print_error("del", err + permission_hint(err));
+    return 1;
+  }
+  const std::string& ifname = dev.config.netdev;
+  for (const prov::DeviceInfo& d : prov::list_devices(paths))
+    if (d.config.netdev == ifname) return 0;  // still in use by another device
+  if (have_cap_net_admin() && ingress_drop_present(ifname)) {
+    std::string why;
+    if (!dpdk::remove_ingress_drop(ifname, &why))
+      std::fprintf(stderr,
+                   "urxe: warning: could not remove the nftables table netdev urxe_%s (%s); remove it with "
+                   "'nft delete table netdev urxe_%s'\n",
+                   ifname.c_str(), why.c_str(), ifname.c_str());
+  }
+  return 0;
+}
+
+// show / refresh / watch: only the optional NAME to check, the rest is provider/cli's.
+int simple_main(const char* sub, const char* usage, Args args, size_t max_args) {
+  for (std::string_view a : args) {
+    if (is_help(a)) {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      std::fprintf(stderr, "urxe link %s: unknown option '%.*s'\n%s", sub, static_cast<int>(a.size()),
+                   a.data(), usage);
+      return kExitUsage;
+    }
+  }
+  if (args.size() > max_args) {
+    std::fprintf(stderr, "urxe link %s: too many arguments\n%s", sub, usage);
+    return kExitUsage;
+  }
+  const prov::Paths paths = prov::Paths::from_env();
+  if (!args.empty() && !device_exists(paths, std::string(args[0]))) {
+    print_error(sub, no_device(paths, std::string(args[0])));
+    return 1;
+  }
+  std::vector<std::string> words = {sub};
+  for (std::string_view a : args) words.emplace_back(a);
+  std::string err;
+  const int rc = call_link_main(words, err);
+  if (rc != 0 && !err.empty()) print_error(sub, err + permission_hint(err));
+  return rc;
+}
+
+int show_main(Args args) {
+  return simple_main("show", kShowUsage, args, 1);
+}
+int refresh_main(Args args) {
+  return simple_main("refresh", kRefreshUsage, args, 1);
+}
+int watch_main(Args args) {
+  return simple_main("watch", kWatchUsage, args, 0);
+}
+
+constexpr Command kLinkCommands[] = {
+    {"add", "create a device on an Ethernet interface: NAME netdev IFACE [--dpdk ARGS] [--mtu N]", add_main},
+    {"del", "remove a device", del_main},
+    {"show", "list devices with state, interface and GIDs (like 'rdma link show')", show_main},
+    {"refresh", "rewrite GID tables from the interfaces' current addresses", refresh_main},
+    {"watch", "refresh GID tables on every address change, until killed", watch_main},
+};
+
+}  // namespace
+
+int link_main(Args args) {
+  if (args.empty()) return show_main(args);  // like 'ip link' / 'rdma link'
+  return dispatch("urxe link",
+                  "RDMA devices on Ethernet interfaces ($URXE_RUN_DIR, default /run/urxe, holds them).",
+                  kLinkCommands, args);
+}
+
+}  // namespace urxe::tools

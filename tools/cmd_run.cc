@@ -1,0 +1,77 @@
+// `urxe run -- CMD [ARGS...]`: exec CMD with the environment `urxe env` prints (provider/cli.h).
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "provider/cli.h"
+#include "provider/device_tree.h"
+#include "tools/command.h"
+
+namespace urxe::tools {
+namespace {
+
+constexpr char kRunUsage[] =
+    "usage: urxe run [--] CMD [ARGS...]\n"
+    "Run CMD (any stock verbs application) with the environment 'urxe env' prints (SYSFS_PATH and\n"
+    "LD_PRELOAD of liburxe-rdmav34.so), so it sees the urxe devices of $URXE_RUN_DIR (default /run/urxe):\n"
+    "  urxe run -- ibv_devinfo -d urxe0\n"
+    "  urxe run -- ib_write_bw -d urxe0 -x 1            (server)\n"
+    "  urxe run -- ib_write_bw -d urxe0 -x 1 10.0.0.1   (client)\n"
+    "CMD replaces urxe (same PID, signals, exit status). '--' is needed when CMD's first word starts with "
+    "'-'.\n"
+    "Create devices first with 'urxe link add NAME netdev IFACE'.\n"
+    "\n"
+    "exit status: CMD's; 127 when CMD cannot be run, 1 when the provider library is missing, 2 usage error\n";
+
+}  // namespace
+
+int run_main(Args args) {
+  if (args.empty()) {
+    std::fputs(kRunUsage, stderr);
+    return kExitUsage;
+  }
+  if (is_help(args[0])) {
+    std::fputs(kRunUsage, stdout);
+    return 0;
+  }
+  size_t first = 0;
+  if (args[0] == "--") {
+    first = 1;
+  } else if (args[0].size() > 1 && args[0][0] == '-') {
+    std::fprintf(stderr, "urxe run: unknown option '%.*s' (put '--' before the command)\n%s",
+                 static_cast<int>(args[0].size()), args[0].data(), kRunUsage);
+    return kExitUsage;
+  }
+  if (first >= args.size()) {
+    std::fprintf(stderr, "urxe run: no command after '--'\n%s", kRunUsage);
+    return kExitUsage;
+  }
+  if (!provider_library_ok("urxe run")) return 1;
+  const provider::Paths paths = provider::Paths::from_env();
+  if (provider::list_devices(paths).empty())
+    std::fprintf(stderr,
+                 "urxe run: note: no urxe device in %s (the application will find none; create one with "
+                 "'urxe link add urxe0 netdev IFACE' as root, or set URXE_RUN_DIR)\n",
+                 paths.run_dir.c_str());
+  std::vector<std::string> words = {"--"};
+  for (size_t i = first; i < args.size(); ++i) words.emplace_back(args[i]);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::ostringstream err;
+  const int rc = provider::cli::run_main(static_cast<int>(words.size()), argv.data(), err);
+  // Only reached when the exec failed.
+  std::string e = err.str();
+  while (!e.empty() && e.back() == '\n') e.pop_back();
+  if (e.rfind("urxe: ", 0) == 0) e.erase(0, 6);
+  std::fprintf(stderr,
+               "urxe run: cannot run %s (is it installed and on PATH? e.g. apt-get install ibverbs-utils "
+               "perftest)\n",
+               e.c_str());
+  return rc;
+}
+
+}  // namespace urxe::tools
