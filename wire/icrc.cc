@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 
+#include "wire/crc32_fold.h"
 #include "wire/opcode.h"
 
 namespace urxe::wire {
@@ -46,20 +47,19 @@ const char* crc_impl_name(CrcImpl impl) {
     case CrcImpl::isal: return "isal";
     case CrcImpl::zlib: return "zlib";
     case CrcImpl::table: return "table";
+    case CrcImpl::fold: return "fold";
   }
   return "?";
 }
 
-uint32_t crc32(uint32_t crc, const uint8_t* data, size_t len) {
-  if (len == 0) return crc;
-  return crc32_gzip_refl(crc, data, len);
-}
+uint32_t crc32(uint32_t crc, const uint8_t* data, size_t len) { return crc32_fold(crc, data, len); }
 
 uint32_t crc32_with(CrcImpl impl, uint32_t crc, const uint8_t* data, size_t len) {
   switch (impl) {
-    case CrcImpl::isal: return crc32(crc, data, len);
+    case CrcImpl::isal: return len == 0 ? crc : crc32_gzip_refl(crc, data, len);
     case CrcImpl::zlib: return crc32_zlib(crc, data, len);
     case CrcImpl::table: return crc32_table(crc, data, len);
+    case CrcImpl::fold: return crc32_fold(crc, data, len);
   }
   return 0;
 }

@@ -9,16 +9,17 @@
 
 namespace urxe::wire {
 
-enum class CrcImpl : uint8_t { isal, zlib, table };
+// fold: wire/crc32_fold.h (carry-less-multiply folding, the fastest level this CPU has).
+enum class CrcImpl : uint8_t { isal, zlib, table, fold };
 const char* crc_impl_name(CrcImpl impl);
 
 // zlib-compatible running CRC-32: crc32(crc32(0, a), b) == crc32(0, a ++ b).
-uint32_t crc32(uint32_t crc, const uint8_t* data, size_t len);  // the fastest backend (ISA-L)
+uint32_t crc32(uint32_t crc, const uint8_t* data, size_t len);  // the fastest backend (fold)
 uint32_t crc32_with(CrcImpl impl, uint32_t crc, const uint8_t* data, size_t len);
 
 // `l3` starts at the IP header and ends just before the ICRC. `ip_hdr_len` is 20+options for IPv4, 40 for
 // IPv6. Returns the value to store (little-endian) in the ICRC field. The caller guarantees that
 // l3.size() >= ip_hdr_len + UDP + BTH.
-uint32_t compute_icrc(ByteSpan l3, uint8_t ip_version, uint32_t ip_hdr_len, CrcImpl impl = CrcImpl::isal);
+uint32_t compute_icrc(ByteSpan l3, uint8_t ip_version, uint32_t ip_hdr_len, CrcImpl impl = CrcImpl::fold);
 
 }  // namespace urxe::wire

@@ -1,0 +1,112 @@
+// wire/crc32_fold against zlib's crc32 at every dispatch level this CPU supports (each forced through the
+// crc32_fold_at hook): every length 0..4200 from several alignments, long buffers, running values and
+// chaining at every split, plus the CrcImpl::fold backend and wire::crc32. Buffers are exactly sized heap
+// vectors so the ASan build reports any read past the end (the tail path loads overlapping 16 bytes).
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <random>
+#include <vector>
+
+#include "wire/crc32_fold.h"
+#include "wire/icrc.h"
+
+using namespace urxe::wire;
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+uint32_t zlib_crc(uint32_t crc, const uint8_t* p, size_t n) {
+  return static_cast<uint32_t>(::crc32(crc, p, static_cast<uInt>(n)));
+}
+
+Bytes random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Bytes b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
+const CrcFoldLevel kLevels[] = {CrcFoldLevel::vpclmul_avx2, CrcFoldLevel::pclmul, CrcFoldLevel::isal};
+
+class CrcFold : public ::testing::TestWithParam<CrcFoldLevel> {
+ protected:
+  void SetUp() override {
+    if (!crc_fold_level_supported(GetParam()))
+      GTEST_SKIP() << "CPU lacks " << crc_fold_level_name(GetParam());
+  }
+  uint32_t crc(uint32_t c, const uint8_t* p, size_t n) const { return crc32_fold_at(GetParam(), c, p, n); }
+};
+
+TEST_P(CrcFold, CheckValue) {
+  const uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
+  EXPECT_EQ(crc(0, check, sizeof check), 0xCBF43926u);
+  EXPECT_EQ(crc(0x12345678, nullptr, 0), 0x12345678u);
+}
+
+// Every length through several accumulator rounds and every tail length, each at 4 alignments: the data is
+// copied into an exactly sized buffer at the chosen offset from a 64-byte-aligned base.
+TEST_P(CrcFold, EveryLengthEveryTailAgainstZlib) {
+  const Bytes src = random_bytes(4200 + 64, 1);
+  for (size_t off : {0u, 1u, 7u, 33u}) {
+    for (size_t n = 0; n <= 4200; ++n) {
+      Bytes buf(src.begin() + static_cast<ptrdiff_t>(off), src.begin() + static_cast<ptrdiff_t>(off + n));
+      ASSERT_EQ(crc(0, buf.data(), n), zlib_crc(0, buf.data(), n)) << "len " << n << " off " << off;
+    }
+  }
+}
+
+// Random lengths (up to 64 KiB), random start offsets and random running values.
+TEST_P(CrcFold, RandomAlignmentsAndRunningValues) {
+  const Bytes src = random_bytes(65536 + 64, 2);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 3000; ++i) {
+    const size_t off = rng() % 64;
+    const size_t n = (i % 3 == 0) ? rng() % 65537 : rng() % 1025;
+    const uint32_t init = static_cast<uint32_t>(rng());
+    ASSERT_EQ(crc(init, src.data() + off, n), zlib_crc(init, src.data() + off, n))
+        << "len " << n << " off " << off << " init " << init;
+  }
+}
+
+// crc(crc(0, a), b) == crc(0, a ++ b) at every split of a 1500-byte message (what compute_icrc relies on).
+TEST_P(CrcFold, ChainingAtEverySplit) {
+  const Bytes m = random_bytes(1500, 4);
+  const uint32_t whole = zlib_crc(0, m.data(), m.size());
+  for (size_t split = 0; split <= m.size(); ++split) {
+    const uint32_t a = crc(0, m.data(), split);
+    ASSERT_EQ(crc(a, m.data() + split, m.size() - split), whole) << "split " << split;
+  }
+}
+
+// All-zero and all-ones data (no accidental cancellation hidden by random data).
+TEST_P(CrcFold, ConstantData) {
+  for (uint8_t v : {uint8_t{0}, uint8_t{0xff}}) {
+    const Bytes b(5000, v);
+    for (size_t n : {16u, 17u, 255u, 256u, 257u, 512u, 4096u, 5000u})
+      ASSERT_EQ(crc(0, b.data(), n), zlib_crc(0, b.data(), n)) << int{v} << " len " << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, CrcFold, ::testing::ValuesIn(kLevels),
+                         [](const auto& level) { return std::string(crc_fold_level_name(level.param)); });
+
+TEST(CrcFoldDispatch, BestLevelIsSupportedAndUsed) {
+  const CrcFoldLevel best = crc_fold_best_level();
+  EXPECT_TRUE(crc_fold_level_supported(best));
+  EXPECT_TRUE(crc_fold_level_supported(CrcFoldLevel::isal));
+  // A level is "best" only if no earlier (faster) one is supported.
+  for (CrcFoldLevel l : kLevels) {
+    if (l == best) break;
+    EXPECT_FALSE(crc_fold_level_supported(l)) << crc_fold_level_name(l);
+  }
+  const Bytes m = random_bytes(3000, 5);
+  EXPECT_EQ(crc32_fold(0, m.data(), m.size()), zlib_crc(0, m.data(), m.size()));
+  EXPECT_EQ(crc32(0, m.data(), m.size()), zlib_crc(0, m.data(), m.size()));
+  EXPECT_EQ(crc32_with(CrcImpl::fold, 7, m.data(), m.size()), zlib_crc(7, m.data(), m.size()));
+  EXPECT_STREQ(crc_impl_name(CrcImpl::fold), "fold");
+  std::printf("crc32_fold level on this CPU: %s\n", crc_fold_level_name(best));
+}
+
+}  // namespace

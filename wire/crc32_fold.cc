@@ -1,0 +1,309 @@
+// CRC-32 by carry-less-multiply folding. The derivation, in this file's own notation:
+//
+// Polynomials are over GF(2); P = x^32 + 0x04C11DB7 (normal order). zlib's CRC of an n-byte message M with
+// running value c is   crc = ~((~c)·x^(8n) + M·x^32  mod P),   M read with the first byte at the highest
+// degree and each byte's bit 0 highest ("reflected"). In reflected order a 32-bit value r stands for
+// sum r_i·x^(31-i); xoring ~c into the first 4 message bytes adds (~c)·x^(8n-32) to M, so afterwards only
+// M'·x^32 mod P remains to be found.
+//
+// Registers. A 64-bit lane q stands for Q = sum q_i·x^(63-i); a 128-bit register loaded little-endian from
+// 16 message bytes stands for LO·x^64 + HI, where LO is its low lane (the earlier bytes) and HI its high
+// lane. PCLMULQDQ of lanes a, b gives the 128-bit r with sum r_k·x^(127-k) = A·B·x: the reflected product
+// comes out one degree high, so every constant below carries x^-1.
+//
+// Folding. A register V = LO·x^64 + HI that lies D bits before the block it is added into contributes
+// V·x^D = LO·x^(64+D) + HI·x^D. With the lane constants k(x^(D+63) mod P) and k(x^(D-1) mod P), the two
+// products LO·k1·x and HI·k2·x are congruent to those terms and have degree <= 95, so they fit the register
+// and are simply xored into the block D bits on. k(R) for R of degree <= 31 is its reflected 32-bit form
+// shifted left 32 (bit 63-j holds the x^j coefficient). x^n mod P in reflected form is the CRC shift
+// register run n steps from x^0 (xpow_mod below), so all constants are computed at compile time.
+//
+// Several accumulators, each D = (accumulators × register width) bits from its next block, hide the
+// multiply latency; at the end each is folded by its distance to the last one and they are xored together.
+//
+// Tail of r < 16 bytes after the last full register V: V·x^(8r) + T = A·x^128 + (B·x^(8r) + T), where A is
+// V's first r bytes and B the rest. Byte shuffles form A (right-aligned) and B·x^(8r) | T (T taken from an
+// overlapping load of the message's last 16 bytes); A is folded by D = 128 into the latter.
+//
+// Reduction of the last register V to crc = V·x^32 mod P:
+//   1. LO·x^96 -> LO·k(x^95)·x, plus HI·x^32 (HI shifted 4 bytes down): W, degree <= 95.
+//   2. W's top 32 coefficients (at x^64..x^95, low lane bits 32..63) · k(x^63)·x, plus W's low 64: X,
+//      degree <= 63, in the high lane.
+//   3. Barrett: with X = X1·x^32 + X0 and mu = floor(x^64 / P), q = floor(X1·mu / x^32) is exactly
+//      floor(X / P) (X1·(x^64 mod P) has degree < 64), so X mod P = X0 + (q·P mod x^32). X1 is placed as
+//      X1·x^31 to cancel the product's extra x, so q lands in the upper half of the product's low lane; q·P·x
+//      then holds q·P mod x^32 at bits 95..126.
+#include "wire/crc32_fold.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <isa-l/crc.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+namespace urxe::wire {
+namespace {
+
+constexpr uint32_t kPolyReflected = 0xEDB88320u;
+constexpr uint32_t kPolyNormal = 0x04C11DB7u;
+
+// x^n mod P, reflected (bit i = coefficient of x^(31-i)): multiplying by x shifts right, and x^32 (bit 0
+// shifted out) is replaced by P's lower terms.
+constexpr uint32_t xpow_mod(uint32_t n) {
+  uint32_t v = 0x80000000u;  // x^0
+  for (uint32_t i = 0; i < n; ++i) v = (v & 1) ? (v >> 1) ^ kPolyReflected : v >> 1;
+  return v;
+}
+static_assert(xpow_mod(32) == kPolyReflected);
+
+// A degree <= 31 residue as a PCLMULQDQ lane operand (coefficient of x^j at bit 63-j).
+constexpr uint64_t lane_of(uint32_t reflected) {
+  return uint64_t{reflected} << 32;
+}
+
+struct FoldK {
+  uint64_t lo;  // multiplies the low lane (earlier bytes, LO·x^64): x^(D+63) mod P
+  uint64_t hi;  // multiplies the high lane (HI): x^(D-1) mod P
+};
+constexpr FoldK fold_k(uint32_t d_bits) {
+  return {lane_of(xpow_mod(d_bits + 63)), lane_of(xpow_mod(d_bits - 1))};
+}
+
+// floor(x^64 / P) in normal order (33 bits) by long division.
+constexpr uint64_t barrett_mu() {
+  uint32_t window = 0;  // the 32 coefficients below the current top one
+  bool top = true;      // x^64
+  uint64_t q = 0;
+  for (int d = 64; d >= 32; --d) {
+    if (top) {
+      q |= uint64_t{1} << (d - 32);
+      window ^= kPolyNormal;
+    }
+    top = (window >> 31) != 0;
+    window <<= 1;
+  }
+  return q;
+}
+static_assert(barrett_mu() ==
+              0x104D101DFull);  // the well-known quotient for this P: cross-checks the division
+
+constexpr uint64_t reverse64(uint64_t v) {
+  uint64_t r = 0;
+  for (int i = 0; i < 64; ++i) r |= ((v >> i) & 1) << (63 - i);
+  return r;
+}
+
+constexpr uint64_t kMuLane = reverse64(barrett_mu());                       // x^j at bit 63-j
+constexpr uint64_t kPLane = lane_of(kPolyReflected) | (uint64_t{1} << 31);  // P, x^32 at bit 31
+constexpr uint64_t kX95 = lane_of(xpow_mod(95));
+constexpr uint64_t kX63 = lane_of(xpow_mod(63));
+
+// Fold constants for D = 128·m bits, m = 1..16 (one register up to 8 YMM accumulators apart).
+constexpr std::array<FoldK, 17> make_fold_table() {
+  std::array<FoldK, 17> t{};
+  for (uint32_t m = 1; m < t.size(); ++m) t[m] = fold_k(128 * m);
+  return t;
+}
+constexpr auto kFold = make_fold_table();
+
+// Byte shuffles for the tail: loading 16 bytes at kShuffle + r gives "move byte i to i + 16 - r" (zero
+// below), at kShuffle + 16 + r "move byte i + r to i" (0x80, i.e. zero, from 16 - r on).
+alignas(16) constexpr uint8_t kShuffle[48] = {
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+    0,    1,    2,    3,    4,    5,    6,    7,    8,    9,    10,   11,   12,   13,   14,   15,
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+
+constexpr std::array<uint32_t, 256> make_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? kPolyReflected ^ (c >> 1) : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr auto kTable = make_table();
+
+// Below 16 bytes there is no full register; bytes one at a time (inputs this short are rare and tiny).
+uint32_t crc_bytes(uint32_t crc, const uint8_t* p, size_t n) {
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = kTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+#define URXE_CLMUL_TARGET __attribute__((target("pclmul,sse4.1")))
+#define URXE_VCLMUL_TARGET __attribute__((target("avx2,vpclmulqdq,pclmul")))
+
+URXE_CLMUL_TARGET inline __m128i load128(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+URXE_CLMUL_TARGET inline __m128i kreg(const FoldK& k) {
+  return _mm_set_epi64x(static_cast<long long>(k.hi), static_cast<long long>(k.lo));
+}
+
+// v·x^D + next, with k = fold_k(D).
+URXE_CLMUL_TARGET inline __m128i fold128(__m128i v, __m128i k, __m128i next) {
+  const __m128i a = _mm_clmulepi64_si128(v, k, 0x00);
+  const __m128i b = _mm_clmulepi64_si128(v, k, 0x11);
+  return _mm_xor_si128(_mm_xor_si128(a, b), next);
+}
+
+// V followed by the last r (1..15) bytes of the message, which end at `end`.
+URXE_CLMUL_TARGET inline __m128i fold_tail(__m128i v, const uint8_t* end, size_t r) {
+  const __m128i last = load128(end - 16);
+  const __m128i to_high = load128(kShuffle + r);
+  const __m128i to_low = load128(kShuffle + 16 + r);
+  const __m128i a = _mm_shuffle_epi8(v, to_high);
+  const __m128i b = _mm_blendv_epi8(_mm_shuffle_epi8(v, to_low), last, to_low);
+  return fold128(a, kreg(kFold[1]), b);
+}
+
+// V·x^32 mod P, reflected (not yet complemented).
+URXE_CLMUL_TARGET inline uint32_t reduce(__m128i v) {
+  const __m128i k = _mm_set_epi64x(static_cast<long long>(kX63), static_cast<long long>(kX95));
+  const __m128i w = _mm_xor_si128(_mm_clmulepi64_si128(v, k, 0x00),
+                                  _mm_srli_si128(_mm_unpackhi_epi64(_mm_setzero_si128(), v), 4));
+  const __m128i x = _mm_xor_si128(_mm_clmulepi64_si128(w, k, 0x10), w);
+  const uint64_t xq = static_cast<uint64_t>(_mm_extract_epi64(x, 1));
+  const __m128i b = _mm_set_epi64x(static_cast<long long>(kPLane), static_cast<long long>(kMuLane));
+  const __m128i x1 = _mm_cvtsi64_si128(static_cast<long long>((xq & 0xffffffffu) << 1));
+  const __m128i q = _mm_and_si128(_mm_clmulepi64_si128(x1, b, 0x00), _mm_set_epi64x(0, ~0xffffffffll));
+  const uint64_t qp_hi = static_cast<uint64_t>(_mm_extract_epi64(_mm_clmulepi64_si128(q, b, 0x10), 1));
+  return static_cast<uint32_t>(xq >> 32) ^ static_cast<uint32_t>(qp_hi >> 31);
+}
+
+// From one register `v` covering the message up to p: the remaining full registers, the tail, reduction.
+URXE_CLMUL_TARGET inline uint32_t finish128(__m128i v, const uint8_t* p, size_t n) {
+  const __m128i k1 = kreg(kFold[1]);
+  for (; n >= 16; p += 16, n -= 16) v = fold128(v, k1, load128(p));
+  if (n > 0) v = fold_tail(v, p + n, n);
+  return ~reduce(v);
+}
+
+// 128-bit PCLMULQDQ with N accumulators (16·N bytes per step).
+template <int N>
+URXE_CLMUL_TARGET uint32_t crc_pclmul(uint32_t crc, const uint8_t* p, size_t n) {
+  if (n < 16) return crc_bytes(crc, p, n);
+  const __m128i init = _mm_cvtsi32_si128(static_cast<int>(~crc));
+  if (n < 32 * N) return finish128(_mm_xor_si128(load128(p), init), p + 16, n - 16);
+  __m128i acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = load128(p + 16 * i);
+  acc[0] = _mm_xor_si128(acc[0], init);
+  p += 16 * N;
+  n -= 16 * N;
+  const __m128i kn = kreg(kFold[N]);
+  for (; n >= 16 * N; p += 16 * N, n -= 16 * N)
+    for (int i = 0; i < N; ++i) acc[i] = fold128(acc[i], kn, load128(p + 16 * i));
+  __m128i v = acc[N - 1];
+  for (int i = 0; i < N - 1; ++i) v = fold128(acc[i], kreg(kFold[N - 1 - i]), v);
+  return finish128(v, p, n);
+}
+
+URXE_VCLMUL_TARGET inline __m256i load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+URXE_VCLMUL_TARGET inline __m256i kreg256(const FoldK& k) {
+  return _mm256_set_epi64x(static_cast<long long>(k.hi), static_cast<long long>(k.lo),
+                           static_cast<long long>(k.hi), static_cast<long long>(k.lo));
+}
+
+// Each 128-bit lane: v·x^D + next.
+URXE_VCLMUL_TARGET inline __m256i fold256(__m256i v, __m256i k, __m256i next) {
+  const __m256i a = _mm256_clmulepi64_epi128(v, k, 0x00);
+  const __m256i b = _mm256_clmulepi64_epi128(v, k, 0x11);
+  return _mm256_xor_si256(_mm256_xor_si256(a, b), next);
+}
+
+// 256-bit VPCLMULQDQ with N YMM accumulators (32·N bytes per step).
+template <int N>
+URXE_VCLMUL_TARGET uint32_t crc_vpclmul(uint32_t crc, const uint8_t* p, size_t n) {
+  if (n < 64 * N) return crc_pclmul<4>(crc, p, n);
+  __m256i acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = load256(p + 32 * i);
+  acc[0] = _mm256_xor_si256(acc[0], _mm256_setr_epi32(static_cast<int>(~crc), 0, 0, 0, 0, 0, 0, 0));
+  p += 32 * N;
+  n -= 32 * N;
+  const __m256i kn = kreg256(kFold[2 * N]);
+  for (; n >= 32 * N; p += 32 * N, n -= 32 * N)
+    for (int i = 0; i < N; ++i) acc[i] = fold256(acc[i], kn, load256(p + 32 * i));
+  __m256i y = acc[N - 1];
+  for (int i = 0; i < N - 1; ++i) y = fold256(acc[i], kreg256(kFold[2 * (N - 1 - i)]), y);
+  const __m256i k2 = kreg256(kFold[2]);
+  for (; n >= 32; p += 32, n -= 32) y = fold256(y, k2, load256(p));
+  const __m128i v = fold128(_mm256_castsi256_si128(y), kreg(kFold[1]), _mm256_extracti128_si256(y, 1));
+  return finish128(v, p, n);
+}
+
+uint32_t crc_isal(uint32_t crc, const uint8_t* p, size_t n) {
+  return n == 0 ? crc : crc32_gzip_refl(crc, p, n);
+}
+
+bool cpu_has(CrcFoldLevel level) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool pclmul = (c & bit_PCLMUL) && (c & bit_SSE4_1);
+  if (level == CrcFoldLevel::pclmul) return pclmul;
+  if (level != CrcFoldLevel::vpclmul_avx2) return true;
+  const bool osxsave = (c & bit_OSXSAVE) && (c & bit_AVX);
+  if (!pclmul || !osxsave) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 6) != 6) return false;  // the OS saves XMM and YMM state
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (b & bit_AVX2) && (c & (1u << 10));  // CPUID.7.0:ECX[10] = VPCLMULQDQ
+}
+
+using CrcFn = uint32_t (*)(uint32_t, const uint8_t*, size_t);
+
+CrcFn fn_of(CrcFoldLevel level) {
+  switch (level) {
+    case CrcFoldLevel::vpclmul_avx2:
+      return crc_vpclmul<4>;
+    case CrcFoldLevel::pclmul:
+      return crc_pclmul<4>;
+    case CrcFoldLevel::isal:
+      return crc_isal;
+  }
+  return crc_isal;
+}
+
+}  // namespace
+
+const char* crc_fold_level_name(CrcFoldLevel level) {
+  switch (level) {
+    case CrcFoldLevel::vpclmul_avx2:
+      return "vpclmul_avx2";
+    case CrcFoldLevel::pclmul:
+      return "pclmul";
+    case CrcFoldLevel::isal:
+      return "isal";
+  }
+  return "?";
+}
+
+bool crc_fold_level_supported(CrcFoldLevel level) {
+  static const bool has[3] = {cpu_has(CrcFoldLevel::vpclmul_avx2), cpu_has(CrcFoldLevel::pclmul), true};
+  return has[static_cast<int>(level)];
+}
+
+CrcFoldLevel crc_fold_best_level() {
+  for (CrcFoldLevel l : {CrcFoldLevel::vpclmul_avx2, CrcFoldLevel::pclmul})
+    if (crc_fold_level_supported(l)) return l;
+  return CrcFoldLevel::isal;
+}
+
+uint32_t crc32_fold(uint32_t crc, const uint8_t* data, size_t len) {
+  static const CrcFn fn = fn_of(crc_fold_best_level());
+  return fn(crc, data, len);
+}
+
+uint32_t crc32_fold_at(CrcFoldLevel level, uint32_t crc, const uint8_t* data, size_t len) {
+  if (!crc_fold_level_supported(level)) std::abort();
+  return fn_of(level)(crc, data, len);
+}
+
+}  // namespace urxe::wire
