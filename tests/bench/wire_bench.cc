@@ -106,7 +106,7 @@ void add(const std::string& name, F&& fn) {
 
 int main(int argc, char** argv) {
   add("memcpy", bm_memcpy);
-  for (CrcImpl impl : {CrcImpl::isal, CrcImpl::zlib, CrcImpl::table}) {
+  for (CrcImpl impl : {CrcImpl::fold, CrcImpl::isal, CrcImpl::zlib, CrcImpl::table}) {
     add(std::string("crc32.") + crc_impl_name(impl), [impl](benchmark::State& st) { bm_crc32(st, impl); });
     add(std::string("icrc.") + crc_impl_name(impl), [impl](benchmark::State& st) { bm_icrc(st, impl); });
   }
