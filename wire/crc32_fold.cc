@@ -30,9 +30,8 @@
 //   2. W's top 32 coefficients (at x^64..x^95, low lane bits 32..63) · k(x^63)·x, plus W's low 64: X,
 //      degree <= 63, in the high lane.
 //   3. Barrett: with X = X1·x^32 + X0 and mu = floor(x^64 / P), q = floor(X1·mu / x^32) is exactly
-//      floor(X / P) (X1·(x^64 mod P) has degree < 64), so X mod P = X0 + (q·P mod x^32). X1 is placed as
-//      X1·x^31 to cancel the product's extra x, so q lands in the upper half of the product's low lane; q·P·x
-//      then holds q·P mod x^32 at bits 95..126.
+//      floor(X / P) (X1·(x^64 mod P) has degree < 64), so X mod P = X0 + (q·P mod x^32). The constants
+//      mu and P are used times x^31 so that both products land where the next step reads them.
 #include "wire/crc32_fold.h"
 
 #include <cpuid.h>
@@ -95,8 +94,11 @@ constexpr uint64_t reverse64(uint64_t v) {
   return r;
 }
 
-constexpr uint64_t kMuLane = reverse64(barrett_mu());                       // x^j at bit 63-j
-constexpr uint64_t kPLane = lane_of(kPolyReflected) | (uint64_t{1} << 31);  // P, x^32 at bit 31
+// Barrett operands, both times x^31: X1·(mu·x^31)·x = X1·mu·x^32 puts q = floor(X1·mu / x^32) in the low
+// lane's upper half (coefficient x^j at bit 63-j), and q·(P·x^31)·x puts q·P mod x^32 at bits 64..95 in
+// reflected order, beside X0.
+constexpr uint64_t kMuLaneX31 = reverse64(barrett_mu()) >> 31;
+constexpr uint64_t kPLaneX31 = (lane_of(kPolyReflected) | (uint64_t{1} << 31)) >> 31;
 constexpr uint64_t kX95 = lane_of(xpow_mod(95));
 constexpr uint64_t kX63 = lane_of(xpow_mod(63));
 
@@ -161,18 +163,18 @@ URXE_CLMUL_TARGET inline __m128i fold_tail(__m128i v, const uint8_t* end, size_t
   return fold128(a, kreg(kFold[1]), b);
 }
 
-// V·x^32 mod P, reflected (not yet complemented).
+// V·x^32 mod P, reflected (not yet complemented). Steps 1-3 of the header comment, kept in vector registers.
 URXE_CLMUL_TARGET inline uint32_t reduce(__m128i v) {
   const __m128i k = _mm_set_epi64x(static_cast<long long>(kX63), static_cast<long long>(kX95));
   const __m128i w = _mm_xor_si128(_mm_clmulepi64_si128(v, k, 0x00),
                                   _mm_srli_si128(_mm_unpackhi_epi64(_mm_setzero_si128(), v), 4));
-  const __m128i x = _mm_xor_si128(_mm_clmulepi64_si128(w, k, 0x10), w);
-  const uint64_t xq = static_cast<uint64_t>(_mm_extract_epi64(x, 1));
-  const __m128i b = _mm_set_epi64x(static_cast<long long>(kPLane), static_cast<long long>(kMuLane));
-  const __m128i x1 = _mm_cvtsi64_si128(static_cast<long long>((xq & 0xffffffffu) << 1));
-  const __m128i q = _mm_and_si128(_mm_clmulepi64_si128(x1, b, 0x00), _mm_set_epi64x(0, ~0xffffffffll));
-  const uint64_t qp_hi = static_cast<uint64_t>(_mm_extract_epi64(_mm_clmulepi64_si128(q, b, 0x10), 1));
-  return static_cast<uint32_t>(xq >> 32) ^ static_cast<uint32_t>(qp_hi >> 31);
+  const __m128i x = _mm_xor_si128(_mm_clmulepi64_si128(w, k, 0x10), w);  // X in the high lane
+  // t: X1 at low-lane bits 32..63 (coefficient x^(32+j) at bit 63-j), X0 at bits 64..95 (reflected).
+  const __m128i t = _mm_srli_si128(x, 4);
+  const __m128i upper = _mm_set_epi64x(0, static_cast<long long>(0xffffffff00000000ull));
+  const __m128i b = _mm_set_epi64x(static_cast<long long>(kPLaneX31), static_cast<long long>(kMuLaneX31));
+  const __m128i q = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(t, upper), b, 0x00), upper);
+  return static_cast<uint32_t>(_mm_extract_epi32(_mm_xor_si128(_mm_clmulepi64_si128(q, b, 0x10), t), 2));
 }
 
 // From one register `v` covering the message up to p: the remaining full registers, the tail, reduction.
@@ -188,7 +190,7 @@ template <int N>
 URXE_CLMUL_TARGET uint32_t crc_pclmul(uint32_t crc, const uint8_t* p, size_t n) {
   if (n < 16) return crc_bytes(crc, p, n);
   const __m128i init = _mm_cvtsi32_si128(static_cast<int>(~crc));
-  if (n < 32 * N) return finish128(_mm_xor_si128(load128(p), init), p + 16, n - 16);
+  if (n < 16 * N) return finish128(_mm_xor_si128(load128(p), init), p + 16, n - 16);
   __m128i acc[N];
   for (int i = 0; i < N; ++i) acc[i] = load128(p + 16 * i);
   acc[0] = _mm_xor_si128(acc[0], init);
