@@ -185,15 +185,26 @@ URXE_CLMUL_TARGET inline uint32_t finish128(__m128i v, const uint8_t* p, size_t 
   return ~reduce(v);
 }
 
-// 128-bit PCLMULQDQ with N accumulators (16·N bytes per step).
+URXE_CLMUL_TARGET inline __m128i init_reg(uint32_t crc) {
+  return _mm_cvtsi32_si128(static_cast<int>(~crc));
+}
+
+// A head of whole registers (hn a non-zero multiple of 16) as the register to xor into the next 16 bytes:
+// its final register times x^128, unreduced, so a second segment continues the same fold.
+URXE_CLMUL_TARGET inline __m128i head_carry(uint32_t crc, const uint8_t* h, size_t hn) {
+  const __m128i k1 = kreg(kFold[1]);
+  __m128i v = _mm_xor_si128(load128(h), init_reg(crc));
+  for (size_t i = 16; i < hn; i += 16) v = fold128(v, k1, load128(h + i));
+  return fold128(v, k1, _mm_setzero_si128());
+}
+
+// 128-bit PCLMULQDQ with N accumulators (16·N bytes per step). n >= 16; `first` is xored into p[0..15].
 template <int N>
-URXE_CLMUL_TARGET uint32_t crc_pclmul(uint32_t crc, const uint8_t* p, size_t n) {
-  if (n < 16) return crc_bytes(crc, p, n);
-  const __m128i init = _mm_cvtsi32_si128(static_cast<int>(~crc));
-  if (n < 16 * N) return finish128(_mm_xor_si128(load128(p), init), p + 16, n - 16);
+URXE_CLMUL_TARGET uint32_t pclmul_core(__m128i first, const uint8_t* p, size_t n) {
+  if (n < 16 * N) return finish128(_mm_xor_si128(load128(p), first), p + 16, n - 16);
   __m128i acc[N];
   for (int i = 0; i < N; ++i) acc[i] = load128(p + 16 * i);
-  acc[0] = _mm_xor_si128(acc[0], init);
+  acc[0] = _mm_xor_si128(acc[0], first);
   p += 16 * N;
   n -= 16 * N;
   const __m128i kn = kreg(kFold[N]);
@@ -202,6 +213,18 @@ URXE_CLMUL_TARGET uint32_t crc_pclmul(uint32_t crc, const uint8_t* p, size_t n) 
   __m128i v = acc[N - 1];
   for (int i = 0; i < N - 1; ++i) v = fold128(acc[i], kreg(kFold[N - 1 - i]), v);
   return finish128(v, p, n);
+}
+
+template <int N>
+URXE_CLMUL_TARGET uint32_t crc_pclmul(uint32_t crc, const uint8_t* p, size_t n) {
+  return n < 16 ? crc_bytes(crc, p, n) : pclmul_core<N>(init_reg(crc), p, n);
+}
+
+template <int N>
+URXE_CLMUL_TARGET uint32_t crc2_pclmul(uint32_t crc, const uint8_t* h, size_t hn, const uint8_t* p,
+                                       size_t n) {
+  if (hn == 0 || hn % 16 != 0 || n < 16) return crc_pclmul<N>(crc_pclmul<N>(crc, h, hn), p, n);
+  return pclmul_core<N>(head_carry(crc, h, hn), p, n);
 }
 
 URXE_VCLMUL_TARGET inline __m256i load256(const uint8_t* p) {
@@ -220,13 +243,13 @@ URXE_VCLMUL_TARGET inline __m256i fold256(__m256i v, __m256i k, __m256i next) {
   return _mm256_xor_si256(_mm256_xor_si256(a, b), next);
 }
 
-// 256-bit VPCLMULQDQ with N YMM accumulators (32·N bytes per step).
+// 256-bit VPCLMULQDQ with N YMM accumulators (32·N bytes per step). n >= 16; `first` is xored into p[0..15].
 template <int N>
-URXE_VCLMUL_TARGET uint32_t crc_vpclmul(uint32_t crc, const uint8_t* p, size_t n) {
-  if (n < 64 * N) return crc_pclmul<4>(crc, p, n);
+URXE_VCLMUL_TARGET uint32_t vpclmul_core(__m128i first, const uint8_t* p, size_t n) {
+  if (n < 64 * N) return pclmul_core<4>(first, p, n);
   __m256i acc[N];
   for (int i = 0; i < N; ++i) acc[i] = load256(p + 32 * i);
-  acc[0] = _mm256_xor_si256(acc[0], _mm256_setr_epi32(static_cast<int>(~crc), 0, 0, 0, 0, 0, 0, 0));
+  acc[0] = _mm256_xor_si256(acc[0], _mm256_set_m128i(_mm_setzero_si128(), first));
   p += 32 * N;
   n -= 32 * N;
   const __m256i kn = kreg256(kFold[2 * N]);
@@ -240,8 +263,24 @@ URXE_VCLMUL_TARGET uint32_t crc_vpclmul(uint32_t crc, const uint8_t* p, size_t n
   return finish128(v, p, n);
 }
 
+template <int N>
+URXE_VCLMUL_TARGET uint32_t crc_vpclmul(uint32_t crc, const uint8_t* p, size_t n) {
+  return n < 16 ? crc_bytes(crc, p, n) : vpclmul_core<N>(init_reg(crc), p, n);
+}
+
+template <int N>
+URXE_VCLMUL_TARGET uint32_t crc2_vpclmul(uint32_t crc, const uint8_t* h, size_t hn, const uint8_t* p,
+                                         size_t n) {
+  if (hn == 0 || hn % 16 != 0 || n < 16) return crc_vpclmul<N>(crc_vpclmul<N>(crc, h, hn), p, n);
+  return vpclmul_core<N>(head_carry(crc, h, hn), p, n);
+}
+
 uint32_t crc_isal(uint32_t crc, const uint8_t* p, size_t n) {
   return n == 0 ? crc : crc32_gzip_refl(crc, p, n);
+}
+
+uint32_t crc2_isal(uint32_t crc, const uint8_t* h, size_t hn, const uint8_t* p, size_t n) {
+  return crc_isal(crc_isal(crc, h, hn), p, n);
 }
 
 bool cpu_has(CrcFoldLevel level) {
@@ -259,18 +298,26 @@ bool cpu_has(CrcFoldLevel level) {
   return (b & bit_AVX2) && (c & (1u << 10));  // CPUID.7.0:ECX[10] = VPCLMULQDQ
 }
 
-using CrcFn = uint32_t (*)(uint32_t, const uint8_t*, size_t);
+struct LevelFns {
+  uint32_t (*one)(uint32_t, const uint8_t*, size_t);
+  uint32_t (*two)(uint32_t, const uint8_t*, size_t, const uint8_t*, size_t);
+};
 
-CrcFn fn_of(CrcFoldLevel level) {
+LevelFns fns_of(CrcFoldLevel level) {
   switch (level) {
     case CrcFoldLevel::vpclmul_avx2:
-      return crc_vpclmul<4>;
+      return {crc_vpclmul<4>, crc2_vpclmul<4>};
     case CrcFoldLevel::pclmul:
-      return crc_pclmul<4>;
+      return {crc_pclmul<4>, crc2_pclmul<4>};
     case CrcFoldLevel::isal:
-      return crc_isal;
+      return {crc_isal, crc2_isal};
   }
-  return crc_isal;
+  return {crc_isal, crc2_isal};
+}
+
+const LevelFns& best_fns() {
+  static const LevelFns fns = fns_of(crc_fold_best_level());
+  return fns;
 }
 
 }  // namespace
@@ -299,13 +346,22 @@ CrcFoldLevel crc_fold_best_level() {
 }
 
 uint32_t crc32_fold(uint32_t crc, const uint8_t* data, size_t len) {
-  static const CrcFn fn = fn_of(crc_fold_best_level());
-  return fn(crc, data, len);
+  return best_fns().one(crc, data, len);
+}
+
+uint32_t crc32_fold2(uint32_t crc, const uint8_t* head, size_t head_len, const uint8_t* data, size_t len) {
+  return best_fns().two(crc, head, head_len, data, len);
 }
 
 uint32_t crc32_fold_at(CrcFoldLevel level, uint32_t crc, const uint8_t* data, size_t len) {
   if (!crc_fold_level_supported(level)) std::abort();
-  return fn_of(level)(crc, data, len);
+  return fns_of(level).one(crc, data, len);
+}
+
+uint32_t crc32_fold2_at(CrcFoldLevel level, uint32_t crc, const uint8_t* head, size_t head_len,
+                        const uint8_t* data, size_t len) {
+  if (!crc_fold_level_supported(level)) std::abort();
+  return fns_of(level).two(crc, head, head_len, data, len);
 }
 
 }  // namespace urxe::wire

@@ -17,7 +17,12 @@ CrcFoldLevel crc_fold_best_level();
 
 // Same contract as zlib's crc32(): running value, crc32_fold(crc32_fold(0, a), b) == crc32_fold(0, a ++ b).
 uint32_t crc32_fold(uint32_t crc, const uint8_t* data, size_t len);
-// Test and benchmark hook: computes with exactly `level`, which must be supported (else it aborts).
+// crc32_fold(crc32_fold(crc, head, head_len), data, len) in one pass when head_len is a multiple of 16 (the
+// head's fold carries into data without a reduction in between): the ICRC's masked pseudo-header + packet.
+uint32_t crc32_fold2(uint32_t crc, const uint8_t* head, size_t head_len, const uint8_t* data, size_t len);
+// Test and benchmark hooks: computes with exactly `level`, which must be supported (else it aborts).
 uint32_t crc32_fold_at(CrcFoldLevel level, uint32_t crc, const uint8_t* data, size_t len);
+uint32_t crc32_fold2_at(CrcFoldLevel level, uint32_t crc, const uint8_t* head, size_t head_len,
+                        const uint8_t* data, size_t len);
 
 }  // namespace urxe::wire

@@ -1,7 +1,8 @@
 // wire/crc32_fold against zlib's crc32 at every dispatch level this CPU supports (each forced through the
-// crc32_fold_at hook): every length 0..4200 from several alignments, long buffers, running values and
-// chaining at every split, plus the CrcImpl::fold backend and wire::crc32. Buffers are exactly sized heap
-// vectors so the ASan build reports any read past the end (the tail path loads overlapping 16 bytes).
+// crc32_fold_at / crc32_fold2_at hooks): every length 0..4200 from several alignments, long buffers, running
+// values, chaining at every split, the two-segment form, plus the CrcImpl::fold backend and wire::crc32.
+// Buffers are exactly sized heap vectors so the ASan build reports any read past the end (the tail path loads
+// overlapping 16 bytes).
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -80,6 +81,23 @@ TEST_P(CrcFold, ChainingAtEverySplit) {
   }
 }
 
+// The two-segment form (one pass when the head is whole registers, as the ICRC's 48-byte IPv4 pseudo-header)
+// equals zlib over the concatenation, for every head length 0..96 and data lengths around every path.
+TEST_P(CrcFold, TwoSegmentsEqualConcatenation) {
+  const Bytes m = random_bytes(96 + 4200, 6);
+  std::mt19937 rng(7);
+  for (size_t hn = 0; hn <= 96; ++hn) {
+    for (size_t n : {0u, 1u, 4u, 15u, 16u, 17u, 63u, 64u, 65u, 130u, 255u, 256u, 257u, 1000u, 4096u, 4200u}) {
+      const uint32_t init = static_cast<uint32_t>(rng());
+      const Bytes head(m.begin(), m.begin() + static_cast<ptrdiff_t>(hn));
+      const Bytes data(m.begin() + static_cast<ptrdiff_t>(hn), m.begin() + static_cast<ptrdiff_t>(hn + n));
+      ASSERT_EQ(crc32_fold2_at(GetParam(), init, head.data(), hn, data.data(), n),
+                zlib_crc(init, m.data(), hn + n))
+          << "head " << hn << " data " << n;
+    }
+  }
+}
+
 // All-zero and all-ones data (no accidental cancellation hidden by random data).
 TEST_P(CrcFold, ConstantData) {
   for (uint8_t v : {uint8_t{0}, uint8_t{0xff}}) {
@@ -104,6 +122,7 @@ TEST(CrcFoldDispatch, BestLevelIsSupportedAndUsed) {
   const Bytes m = random_bytes(3000, 5);
   EXPECT_EQ(crc32_fold(0, m.data(), m.size()), zlib_crc(0, m.data(), m.size()));
   EXPECT_EQ(crc32(0, m.data(), m.size()), zlib_crc(0, m.data(), m.size()));
+  EXPECT_EQ(crc32_fold2(1, m.data(), 48, m.data() + 48, m.size() - 48), zlib_crc(1, m.data(), m.size()));
   EXPECT_EQ(crc32_with(CrcImpl::fold, 7, m.data(), m.size()), zlib_crc(7, m.data(), m.size()));
   EXPECT_STREQ(crc_impl_name(CrcImpl::fold), "fold");
   std::printf("crc32_fold level on this CPU: %s\n", crc_fold_level_name(best));
