@@ -22,15 +22,18 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   if (q.req_idx == prod) return true;
   const SendWqe& w = q.sq.at(q.req_idx);
-  if (w.started) return false;     // a resend or the rest of a message: its limits were checked already
-  if (st == QPS_SQD) return true;  // SQD: no new WQE starts
   const WrInfo& info = wr_info(w.opcode);
-  if (q.type != QPT_RC) return false;
-  // window of unacknowledged PSNs (local WRs use no PSN)
-  if (!info.is_local &&
+  // Window of unacknowledged PSNs (local WRs use no PSN). It holds every PSN never sent before, also in the
+  // middle of a started message: letting a 64-packet message finish past the window put up to 191 PSNs in
+  // flight, and each go-back-N after a loss resent all of them. Resends (below sent_end) are not held.
+  const bool window_full =
+      q.type == QPT_RC && !info.is_local && wire::psn_ge(q.next_psn, q.sent_end) &&
       static_cast<uint32_t>(wire::psn_diff(q.next_psn, q.una_psn)) >= config.max_unacked_psns &&
-      wire::psn_diff(q.next_psn, q.una_psn) > 0)
-    return true;
+      wire::psn_diff(q.next_psn, q.una_psn) > 0;
+  if (w.started) return window_full;  // the rest of a message or a resend: its other limits were checked
+  if (st == QPS_SQD) return true;     // SQD: no new WQE starts
+  if (q.type != QPT_RC) return false;
+  if (window_full) return true;
   // A fence holds local WRs too (LOCAL_INV behind a READ): the queue is ordered, so it also holds the WRs
   // after them.
   const bool fence = w.send_flags & SEND_FENCE;
