@@ -132,7 +132,14 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
     const wire::Aeth& a = pkt.aeth;
     switch (a.type()) {
       case wire::AethType::ack:
-        if (!ack_upto(*this, q, psn)) count(Counter::rx_drop_other);
+        if (!ack_upto(*this, q, psn)) {
+          count(Counter::rx_drop_other);
+          // A repeated ACK of the newest acknowledged PSN answers request packets the responder already
+          // had: it is alive and working through what we sent, only behind (a slow peer with a queue of
+          // our resends). Restart the timer without spending a retry, else every timeout adds another
+          // window of resends to its queue until the retries run out while it is still acknowledging.
+          if (psn == wire::psn_sub(q.una_psn, 1) && q.timer_deadline) restart_timer(*this, q);
+        }
         return;
       case wire::AethType::rnr_nak: {
         if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) return;
@@ -225,8 +232,10 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
       q.marker_psn = w->resp_psn;
       count(Counter::rcvd_seq_err);
       go_back(q, w->resp_psn);
-      restart_timer(*this, q);
     }
+    // responses past a gap still show the responder at work (behind a queue on a slow path): restart
+    // the timer, as for a repeated ACK, so a timeout does not resend what is already on its way
+    restart_timer(*this, q);
     return;
   }
   const uint32_t len = pkt.payload_len;
