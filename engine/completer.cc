@@ -28,8 +28,16 @@ bool EngineImpl::send_completion(const Qp& q, const SendWqe& w, Wc& wc) const {
 
 namespace {
 
+// The timeout grows with each retry spent since the last progress, up to 4x (IBTA lets the transport timer
+// run up to four times the nominal value): a slow peer that is only behind gets time to catch up before the
+// retries run out, instead of another window of resends every nominal timeout.
+uint64_t backoff_ns(const Qp& q) {
+  const uint32_t spent = q.attr.retry_cnt > q.retry_left ? q.attr.retry_cnt - q.retry_left : 0u;
+  return timeout_ns(q.attr.timeout) << (spent < 2 ? spent : 2u);
+}
+
 void restart_timer(EngineImpl& e, Qp& q) {
-  q.timer_deadline = (q.una_psn != q.sent_end && q.attr.timeout) ? e.now + timeout_ns(q.attr.timeout) : 0;
+  q.timer_deadline = (q.una_psn != q.sent_end && q.attr.timeout) ? e.now + backoff_ns(q) : 0;
 }
 
 // Marks the WQE that PSN `psn` belongs to (the oldest outstanding one when psn is UINT32_MAX) failed with
@@ -352,7 +360,7 @@ bool EngineImpl::completer_run(Qp& q) {
       count(Counter::completer_retry_err);
       q.retry_marker = false;
       go_back(q, q.una_psn);
-      q.timer_deadline = now + timeout_ns(q.attr.timeout);
+      q.timer_deadline = now + backoff_ns(q);
       did = true;
     }
   }
