@@ -257,5 +257,49 @@ TEST(EngineLossyTest, WindowHoldsPacketsInsideAMessage) {
   EXPECT_EQ(before_first_ack, 100u) << "request packets in flight before any acknowledgement";
 }
 
+// A peer that never answers: retry_cnt 3 means 3 retransmissions (IBTA; rxe would treat only 7 as forever),
+// and the timer backs off to 2x and then 4x the nominal timeout T per retry spent, so RETRY_EXC_ERR comes
+// after T + 2T + 4T + 4T = 11T (it came after 4T before the backoff).
+TEST(EngineLossyTest, DeadPeerFailsAfterBackedOffRetries) {
+  LinkConfig l;
+  l.latency_ns = 1000;
+  Testbed tb(1, l, {}, 4200, 64);
+  LinkConfig silent = l;
+  silent.drop = 1.0;
+  tb.net.set_link(1, 0, silent);
+  QpParams p;
+  p.timeout = 10;
+  p.retry_cnt = 3;
+  QpEnds q;
+  ASSERT_EQ(tb.connect(p, q), "");
+  std::vector<uint8_t> mem(4096, 7);
+  MrInfo mr;
+  ASSERT_EQ(tb.host[0].eng->reg_mr(tb.host[0].pd, mem.data(), mem.size(),
+                                   reinterpret_cast<uint64_t>(mem.data()), ACCESS_LOCAL_WRITE, mr),
+            0);
+  uint64_t sends = 0;
+  tb.net.on_transmit = [&](uint32_t from, uint32_t, const uint8_t*, uint32_t) { sends += from == 0; };
+  Sge s{reinterpret_cast<uint64_t>(mem.data()), 1024, mr.lkey};
+  SendWr w;
+  w.opcode = WR_RDMA_WRITE;
+  w.send_flags = SEND_SIGNALED;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.rdma = {0x1000, 0x1234};
+  const SendWr* bad = nullptr;
+  const uint64_t t0 = tb.net.clock().now_ns();
+  ASSERT_EQ(tb.host[0].eng->post_send(q.qpn[0], &w, &bad), 0);
+  Wc wc{};
+  int n = 0;
+  tb.net.run_until([&] { return (n = tb.host[0].eng->poll_cq(q.send_cq[0], 1, &wc)) > 0; },
+                   t0 + 10'000'000'000ull);
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(wc.status, WC_RETRY_EXC_ERR);
+  EXPECT_EQ(sends, 4u) << "the request and 3 retries";
+  const uint64_t t = uint64_t{4096} << 10, took = tb.net.clock().now_ns() - t0;
+  EXPECT_GE(took, 11 * t);
+  EXPECT_LT(took, 12 * t);
+}
+
 }  // namespace
 }  // namespace urxe::sim
