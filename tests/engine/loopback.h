@@ -307,4 +307,25 @@ inline int count_ops(const Link& l, int side, uint8_t opcode) {
   return c;
 }
 
+// Helpers shared by the engine tests.
+// A pattern that differs per seed and per 256-byte block, so misplaced or shifted bytes show.
+inline void fill(std::vector<uint8_t>& m, size_t off, size_t len, uint8_t seed) {
+  for (size_t i = 0; i < len; i++) m[off + i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
+}
+
+inline void post_recv(Node& n, uint32_t qpn, uint64_t off, uint32_t len, uint64_t wr_id, uint32_t lkey = 0) {
+  Sge sge{n.addr(off), len, lkey ? lkey : n.mr.lkey};
+  RecvWr rw;
+  rw.wr_id = wr_id;
+  rw.sg_list = &sge;
+  rw.num_sge = 1;
+  const RecvWr* bad = nullptr;
+  ASSERT_EQ(0, n.eng->post_recv(qpn, &rw, &bad));
+}
+
+inline void post(Node& n, uint32_t qpn, const SendWr& wr) {
+  const SendWr* bad = nullptr;
+  ASSERT_EQ(0, n.eng->post_send(qpn, &wr, &bad));
+}
+
 }  // namespace urxe::engine::test

@@ -10,28 +10,11 @@
 namespace urxe::engine::test {
 namespace {
 
-void fill(std::vector<uint8_t>& m, size_t off, size_t len, uint8_t seed) {
-  for (size_t i = 0; i < len; i++) m[off + i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
-}
-
 class RcOps : public ::testing::Test {
  protected:
   Loopback lb;
   uint32_t qa = 0, qb = 0;
   void SetUp() override { std::tie(qa, qb) = lb.connect(QPT_RC); }
-  void post_recv(Node& n, uint32_t qpn, uint64_t off, uint32_t len, uint64_t wr_id) {
-    Sge sge{n.addr(off), len, n.mr.lkey};
-    RecvWr rw;
-    rw.wr_id = wr_id;
-    rw.sg_list = &sge;
-    rw.num_sge = 1;
-    const RecvWr* bad = nullptr;
-    ASSERT_EQ(0, n.eng->post_recv(qpn, &rw, &bad));
-  }
-  void post(Node& n, uint32_t qpn, const SendWr& wr) {
-    const SendWr* bad = nullptr;
-    ASSERT_EQ(0, n.eng->post_send(qpn, &wr, &bad));
-  }
 };
 
 TEST_F(RcOps, SendSizesAcrossMtuBoundaries) {

@@ -5,25 +5,6 @@
 namespace urxe::engine::test {
 namespace {
 
-void fill(std::vector<uint8_t>& m, size_t off, size_t len, uint8_t seed) {
-  for (size_t i = 0; i < len; i++) m[off + i] = static_cast<uint8_t>(seed ^ (i * 13 + (i >> 9)));
-}
-
-void post_recv(Node& n, uint32_t qpn, uint64_t off, uint32_t len, uint64_t wr_id, uint32_t lkey = 0) {
-  Sge sge{n.addr(off), len, lkey ? lkey : n.mr.lkey};
-  RecvWr rw;
-  rw.wr_id = wr_id;
-  rw.sg_list = &sge;
-  rw.num_sge = 1;
-  const RecvWr* bad = nullptr;
-  ASSERT_EQ(0, n.eng->post_recv(qpn, &rw, &bad));
-}
-
-void post(Node& n, uint32_t qpn, const SendWr& wr) {
-  const SendWr* bad = nullptr;
-  ASSERT_EQ(0, n.eng->post_send(qpn, &wr, &bad));
-}
-
 int count_naks(const Link& l, int side, wire::AethType type, uint8_t value) {
   int c = 0;
   for (auto& [s, p] : l.trace)
