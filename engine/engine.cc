@@ -124,17 +124,29 @@ const char* qp_state_str(QpState s) {
 }
 
 const char* counter_name(Counter c) {
-  static const char* const names[] = {"sent_pkts",           "rcvd_pkts",
-                                      "duplicate_request",   "out_of_seq_request",
-                                      "rcvd_rnr_err",        "send_rnr_err",
-                                      "rcvd_seq_err",        "ack_deferred",
-                                      "retry_exceeded_err",  "retry_rnr_exceeded_err",
-                                      "completer_retry_err", "send_err",
-                                      "link_downed",         "rdma_sends",
-                                      "rdma_recvs",          "rx_drop_parse",
-                                      "rx_drop_icrc",        "rx_drop_qpn",
-                                      "rx_drop_qkey",        "rx_drop_other",
-                                      "tx_no_buf",           "cq_overflow"};
+  static const char* const names[] = {"sent_pkts",
+                                      "rcvd_pkts",
+                                      "duplicate_request",
+                                      "out_of_seq_request",
+                                      "rcvd_rnr_err",
+                                      "send_rnr_err",
+                                      "rcvd_seq_err",
+                                      "ack_deferred",
+                                      "retry_exceeded_err",
+                                      "retry_rnr_exceeded_err",
+                                      "completer_retry_err",
+                                      "send_err",
+                                      "link_downed",
+                                      "rdma_sends",
+                                      "rdma_recvs",
+                                      "rx_drop_parse",
+                                      "rx_drop_icrc",
+                                      "rx_drop_qpn",
+                                      "rx_drop_qkey",
+                                      "rx_drop_other",
+                                      "tx_no_buf",
+                                      "cq_overflow",
+                                      "resp_remote_access_errors"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Counter::num_counters));
   const auto i = static_cast<size_t>(c);
   return i < sizeof(names) / sizeof(names[0]) ? names[i] : "?";
@@ -146,6 +158,7 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   if (config.max_unacked_psns > 0x400000) config.max_unacked_psns = 0x400000;
   if (config.rx_burst < 1) config.rx_burst = 1;
   if (config.tx_budget < 1) config.tx_budget = 1;
+  if (config.counter_storage) counters = config.counter_storage;
   const DeviceAttr& d = config.device;
   pds.resize(size_t{d.max_pd} + 1);
   mrs.resize(size_t{d.max_mr} + 1);
@@ -229,6 +242,8 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
   const wire::ParseError pe = wire::parse_frame(wire::ByteSpan(buf.data, buf.len), pkt, opt);
   if (pe != wire::ParseError::ok) {
     count(pe == wire::ParseError::bad_icrc ? Counter::rx_drop_icrc : Counter::rx_drop_parse);
+    if (pe != wire::ParseError::not_roce)
+      note(pe == wire::ParseError::bad_icrc ? Note::drop_bad_icrc : Note::drop_malformed, pkt.bth.dqpn);
     return;
   }
   count(Counter::rcvd_pkts);
@@ -243,23 +258,28 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
                                                     : wire::Transport::ud;
   if (!qp || info.transport != want) {
     count(Counter::rx_drop_qpn);
+    // another process's QPN block on the same device is not a bad frame
+    if (dqpn >= config.qpn_base && dqpn - config.qpn_base < qps.size()) note(Note::drop_unknown_qpn, dqpn);
     return;
   }
   // P_Key: the only table entry is the default full-membership key.
   if ((pkt.bth.pkey & 0x7fff) != 0x7fff) {
     count(Counter::rx_drop_other);
+    note(Note::drop_bad_pkey, dqpn);
     return;
   }
   const QpState st = qp->state.load(std::memory_order_relaxed);
   if (info.is_response) {
     if (st != QPS_RTS && st != QPS_SQD) {
       count(Counter::rx_drop_qpn);
+      note(Note::drop_qp_state, dqpn);
       return;
     }
     completer_rx(*qp, pkt);
   } else {
     if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD && st != QPS_SQE) {
       count(Counter::rx_drop_qpn);
+      note(Note::drop_qp_state, dqpn);
       return;
     }
     if (st == QPS_RTR && !qp->comm_est) {
@@ -354,8 +374,17 @@ int Engine::destroy_ah(uint32_t ah) {
 #undef LOCKED
 
 bool Engine::progress() {
-  EngineImpl& e = *impl_;
-  std::lock_guard<std::mutex> g(e.mu);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->progress_round();
+}
+
+bool Engine::try_progress() {
+  std::unique_lock<std::mutex> g(impl_->mu, std::try_to_lock);
+  return g.owns_lock() && impl_->progress_round();
+}
+
+bool EngineImpl::progress_round() {
+  EngineImpl& e = *this;
   e.now = e.clock.now_ns();
   bool did = false;
   const uint32_t n = e.port.rx_burst(e.rx.data(), static_cast<uint32_t>(e.rx.size()));
@@ -403,7 +432,9 @@ uint64_t Engine::next_deadline_ns() const {
 
 uint64_t Engine::counter(Counter c) const {
   const auto i = static_cast<size_t>(c);
-  return i < impl_->counters.size() ? impl_->counters[i].load(std::memory_order_relaxed) : 0;
+  return i < static_cast<size_t>(Counter::num_counters)
+             ? std::atomic_ref<uint64_t>(impl_->counters[i]).load(std::memory_order_relaxed)
+             : 0;
 }
 
 }  // namespace urxe::engine

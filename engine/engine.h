@@ -2,7 +2,8 @@
 // context. Verbs map 1:1 onto its methods; every method returns 0 or a positive errno with the meaning
 // rdma-core documents (EINVAL, ENOMEM, EBUSY, EOPNOTSUPP, ...), except poll_cq (count or -errno).
 //
-// Threads: progress() runs on one thread (the progress thread). post_send, post_recv, post_srq_recv,
+// Threads: progress() runs under the engine lock on one thread at a time (the progress thread, or an
+// application thread through try_progress()). post_send, post_recv, post_srq_recv,
 // poll_cq and req_notify_cq may run on any other threads at the same time: the queues between them are
 // single-producer/single-consumer rings with acquire/release indices (a small per-queue lock serialises
 // several application threads on one queue), preallocated at create time, so these calls never allocate,
@@ -47,6 +48,9 @@ struct EngineConfig {
   uint32_t rx_burst = 32;           // frames taken from the port per progress() round
   uint32_t tx_budget = 64;          // packets the requester may send per QP per progress() round (fairness)
   bool verify_icrc = true;
+  // Where the counters live (num_counters uint64 in Counter order, 8-aligned, zeroed by the caller), e.g. a
+  // file another process reads; updated with relaxed atomic stores. nullptr: inside the engine.
+  uint64_t* counter_storage = nullptr;
 };
 
 struct MrInfo {
@@ -79,9 +83,27 @@ enum class Counter : uint32_t {
   rx_drop_other,  // anything else silently dropped (UC gap, stray response, ...)
   tx_no_buf,      // port had no tx buffer
   cq_overflow,
+  resp_remote_access_errors,  // as mlx5: RDMA WRITE/READ/atomic refused for its rkey, range or rights
   num_counters
 };
 const char* counter_name(Counter c);
+
+// Log levels of EventSink::log, most severe first.
+enum class LogLevel : uint8_t { error, warn, info, debug };
+// Rare events a sink may count for rate-limited summaries (EventSink::note): received frames dropped as bad,
+// and RNR NAKs. Frames that are simply not RoCE, or belong to another process's QPN block, are not noted.
+enum class Note : uint8_t {
+  drop_malformed,    // RoCE frame that fails to parse (bad length, checksum, opcode, pad, version)
+  drop_bad_icrc,     // ICRC mismatch
+  drop_unknown_qpn,  // DestQP in this engine's QPN block but no such QP (or the wrong QP type)
+  drop_qp_state,     // the QP's state does not take this packet (e.g. a request before RTR)
+  drop_bad_pkey,     // P_Key not the default
+  drop_bad_qkey,     // UD Q_Key mismatch
+  rnr_nak_sent,      // we answered a SEND with RNR NAK (no receive WQE posted)
+  rnr_nak_received,  // the peer answered ours with RNR NAK
+  num_notes
+};
+const char* note_name(Note n);
 
 // Notifications from the engine. Called on the thread running progress() (or the one running a control
 // verb), with the engine lock held: implementations must not call control verbs; post/poll are allowed.
@@ -94,6 +116,11 @@ class EventSink {
   // Called on the posting thread after post_send/post_recv/post_srq_recv queued work, so a sleeping
   // progress thread can be woken (eventfd). Default: nothing.
   virtual void doorbell() {}
+  // One line worth logging (a QP going to the error state and why), never one per packet in normal
+  // operation. No trailing newline. Default: nothing (the engine does no I/O).
+  virtual void log(LogLevel /*level*/, const char* /*line*/) {}
+  // A rare event for rate-limited summaries (see Note); qpn is the packet's BTH DestQP. Default: nothing.
+  virtual void note(Note /*n*/, uint32_t /*qpn*/) {}
 };
 
 struct EngineImpl;
@@ -119,10 +146,21 @@ class Engine {
   // LOCAL_WRITE → EINVAL (IBTA).
   int reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out);
   int dereg_mr(uint32_t lkey);
+  // ibv_rereg_mr, in place: flags REREG_MR_CHANGE_TRANSLATION (addr/length; iova = addr, 0 with
+  // ACCESS_ZERO_BASED), _CHANGE_PD, _CHANGE_ACCESS (checked as in reg_mr). lkey and rkey stay the same, as in
+  // kernel rxe. Atomic for traffic: MRs are resolved per packet under the engine lock, so once it returns no
+  // packet reaches the old memory, PD or rights through this MR. An MR invalidated by LOCAL_INV or
+  // SEND_WITH_INV is valid again (rereg = dereg + reg). EINVAL: unknown MR or PD, no or unknown flag, bad
+  // range or access; EOPNOTSUPP: ON_DEMAND/MW_BIND. On error nothing changes.
+  int rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, uint64_t length, uint32_t access);
 
   // CQ with at least `cqe` entries (actual count in *actual_cqe). destroy_cq: EBUSY while QPs use it.
   int create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual_cqe = nullptr);
   int destroy_cq(uint32_t cq);
+  // ibv_resize_cq: at least `cqe` entries (actual count in *actual_cqe); completions not yet polled stay, in
+  // order. EINVAL when cqe is 0 or above max_cqe, or fewer than the completions waiting. Safe while other
+  // threads poll the CQ and progress() runs (it takes the engine lock, then the CQ's poll lock).
+  int resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual_cqe = nullptr);
   // Up to `num` completions into wc; returns how many (≥ 0) or -errno.
   int poll_cq(uint32_t cq, int num, Wc* wc);
   int req_notify_cq(uint32_t cq, bool solicited_only);
@@ -152,6 +190,9 @@ class Engine {
 
   // One round of work: received frames, expired timers, send queues. True when anything was done.
   bool progress();
+  // The same round, run only if no other thread holds the engine lock (false then): lets an application
+  // thread that busy-polls its CQ do the NIC's work itself instead of waiting for the progress thread.
+  bool try_progress();
   // Clock time (ns) by which progress() must run again if nothing else happens: 0 when work is pending
   // now, UINT64_MAX when only new packets or posts can create work.
   uint64_t next_deadline_ns() const;

@@ -247,7 +247,8 @@ struct EngineImpl {
   std::vector<std::atomic<Srq*>> srqs;
   std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
   std::vector<Qp*> qp_list;           // every live QP, for progress()
-  std::array<std::atomic<uint64_t>, static_cast<size_t>(Counter::num_counters)> counters{};
+  alignas(8) std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> own_counters{};
+  uint64_t* counters = own_counters.data();  // or EngineConfig::counter_storage
 
   // tx batch: frames built this round (and any the port refused last time)
   static constexpr size_t kTxBatch = 64;
@@ -256,7 +257,7 @@ struct EngineImpl {
   uint64_t now = 0;
 
   void count(Counter c, uint64_t n = 1) {
-    auto& a = counters[static_cast<size_t>(c)];
+    std::atomic_ref<uint64_t> a(counters[static_cast<size_t>(c)]);  // writers hold the engine lock
     a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
   uint32_t active_mtu_bytes() const;
@@ -299,6 +300,13 @@ struct EngineImpl {
   void qp_flush(Qp& qp);
   bool pop_recv(Qp& qp);  // copies the next receive WQE into qp's current-recv slot; false if none
   void async_event(EventType t, uint32_t element);
+  // log.cc: EventSink::log lines and notes (rare events only; nothing without a sink)
+  void log_qp_error(const Qp& q, WcStatus cause, uint32_t psn);
+  void log_responder_error(const Qp& q, uint8_t nak_code, const wire::Packet& pkt);
+  void log_qp_line(LogLevel level, const Qp& q, const char* what);
+  void note(Note n, uint32_t qpn) {
+    if (sink) sink->note(n, qpn);
+  }
 
   // requester.cc
   bool requester_run(Qp& qp);
@@ -323,6 +331,7 @@ struct EngineImpl {
   void finish_frame();
   void abort_frame();
   void tx_flush();
+  bool progress_round();  // one progress() round; engine lock held
   PacketBuf cur_buf{};
   wire::FrameLayout cur_layout{};
 };

@@ -37,6 +37,7 @@
 #include "provider/abi34.h"
 #include "provider/device_tree.h"
 #include "provider/ports.h"
+#include "provider/stats.h"
 
 namespace en = urxe::engine;
 using urxe::provider::DeviceConfig;
@@ -166,6 +167,7 @@ struct UrxeCq {
   uint32_t async_reported;  // CQ_ERR records written to the async fd
   // ibv_cq_ex polling: the completion start_poll/next_poll fetched.
   en::Wc cur;
+  std::atomic<bool> armed;  // req_notify_cq armed it and has a channel: an app may sleep on it
 };
 
 struct WrBatch;
@@ -223,8 +225,10 @@ struct ContextState final : en::EventSink {
   int async_rd = -1, async_wr = -1;  // async_fd = async_rd (16-byte records)
   int doorbell_fd = -1;              // eventfd that wakes a sleeping progress thread
   int qpn_lock_fd = -1;              // holds the OFD lock naming this context's QPN block
+  // The engine's counters, shared with `urxe stats` and sysfs (provider/stats.h); folded into the device
+  // total when it is destroyed, after the destructor's body has stopped the engine.
+  urxe::provider::CounterFile counter_file;
   std::atomic<bool> stop{false};
-  std::atomic<bool> sleeping{false};
   std::thread progress_thread;
   // Handle → object, for the events the engine reports by QPN / handle. Touched under the engine lock
   // (sink callbacks) and by control verbs, hence its own mutex.
@@ -240,8 +244,8 @@ struct ContextState final : en::EventSink {
     stop.store(true);
     wake();
     if (progress_thread.joinable()) progress_thread.join();
-    URXE_DEBUG("progress: %llu busy rounds, %llu sleeps, woken by doorbell %llu, by port %llu",
-               (unsigned long long)n_rounds, (unsigned long long)n_sleeps,
+    URXE_DEBUG("progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu",
+               (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
                (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port);
     if (debug_on() && engine) {
       std::string line;
@@ -323,23 +327,69 @@ struct ContextState final : en::EventSink {
     auto* ch = reinterpret_cast<UrxeChannel*>(cq->vcq.cq.channel);
     if (!ch) return;
     uint64_t ptr = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
+    cq_disarmed(cq);
     if (::write(ch->write_fd, &ptr, sizeof ptr) == sizeof ptr)
       cq->comp_reported++;
     else
       URXE_DEBUG("completion channel full, event dropped");
   }
 
-  // The queued work (a release store inside the engine) must be visible before we read `sleeping`, or
+  // Who drives the engine. An application thread that busy-polls its CQ runs the engine itself
+  // (try_progress in poll_cq): on 2 cores, a progress thread per process competing with two polling apps
+  // turns each packet's wait into a scheduler time slice. While the app drives, the progress thread naps
+  // (timer only, kNapNs) and posts ring no doorbell; when the app stops polling or arms a completion
+  // channel, the thread takes over: spin kIdleSpin, then sleep on the port's rx fd and the doorbell.
+  enum SleepMode : int { kAwake = 0, kSleeping = 1, kNapping = 2 };
+  static constexpr uint64_t kNapNs = 1000000;
+  std::atomic<int> sleep_mode{kAwake};
+  std::atomic<uint64_t> app_polls{0};  // poll_cq calls (changes = an app thread is polling)
+  std::atomic<uint32_t> armed_cqs{0};  // CQs with a channel armed by req_notify_cq (an app may block)
+  uint64_t n_naps = 0;
+
+  // An app thread's poll: do the NIC's work here if nobody else is doing it right now.
+  void app_poll() {
+    app_polls.store(app_polls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    engine->try_progress();
+  }
+  void cq_armed(UrxeCq* cq) {
+    if (!cq->armed.exchange(true)) armed_cqs.fetch_add(1, std::memory_order_seq_cst);
+    if (sleep_mode.load(std::memory_order_seq_cst) == kNapping) wake();
+  }
+  void cq_disarmed(UrxeCq* cq) {
+    if (cq->armed.exchange(false)) armed_cqs.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // The queued work (a release store inside the engine) must be visible before we read `sleep_mode`, or
   // both sides can miss each other (x86 lets a load pass an earlier store): hence the full fence. It
-  // costs a few nanoseconds; the eventfd write happens only when the thread really sleeps.
+  // costs a few nanoseconds; the eventfd write happens only when the thread really sleeps on the port.
   void doorbell_ring() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping.load(std::memory_order_relaxed)) wake();
+    if (sleep_mode.load(std::memory_order_relaxed) == kSleeping) wake();
   }
   void doorbell() override { doorbell_ring(); }
 
-  // Spin while there is work, then sleep on the port's rx fd and the doorbell until the engine's next
-  // deadline; posts ring the doorbell only while the thread sleeps.
+  // Whether the app is polling (its poll count moved since `seen`) and no CQ is armed for events.
+  bool app_driving(uint64_t& seen) {
+    const uint64_t polls = app_polls.load(std::memory_order_relaxed);
+    const bool moved = polls != seen;
+    seen = polls;
+    return moved && armed_cqs.load(std::memory_order_relaxed) == 0;
+  }
+
+  void wait_fds(bool with_port, int port_fd, uint64_t wait_ns) {
+    timespec ts{static_cast<time_t>(wait_ns / 1000000000u), static_cast<long>(wait_ns % 1000000000u)};
+    pollfd fds[2] = {{doorbell_fd, POLLIN, 0}, {port_fd, POLLIN, 0}};
+    ::ppoll(fds, with_port && port_fd >= 0 ? 2 : 1, wait_ns == UINT64_MAX ? nullptr : &ts, nullptr);
+    if (with_port && port_fd >= 0 && (fds[1].revents & POLLIN)) ++n_wake_port;
+    if (fds[0].revents & POLLIN) {
+      ++n_wake_doorbell;
+      uint64_t v;
+      [[maybe_unused]] auto r = ::read(doorbell_fd, &v, sizeof v);
+    }
+  }
+
+  // Spin while there is work; nap while the app drives; otherwise spin a little, then sleep on the port's
+  // rx fd and the doorbell until the engine's next deadline; posts ring the doorbell only then.
   void run() {
     const int port_fd = port->rx_wait_fd();
     // How long to keep polling without work before sleeping ($URXE_IDLE_SPIN_US, default 20 us). Polling
@@ -348,10 +398,25 @@ struct ContextState final : en::EventSink {
     uint64_t spin_ns = 20000;
     if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
       spin_ns = std::strtoull(e, nullptr, 10) * 1000;
-    uint64_t idle_since = 0;
+    uint64_t idle_since = 0, seen_polls = 0;
     while (!stop.load(std::memory_order_relaxed)) {
       if (engine->progress()) {
         ++n_rounds;
+        idle_since = 0;
+        continue;
+      }
+      if (app_driving(seen_polls)) {
+        sleep_mode.store(kNapping, std::memory_order_seq_cst);
+        const uint64_t deadline = engine->next_deadline_ns(), now = clock.now_ns();
+        uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
+        // Re-check after announcing the nap: a req_notify_cq that armed a CQ before seeing kNapping must
+        // not leave its app waiting for a nap to end (pairs with cq_armed).
+        if (armed_cqs.load(std::memory_order_seq_cst) != 0) wait_ns = 0;
+        if (wait_ns) {
+          ++n_naps;
+          wait_fds(false, port_fd, wait_ns);
+        }
+        sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
       }
@@ -362,9 +427,9 @@ struct ContextState final : en::EventSink {
         continue;
       }
       port->rx_wait_arm(true);
-      sleeping.store(true, std::memory_order_seq_cst);
-      if (engine->progress() || stop.load()) {
-        sleeping.store(false);
+      sleep_mode.store(kSleeping, std::memory_order_seq_cst);
+      if (engine->progress() || stop.load() || app_driving(seen_polls)) {
+        sleep_mode.store(kAwake);
         port->rx_wait_arm(false);
         idle_since = 0;
         continue;
@@ -374,17 +439,9 @@ struct ContextState final : en::EventSink {
       // Sleep until the engine's next deadline (forever if none); without a port fd, at most 20 us.
       uint64_t wait_ns = deadline == UINT64_MAX ? UINT64_MAX : (deadline > now ? deadline - now : 0);
       if (port_fd < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);
-      timespec ts{static_cast<time_t>(wait_ns / 1000000000u), static_cast<long>(wait_ns % 1000000000u)};
-      pollfd fds[2] = {{doorbell_fd, POLLIN, 0}, {port_fd, POLLIN, 0}};
-      ::ppoll(fds, port_fd >= 0 ? 2 : 1, wait_ns == UINT64_MAX ? nullptr : &ts, nullptr);
+      wait_fds(true, port_fd, wait_ns);
       ++n_sleeps;
-      if (port_fd >= 0 && (fds[1].revents & POLLIN)) ++n_wake_port;
-      if (fds[0].revents & POLLIN) {
-        ++n_wake_doorbell;
-        uint64_t v;
-        [[maybe_unused]] auto r = ::read(doorbell_fd, &v, sizeof v);
-      }
-      sleeping.store(false);
+      sleep_mode.store(kAwake);
       port->rx_wait_arm(false);
       idle_since = 0;
     }
@@ -559,12 +616,21 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
           dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
     }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
+    {
+      const char* names[static_cast<size_t>(en::Counter::num_counters)];
+      for (size_t c = 0; c < std::size(names); ++c) names[c] = en::counter_name(static_cast<en::Counter>(c));
+      if (st->counter_file.open(dev->ibdev_path, names, ecfg.qpn_base, err))
+        ecfg.counter_storage = st->counter_file.values();
+      else
+        URXE_DEBUG("counters stay private to this process: %s", err.c_str());
+    }
     try {
       st->engine = std::make_unique<en::Engine>(*st->port, st->clock, ecfg);
     } catch (const std::exception& ex) {
       return fail(ENOMEM, std::string("engine: ") + ex.what());
     }
     st->engine->set_event_sink(st);
+    st->counter_file.start_mirror();
 
     verbs_set_ops(&ctx->vctx, &ctx_ops());
     ctx->vctx.context.num_comp_vectors = 1;
@@ -799,6 +865,7 @@ bool is_our_channel(ibv_comp_channel* ch) {
 }
 
 int cq_poll_into(UrxeCq* cq, int n, ibv_wc* wc) {
+  cq->ctx->app_poll();
   en::Engine& e = *cq->ctx->engine;
   constexpr int kChunk = 16;
   en::Wc buf[kChunk];
@@ -821,7 +888,9 @@ int urxe_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
 int urxe_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   return guarded(EIO, [&] {
     UrxeCq* cq = to_cq(ibcq);
-    return cq->ctx->engine->req_notify_cq(cq->handle, solicited_only != 0);
+    const int rc = cq->ctx->engine->req_notify_cq(cq->handle, solicited_only != 0);
+    if (rc == 0 && ibcq->channel) cq->ctx->cq_armed(cq);
+    return rc;
   });
 }
 
@@ -874,7 +943,10 @@ int cqx_fetch(ibv_cq_ex* c) {
 }
 int cqx_start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
-  return guarded(EIO, [&] { return cqx_fetch(c); });
+  return guarded(EIO, [&] {
+    cqx(c)->ctx->app_poll();
+    return cqx_fetch(c);
+  });
 }
 int cqx_next_poll(ibv_cq_ex* c) {
   return guarded(EIO, [&] { return cqx_fetch(c); });
@@ -964,6 +1036,7 @@ int urxe_destroy_cq(ibv_cq* ibcq) {
     {
       std::lock_guard g(st.map_mu);
       st.cqs.erase(cq->handle);
+      st.cq_disarmed(cq);
       const uint64_t self = reinterpret_cast<uintptr_t>(ibcq);
       comp = cq->comp_reported;
       if (auto* ch = reinterpret_cast<UrxeChannel*>(ibcq->channel))
