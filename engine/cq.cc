@@ -35,6 +35,33 @@ int EngineImpl::destroy_cq(uint32_t cq) {
   return 0;
 }
 
+// Completions are produced under the engine lock and consumed under the ring's poll lock; holding both
+// (in that order, as nothing takes them the other way round) lets the ring be swapped for a new one.
+int Engine::resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual) {
+  EngineImpl& e = *impl_;
+  if (cqe < 1 || cqe > e.config.device.max_cqe) return EINVAL;
+  std::lock_guard<std::mutex> g(e.mu);
+  Cq* c = e.cq_get(cq);
+  if (!c) return EINVAL;
+  Ring<Wc>& r = c->ring;
+  std::vector<Wc> slots(round_up_pow2(cqe));  // allocated before pollers are held up
+  {
+    std::lock_guard<SpinLock> pg(r.lock);
+    const uint32_t cons = r.cons.load(std::memory_order_relaxed);
+    const uint32_t waiting = r.prod.load(std::memory_order_relaxed) - cons;
+    if (waiting > cqe) return EINVAL;  // as rxe: never drop a completion to shrink
+    for (uint32_t i = 0; i < waiting; i++) slots[i] = r.at(cons + i);
+    r.slots.swap(slots);
+    r.mask = static_cast<uint32_t>(r.slots.size()) - 1;
+    r.capacity = cqe;
+    r.cons.store(0, std::memory_order_release);
+    r.prod.store(waiting, std::memory_order_release);
+  }
+  c->cqe = cqe;
+  if (actual) *actual = cqe;
+  return 0;  // the old slots are freed here, after the pollers were let go
+}
+
 bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
   Ring<Wc>& r = cq.ring;
   const uint32_t p = r.prod.load(std::memory_order_relaxed);

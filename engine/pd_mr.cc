@@ -28,10 +28,9 @@ int EngineImpl::dealloc_pd(uint32_t pd) {
   return 0;
 }
 
-int EngineImpl::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access,
-                       MrInfo& out) {
-  Pd* p = pd_get(pd);
-  if (!p) return EINVAL;
+namespace {
+
+int check_mr_access(uint32_t access) {
   const uint32_t known = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ |
                          ACCESS_REMOTE_ATOMIC | ACCESS_MW_BIND | ACCESS_ZERO_BASED | ACCESS_ON_DEMAND |
                          ACCESS_HUGETLB | kAccessOptionalRange;
@@ -40,10 +39,25 @@ int EngineImpl::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, 
   // IBTA 10.6.3.1 / rdma-core: remote write or atomic access requires local write.
   if ((access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC)) && !(access & ACCESS_LOCAL_WRITE))
     return EINVAL;
+  return 0;
+}
+
+int check_mr_range(const void* addr, uint64_t length, uint64_t iova, uint64_t max_mr_size) {
   if (!addr && length) return EINVAL;
-  if (length > config.device.max_mr_size) return EINVAL;
-  if (access & ACCESS_ZERO_BASED) iova = 0;
+  if (length > max_mr_size) return EINVAL;
   if (iova + length < iova) return EINVAL;
+  return 0;
+}
+
+}  // namespace
+
+int EngineImpl::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access,
+                       MrInfo& out) {
+  Pd* p = pd_get(pd);
+  if (!p) return EINVAL;
+  if (int rc = check_mr_access(access)) return rc;
+  if (access & ACCESS_ZERO_BASED) iova = 0;
+  if (int rc = check_mr_range(addr, length, iova, config.device.max_mr_size)) return rc;
   for (uint32_t i = 1; i < mrs.size() && i < (1u << 24); i++) {
     Mr& m = mrs[i];
     if (m.used) continue;
@@ -63,6 +77,52 @@ int EngineImpl::dereg_mr(uint32_t lkey) {
   if (Pd* p = pd_get(m.pd)) p->refs--;
   m.used = false;
   m.valid = false;
+  return 0;
+}
+
+// Here rather than behind EngineImpl: one verb, all of it under the engine lock, which every MR lookup of
+// the data path (mr_resolve, from progress()) also holds.
+int Engine::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, uint64_t length,
+                     uint32_t access) {
+  EngineImpl& e = *impl_;
+  std::lock_guard<std::mutex> g(e.mu);
+  const uint32_t i = lkey >> 8;
+  if (i == 0 || i >= e.mrs.size() || !e.mrs[i].used || e.mrs[i].key != (lkey & 0xff)) return EINVAL;
+  constexpr uint32_t kAll = REREG_MR_CHANGE_TRANSLATION | REREG_MR_CHANGE_PD | REREG_MR_CHANGE_ACCESS;
+  if (flags == 0 || (flags & ~kAll)) return EINVAL;
+  Mr& m = e.mrs[i];
+  // Validate everything first: a failed rereg leaves the MR as it was.
+  Pd* new_pd = nullptr;
+  if (flags & REREG_MR_CHANGE_PD) {
+    new_pd = e.pd_get(pd);
+    if (!new_pd) return EINVAL;
+  }
+  uint32_t new_access = m.access;
+  if (flags & REREG_MR_CHANGE_ACCESS) {
+    if (int rc = check_mr_access(access)) return rc;
+    new_access = access & ~kAccessOptionalRange;
+  }
+  uint8_t* new_addr = m.addr;
+  uint64_t new_length = m.length, new_iova = m.iova;
+  if (flags & REREG_MR_CHANGE_TRANSLATION) {
+    if (!addr || length == 0) return EINVAL;
+    new_addr = static_cast<uint8_t*>(addr);
+    new_length = length;
+    new_iova = (new_access & ACCESS_ZERO_BASED) ? 0 : reinterpret_cast<uintptr_t>(addr);
+    if (int rc = check_mr_range(addr, length, new_iova, e.config.device.max_mr_size)) return rc;
+  } else if ((flags & REREG_MR_CHANGE_ACCESS) && ((new_access ^ m.access) & ACCESS_ZERO_BASED)) {
+    return EINVAL;  // zero-based or not is part of the translation
+  }
+  if (new_pd) {
+    if (Pd* old_pd = e.pd_get(m.pd)) old_pd->refs--;
+    new_pd->refs++;
+    m.pd = pd;
+  }
+  m.access = new_access;
+  m.addr = new_addr;
+  m.length = new_length;
+  m.iova = new_iova;
+  m.valid = true;
   return 0;
 }
 

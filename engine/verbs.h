@@ -154,6 +154,12 @@ enum AccessFlags : uint32_t {
 };
 // Optional access bits (IBV_ACCESS_OPTIONAL_RANGE) a device may ignore.
 inline constexpr uint32_t kAccessOptionalRange = 0x3ffu << 20;
+// ibv_rereg_mr flags (enum ibv_rereg_mr_flags).
+enum ReregMrFlags : uint32_t {
+  REREG_MR_CHANGE_TRANSLATION = 1u << 0,
+  REREG_MR_CHANGE_PD = 1u << 1,
+  REREG_MR_CHANGE_ACCESS = 1u << 2,
+};
 
 // ---- QPs (ibv_qp_type, ibv_qp_state, ibv_mtu, ibv_mig_state, ibv_qp_attr_mask) ----
 enum QpType : uint32_t { QPT_RC = 2, QPT_UC = 3, QPT_UD = 4 };
