@@ -1,0 +1,105 @@
+#!/bin/sh
+# The Debian package: cpack builds urxe_<version>_<arch>.deb from the Release build, then
+#   1. dpkg-deb: control fields (Depends from dpkg-shlibdeps: libibverbs1, DPDK, libpcap), no conffiles and
+#      no maintainer scripts, and exactly the expected files at their Debian paths;
+#   2. a real `dpkg -i` + `dpkg -r`, made safe on a shared machine: in a private mount namespace whose /usr,
+#      /etc and /var are overlayfs mounts with upper directories in a temp dir, so every write dpkg makes
+#      lands there and vanishes with the namespace. Between install and removal: the installed urxe creates
+#      a device (its own network namespace), libibverbs loads the provider through /etc/libibverbs.d/
+#      urxe.driver alone (no LD_PRELOAD), and `urxe run -- ibv_devinfo` works. After `dpkg -r` the upper
+#      directories must hold nothing but directories that already existed: no file is left behind.
+# Exit 77 (after the dpkg-deb checks) when part 2 cannot run here (not root, no overlayfs).
+#   usage: install_deb.sh BUILD_DIR
+set -u
+build=$(cd "$1" && pwd)
+fail=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fail=1; }
+check() {  # check DESCRIPTION PATTERN TEXT
+  if printf '%s\n' "$3" | grep -qE -- "$2"; then ok "$1"; else bad "$1 (no /$2/ in:)"; printf '%s\n' "$3" | sed 's/^/    /'; fi
+}
+
+if [ "${URXE_IN_OVERLAY:-}" = 1 ]; then
+  # --- part 2, inside the private mount namespace (see below): $1 = build dir, $2 = .deb, $3 = work dir
+  deb=$2; w=$3
+  for d in usr etc var; do
+    mkdir -p "$w/$d.up" "$w/$d.work"
+    mount -t overlay "urxe-deb-$d" -o "lowerdir=/$d,upperdir=$w/$d.up,workdir=$w/$d.work" "/$d" ||
+      { echo "SKIP: cannot mount overlayfs on /$d"; exit 77; }
+  done
+  mount -t tmpfs urxe-deb-test /dev/infiniband || exit 1
+  find /usr /etc -xdev -type d >"$w/dirs.before"
+  if out=$(dpkg -i "$deb" 2>&1); then ok "dpkg -i"; else bad "dpkg -i"; printf '%s\n' "$out" | sed 's/^/    /'; fi
+  check "dpkg -s urxe: installed" "^Status: install ok installed" "$(dpkg -s urxe 2>&1)"
+  arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+  check "/usr/bin/urxe env names the installed provider" \
+    "^export LD_PRELOAD='/usr/lib/$arch/libibverbs/liburxe-rdmav34.so'$" "$(URXE_RUN_DIR=$w/none /usr/bin/urxe env 2>&1)"
+  out=$(unshare --net sh -c '
+    ip link add va type veth peer name vb && ip addr add 10.91.0.1/24 dev va && ip link set va up && ip link set vb up || exit 1
+    export URXE_RUN_DIR=$1/run
+    /usr/bin/urxe link add urxe0 netdev va --port loop >/dev/null || exit 1
+    echo "== ibv_devices, SYSFS_PATH only"
+    SYSFS_PATH=$URXE_RUN_DIR/sys timeout 20 ibv_devices
+    echo "== urxe run -- ibv_devinfo"
+    timeout 20 /usr/bin/urxe run -- ibv_devinfo -d urxe0
+    /usr/bin/urxe link del urxe0' sh "$w" 2>&1)
+  check "ibv_devices finds urxe0 through /etc/libibverbs.d/urxe.driver (no LD_PRELOAD)" \
+    "^[[:space:]]+urxe0[[:space:]]+[0-9a-f]{16}" "$out"
+  check "urxe run -- ibv_devinfo -d urxe0: port active" "state:[[:space:]]+PORT_ACTIVE" "$out"
+  if out=$(dpkg -r urxe 2>&1); then ok "dpkg -r urxe"; else bad "dpkg -r urxe"; printf '%s\n' "$out" | sed 's/^/    /'; fi
+  check "dpkg-query: urxe not installed (no config-files state)" "^not-installed$|no packages found" \
+    "$(dpkg-query -W -f='${db:Status-Status}\n' urxe 2>&1)"
+  # Anything but a directory in the upper layers of /usr and /etc is a leftover (or a deletion of a file
+  # urxe does not own); so is a directory that did not exist before `dpkg -i`.
+  left=$(cd "$w" && find usr.up etc.up -mindepth 1 ! -type d)
+  newdirs=$(cd "$w" && find usr.up etc.up -mindepth 1 -type d | sed 's|^\([a-z]*\)\.up|/\1|' |
+    grep -vxF -f "$w/dirs.before")
+  [ -z "$left$newdirs" ] && ok "after dpkg -r nothing of urxe is left in /usr or /etc" ||
+    bad "left behind after dpkg -r: $left $newdirs"
+  [ $fail = 0 ] && echo "install_deb (dpkg -i/-r): all checks passed"
+  exit $fail
+fi
+
+[ -d "$build/provider" ] && [ -x "$build/tools/urxe" ] || { echo "FAIL: $build has no urxe build"; exit 1; }
+command -v dpkg-shlibdeps >/dev/null || { echo "SKIP: dpkg-shlibdeps missing (apt-get install dpkg-dev)"; exit 77; }
+w=$(mktemp -d /tmp/urxe-deb-test.XXXXXX)
+trap 'rm -rf "$w"' EXIT
+if cpack -G DEB --config "$build/CPackConfig.cmake" -B "$w/pkg" >"$w/cpack.log" 2>&1; then
+  ok "cpack -G DEB"
+else
+  bad "cpack -G DEB"; sed 's/^/    /' "$w/cpack.log"; exit 1
+fi
+deb=$(ls "$w"/pkg/urxe_*.deb 2>/dev/null)
+[ -f "$deb" ] && ok "package: $(basename "$deb")" || { bad "no urxe_*.deb in $w/pkg"; exit 1; }
+
+# --- 1. dpkg-deb
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+check "Package: urxe" "^urxe$" "$(dpkg-deb -f "$deb" Package)"
+dep=$(dpkg-deb -f "$deb" Depends)
+for want in 'libibverbs1 \(>= [0-9]+\)' 'librte-eal[0-9]+' 'librte-ethdev[0-9]+' 'libpcap0\.8' 'libstdc\+\+6'; do
+  check "Depends: $want" "$want" "$dep"
+done
+members=$(dpkg-deb -I "$deb" | awk '/^ +[0-9]+ bytes, +[0-9]+ lines/ {print $NF}' | sort | tr '\n' ' ')
+check "control members: control and md5sums only (no conffiles, no maintainer scripts)" "^control md5sums $" "$members"
+files=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ {print $6}' | sort | tr '\n' ' ')
+want="./etc/libibverbs.d/urxe.driver ./usr/bin/urxe ./usr/lib/$arch/libibverbs/liburxe-rdmav34.so "
+check "contents: .driver, urxe, provider in libibverbs' directory" "^$want" "$files"
+check "contents: docs in /usr/share/doc/urxe only besides" "^$want(\./usr/share/doc/urxe/[^ ]+ )+$" "$files"
+dpkg-deb -x "$deb" "$w/x"
+[ "$(cat "$w/x/etc/libibverbs.d/urxe.driver")" = "driver urxe" ] && ok "urxe.driver: driver urxe" ||
+  bad "urxe.driver: '$(cat "$w/x/etc/libibverbs.d/urxe.driver")'"
+
+# --- 2. real dpkg -i / dpkg -r inside overlays
+if [ "$(id -u)" != 0 ]; then
+  [ $fail = 0 ] || exit 1
+  echo "SKIP: dpkg -i/-r part needs root (overlay mounts in a private mount namespace)"; exit 77
+fi
+grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null
+grep -qw overlay /proc/filesystems || { [ $fail = 0 ] || exit 1; echo "SKIP: no overlayfs for the dpkg -i/-r part"; exit 77; }
+mkdir -p /dev/infiniband
+URXE_IN_OVERLAY=1 timeout 120 unshare --mount --propagation private sh "$0" "$build" "$deb" "$w"
+rc=$?
+[ $rc = 0 ] && [ $fail = 0 ] && echo "install_deb: all checks passed"
+[ $rc = 77 ] && [ $fail = 0 ] && exit 77
+[ $rc = 0 ] && exit $fail
+exit 1
