@@ -241,7 +241,8 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
   opt.verify_icrc = config.verify_icrc;
   const wire::ParseError pe = wire::parse_frame(wire::ByteSpan(buf.data, buf.len), pkt, opt);
   if (pe != wire::ParseError::ok) {
-    count(pe == wire::ParseError::bad_icrc ? Counter::rx_drop_icrc : Counter::rx_drop_parse);
+    if (pe != wire::ParseError::not_roce)  // ARP, ND, ... that a raw port passes are not the device's
+      count(pe == wire::ParseError::bad_icrc ? Counter::rx_drop_icrc : Counter::rx_drop_parse);
     if (pe != wire::ParseError::not_roce)
       note(pe == wire::ParseError::bad_icrc ? Note::drop_bad_icrc : Note::drop_malformed, pkt.bth.dqpn);
     return;
@@ -275,6 +276,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       note(Note::drop_qp_state, dqpn);
       return;
     }
+    count(Counter::rcvd_pkts);  // as rxe: frames that passed the header checks and reach a QP
     completer_rx(*qp, pkt);
   } else {
     if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD && st != QPS_SQE) {
@@ -282,6 +284,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       note(Note::drop_qp_state, dqpn);
       return;
     }
+    count(Counter::rcvd_pkts);
     if (st == QPS_RTR && !qp->comm_est) {
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);

@@ -89,6 +89,7 @@ struct Responder {
                q.msn);
     if (q.have_recv && recv_status != WC_SUCCESS)
       complete_recv(recv_status, WC_RECV, 0, 0, 0, q.attr.dest_qp_num, false);
+    if (code == wire::NakCode::remote_access_error) e.count(Counter::resp_remote_access_errors);
     const EventType ev = code == wire::NakCode::remote_access_error ? EVENT_QP_ACCESS_ERR
                          : code == wire::NakCode::invalid_request   ? EVENT_QP_REQ_ERR
                                                                     : EVENT_QP_FATAL;
@@ -99,6 +100,7 @@ struct Responder {
   void reject(wire::NakCode code, WcStatus recv_status) {
     if (q.type == QPT_UC) {
       e.count(Counter::rx_drop_other);
+      if (code == wire::NakCode::remote_access_error) e.count(Counter::resp_remote_access_errors);
       q.in_msg = 0;
       q.uc_dropping = true;
       return;

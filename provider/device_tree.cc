@@ -22,6 +22,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "provider/stats.h"
+
 #ifndef URXE_PROVIDER_BUILD_PATH
 #define URXE_PROVIDER_BUILD_PATH ""
 #endif
@@ -303,6 +305,8 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
   // Every process that opens the device takes a lock in this file, whoever it runs as.
   ::chmod((dev_path + "/urxe.qpn").c_str(), 0666);
   write_gid_files(port_dir, cfg.gid_tbl_len, build_gid_table(cfg.netdev, nd.mac));
+  // Counters (provider/stats.h): made now, since the device directory must not change once created.
+  if (!init_device_stats(dev_path, err)) return EIO;
 
   ok = write_file(class_verbs(paths) + "/abi_version", "6\n");
   const std::string vdir = class_verbs(paths) + "/" + uverbs;

@@ -12,6 +12,8 @@ constexpr urxe::tools::Command kCommands[] = {
      urxe::tools::link_main},
     {"env", "print the environment verbs applications need (eval \"$(urxe env)\")", urxe::tools::env_main},
     {"run", "run a verbs application with that environment (urxe run -- ibv_devinfo)", urxe::tools::run_main},
+    {"stats", "device counters (rxe hw_counters names), live and after apps exit; --watch, --json",
+     urxe::tools::stats_main},
     {"pcap", "decode RoCEv2 captures (pcap/pcapng): headers, fields, ICRC verdict", urxe::tools::pcap_main},
 };
 

@@ -1,0 +1,454 @@
+#include "provider/stats.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <system_error>
+
+namespace fs = std::filesystem;
+
+namespace urxe::provider {
+namespace {
+
+constexpr char kMagic[8] = {'U', 'R', 'X', 'E', 'C', 'T', 'R', '1'};
+constexpr uint32_t kNameSize = 32;
+
+// On-disk header of a counters file (this machine's byte order: the file never leaves it).
+struct FileHeader {
+  char magic[8];
+  uint32_t header_size;
+  uint32_t num;  // counters
+  uint32_t name_size;
+  uint32_t values_offset;  // 8-aligned; values[num] uint64 follow
+  int32_t pid;
+  uint32_t qpn_base;
+  uint64_t start_ns;
+  char comm[16];
+  uint8_t reserved[72];
+};
+static_assert(sizeof(FileHeader) == 128);
+
+constexpr const char* kRxeNames[] = {"sent_pkts",           "rcvd_pkts",
+                                     "duplicate_request",   "out_of_seq_request",
+                                     "rcvd_rnr_err",        "send_rnr_err",
+                                     "rcvd_seq_err",        "ack_deferred",
+                                     "retry_exceeded_err",  "retry_rnr_exceeded_err",
+                                     "completer_retry_err", "send_err",
+                                     "link_downed",         "rdma_sends",
+                                     "rdma_recvs"};
+
+// Values another process's engine is updating: relaxed atomic loads (a plain load on x86-64, so also on a
+// read-only mapping).
+uint64_t load(const uint64_t* p) {
+  return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(std::memory_order_relaxed);
+}
+
+CounterSet with_rxe_names() {
+  CounterSet s;
+  for (const char* n : kRxeNames) s.values.emplace_back(n, 0);
+  return s;
+}
+
+size_t values_offset(uint32_t num) {
+  return (sizeof(FileHeader) + size_t{num} * kNameSize + 7) & ~size_t{7};
+}
+
+// Parses a whole counters file (header, names, values read with relaxed atomic loads when `data` is a live
+// mapping). False when it is not one.
+bool parse(const uint8_t* data, size_t len, ProcessCounters& out) {
+  FileHeader h;
+  if (len < sizeof h) return false;
+  std::memcpy(&h, data, sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.name_size != kNameSize ||
+      h.header_size < sizeof h || h.num > 4096 || h.values_offset % 8 ||
+      h.values_offset < h.header_size + size_t{h.num} * kNameSize ||
+      len < h.values_offset + size_t{h.num} * 8)
+    return false;
+  out.pid = h.pid;
+  out.comm.assign(h.comm, strnlen(h.comm, sizeof h.comm));
+  out.qpn_base = h.qpn_base;
+  out.start_ns = h.start_ns;
+  const auto* values = reinterpret_cast<const uint64_t*>(data + h.values_offset);
+  for (uint32_t i = 0; i < h.num; ++i) {
+    const char* name = reinterpret_cast<const char*>(data + h.header_size + size_t{i} * kNameSize);
+    out.counters.add(std::string(name, strnlen(name, kNameSize)), load(values + i));
+  }
+  return true;
+}
+
+std::string serialize(const CounterSet& s, pid_t pid, uint32_t qpn_base, uint64_t start_ns,
+                      const std::string& comm) {
+  const auto num = static_cast<uint32_t>(s.values.size());
+  std::string out(values_offset(num) + size_t{num} * 8, '\0');
+  FileHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.header_size = sizeof h;
+  h.num = num;
+  h.name_size = kNameSize;
+  h.values_offset = static_cast<uint32_t>(values_offset(num));
+  h.pid = pid;
+  h.qpn_base = qpn_base;
+  h.start_ns = start_ns;
+  std::memcpy(h.comm, comm.data(), std::min(comm.size(), sizeof h.comm - 1));
+  std::memcpy(out.data(), &h, sizeof h);
+  for (uint32_t i = 0; i < num; ++i) {
+    const std::string& n = s.values[i].first;
+    std::memcpy(out.data() + sizeof h + size_t{i} * kNameSize, n.data(),
+                std::min<size_t>(n.size(), kNameSize - 1));
+    std::memcpy(out.data() + h.values_offset + size_t{i} * 8, &s.values[i].second, 8);
+  }
+  return out;
+}
+
+bool lock_byte0(int fd, short type, bool wait) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  for (;;) {
+    if (::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0) return true;
+    if (errno != EINTR) return false;
+  }
+}
+
+// True while some open file description (the owning context) holds the file's lock.
+bool owner_alive(int fd) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;  // cannot tell: treat as alive (never fold twice)
+  return fl.l_type != F_UNLCK;
+}
+
+// The lock that orders folds (write lock) against readers (read lock) of one device.
+struct DeviceLock {
+  int fd = -1;
+  bool exclusive = false;
+  DeviceLock(const std::string& dir, bool want_exclusive) {
+    const std::string path = dir + "/lock";
+    if (want_exclusive) {
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd >= 0) {
+        ::fchmod(fd, 0666);  // whoever creates it: every user's apps lock it
+        exclusive = lock_byte0(fd, F_WRLCK, true);
+        if (exclusive) return;
+        ::close(fd);
+        fd = -1;
+      }
+    }
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && !lock_byte0(fd, F_RDLCK, true)) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~DeviceLock() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+bool read_whole(int fd, std::string& out) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return true;
+}
+
+CounterSet read_total(const std::string& dir) {
+  CounterSet s = with_rxe_names();
+  const int fd = ::open((dir + "/total").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return s;
+  std::string bytes;
+  ProcessCounters pc;
+  if (read_whole(fd, bytes) && parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), pc))
+    for (auto& [n, v] : pc.counters.values) s.add(n, v);
+  ::close(fd);
+  return s;
+}
+
+// Replaces the total through a temporary and a rename (a crash mid-write leaves the old total). Device lock
+// held exclusively.
+bool write_total(const std::string& dir, const CounterSet& s) {
+  const std::string tmp = dir + "/.total.tmp", path = dir + "/total";
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) return false;
+  ::fchmod(fd, 0666);
+  const std::string bytes = serialize(s, 0, 0, 0, "total");
+  const bool ok = ::pwrite(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+std::string self_comm() {
+  std::string s;
+  const int fd = ::open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    read_whole(fd, s);
+    ::close(fd);
+  }
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+uint64_t realtime_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+std::span<const char* const> rxe_counter_names() {
+  return kRxeNames;
+}
+
+uint64_t CounterSet::get(const std::string& name) const {
+  for (const auto& [n, v] : values)
+    if (n == name) return v;
+  return 0;
+}
+
+void CounterSet::add(const std::string& name, uint64_t v) {
+  for (auto& [n, x] : values) {
+    if (n == name) {
+      x += v;
+      return;
+    }
+  }
+  values.emplace_back(name, v);
+}
+
+std::string stats_dir(const std::string& ibdev_path) {
+  return ibdev_path + "/urxe.stats";
+}
+std::string hw_counters_dir(const std::string& ibdev_path) {
+  return ibdev_path + "/ports/1/hw_counters";
+}
+
+bool init_device_stats(const std::string& ibdev_path, std::string& err) {
+  std::error_code ec;
+  for (const std::string& d : {stats_dir(ibdev_path), hw_counters_dir(ibdev_path)}) {
+    fs::create_directories(d, ec);
+    // Apps of every user add their own counters file, and mirror into hw_counters.
+    if (ec || ::chmod(d.c_str(), 0777) != 0) {
+      err = d + ": " + (ec ? ec.message() : std::strerror(errno));
+      return false;
+    }
+  }
+  const int fd = ::open((hw_counters_dir(ibdev_path) + "/lifespan").c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // rxe's hw_counters have the core's default lifespan (ms between refreshes): 10.
+  if (fd < 0 || ::write(fd, "10\n", 3) != 3) {
+    if (fd >= 0) ::close(fd);
+    err = hw_counters_dir(ibdev_path) + "/lifespan: " + std::strerror(errno);
+    return false;
+  }
+  ::close(fd);
+  return mirror_hw_counters(ibdev_path, with_rxe_names(), err);
+}
+
+bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceCounters& out,
+                          std::string& err) {
+  out = DeviceCounters{};
+  const std::string dir = stats_dir(ibdev_path);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    err = dir + ": " + std::strerror(errno) +
+          (errno == ENOENT ? " (device made by an older urxe: 'urxe link del' and 'link add' it again)" : "");
+    return false;
+  }
+  DeviceLock lock(dir, fold_dead);
+  const bool can_fold = fold_dead && lock.exclusive;
+  out.exited = read_total(dir);
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.empty() || name[0] == '.' || name.size() < 5 || name.compare(name.size() - 4, 4, ".ctr") != 0)
+      continue;
+    const std::string path = dir + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // folded by its owner since readdir
+    struct stat st {};
+    ProcessCounters pc;
+    bool ok = false;
+    if (::fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(FileHeader))) {
+      void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+      if (m != MAP_FAILED) {
+        ok = parse(static_cast<const uint8_t*>(m), static_cast<size_t>(st.st_size), pc);
+        ::munmap(m, static_cast<size_t>(st.st_size));
+      }
+    }
+    pc.alive = owner_alive(fd);
+    ::close(fd);
+    if (!ok) continue;
+    // A dead process's file: add it to the total once (unlink first, so a failed unlink never counts twice).
+    if (!pc.alive && can_fold && ::unlink(path.c_str()) == 0) {
+      for (auto& [n, v] : pc.counters.values) out.exited.add(n, v);
+      ++out.folded_dead;
+      continue;
+    }
+    out.processes.push_back(std::move(pc));
+  }
+  ::closedir(d);
+  if (out.folded_dead) write_total(dir, out.exited);
+  out.total = out.exited;
+  for (const ProcessCounters& p : out.processes)
+    for (const auto& [n, v] : p.counters.values) out.total.add(n, v);
+  return true;
+}
+
+bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counters, std::string& err) {
+  const std::string dir = hw_counters_dir(ibdev_path);
+  CounterSet all = with_rxe_names();
+  for (const auto& [n, v] : counters.values) all.add(n, v);
+  bool ok = true;
+  for (const auto& [n, v] : all.values) {
+    const std::string path = dir + "/" + n;
+    // In place, not through a rename: counters only grow, so the new text is never shorter and a reader
+    // sees the old or the new number; and any user's app may write a file another user's app created.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      if (ok) err = path + ": " + std::strerror(errno);
+      ok = false;
+      continue;
+    }
+    ::fchmod(fd, 0666);
+    const std::string text = std::to_string(v) + "\n";
+    struct stat st {};
+    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+      if (ok) err = path + ": " + std::strerror(errno);
+      ok = false;
+    } else if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(text.size())) {
+      [[maybe_unused]] int r = ::ftruncate(fd, static_cast<off_t>(text.size()));
+    }
+    ::close(fd);
+  }
+  return ok;
+}
+
+bool CounterFile::open(const std::string& ibdev_path, std::span<const char* const> names, uint32_t qpn_base,
+                       std::string& err) {
+  close();
+  const std::string dir = stats_dir(ibdev_path);
+  uint64_t tag = 0;
+  if (::getrandom(&tag, sizeof tag, GRND_NONBLOCK) != sizeof tag)
+    tag = realtime_ns() ^ reinterpret_cast<uintptr_t>(this);
+  char base[64];
+  std::snprintf(base, sizeof base, "p%d-%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(tag));
+  const std::string tmp = dir + "/." + base + ".tmp";
+  const std::string path = dir + "/" + base + ".ctr";
+  CounterSet zero;
+  for (const char* n : names) zero.values.emplace_back(n, 0);
+  const std::string bytes = serialize(zero, ::getpid(), qpn_base, realtime_ns(), self_comm());
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    err = tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  void* m = MAP_FAILED;
+  if (!lock_byte0(fd, F_WRLCK, false) ||
+      ::pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()) ||
+      (m = ::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+      ::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = tmp + ": " + std::strerror(errno);
+    if (m != MAP_FAILED) ::munmap(m, bytes.size());
+    ::unlink(tmp.c_str());
+    ::close(fd);
+    return false;
+  }
+  ibdev_path_ = ibdev_path;
+  path_ = path;
+  fd_ = fd;
+  map_ = m;
+  map_len_ = bytes.size();
+  values_ = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(m) +
+                                        values_offset(static_cast<uint32_t>(zero.values.size())));
+  names_.clear();
+  for (const char* n : names) names_.emplace_back(n);
+  return true;
+}
+
+void CounterFile::start_mirror(uint32_t period_ms) {
+  if (fd_ < 0 || thread_.joinable()) return;
+  stop_ = false;
+  try {
+    thread_ = std::thread([this, period_ms] { mirror_loop(period_ms); });
+  } catch (const std::system_error&) {
+    // no thread: sysfs is then refreshed by `urxe stats` and at close only
+  }
+}
+
+void CounterFile::mirror_loop(uint32_t period_ms) {
+  uint64_t last = 0;
+  std::unique_lock<std::mutex> g(mu_);
+  while (!cv_.wait_for(g, std::chrono::milliseconds(period_ms), [this] { return stop_; })) {
+    // Counters only grow, so their sum changes exactly when one of them does.
+    uint64_t sum = 0;
+    for (size_t i = 0; i < names_.size(); ++i) sum += load(values_ + i);
+    if (sum == last) continue;
+    last = sum;
+    g.unlock();
+    DeviceCounters dc;
+    std::string err;
+    if (read_device_counters(ibdev_path_, true, dc, err)) mirror_hw_counters(ibdev_path_, dc.total, err);
+    g.lock();
+  }
+}
+
+void CounterFile::close() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  if (fd_ < 0) return;
+  const std::string dir = stats_dir(ibdev_path_);
+  {
+    DeviceLock lock(dir, true);
+    // Unlink first: if that fails the file stays and is folded later as a dead process's, never twice.
+    if (lock.exclusive && ::unlink(path_.c_str()) == 0) {
+      CounterSet total = read_total(dir);
+      for (size_t i = 0; i < names_.size(); ++i) total.add(names_[i], load(values_ + i));
+      write_total(dir, total);
+    }
+  }
+  ::munmap(map_, map_len_);
+  ::close(fd_);  // releases the liveness lock
+  fd_ = -1;
+  map_ = nullptr;
+  values_ = nullptr;
+  DeviceCounters dc;
+  std::string err;
+  if (read_device_counters(ibdev_path_, true, dc, err)) mirror_hw_counters(ibdev_path_, dc.total, err);
+}
+
+}  // namespace urxe::provider

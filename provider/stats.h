@@ -1,0 +1,104 @@
+// Device counters shared between processes, and their mirror in the fake sysfs tree.
+//
+// Every context (process × device) owns one counters file, <ibdev_path>/urxe.stats/p<pid>-<tag>.ctr: a
+// header, a table of counter names and an array of uint64 values that the engine updates in place (mmap,
+// relaxed atomic stores; no syscall per packet). The owner holds an OFD write lock on the file for its
+// life, so a reader knows a file without a lock belongs to a process that died. At context close the
+// owner adds its values into <ibdev_path>/urxe.stats/total (same format, under a lock on that file) and
+// removes its own file, so the device's counters survive the processes that made them; a reader with
+// write access does the same for the files of dead processes. Names are stored, not implied by position,
+// so processes built from different urxe versions still add up by name.
+//
+// Device counters = total + every live file. They are mirrored into <ibdev_path>/ports/1/hw_counters/<name>
+// (where kernel rxe has them, read by the tools that read sysfs) by `urxe stats`, at context close and, at
+// most once a second while a context's counters change, by the context's stats thread.
+#pragma once
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace urxe::provider {
+
+// Kernel rxe's hw_counters (rxe_hw_counters.c), in its order: every urxe device shows these.
+std::span<const char* const> rxe_counter_names();
+
+// Ordered name → value list (rxe's names first, then others in the order first seen).
+struct CounterSet {
+  std::vector<std::pair<std::string, uint64_t>> values;
+  uint64_t get(const std::string& name) const;  // 0 when absent
+  void add(const std::string& name, uint64_t v);
+};
+
+struct ProcessCounters {
+  pid_t pid = 0;
+  std::string comm;  // /proc/<pid>/comm at open
+  uint32_t qpn_base = 0;
+  uint64_t start_ns = 0;  // CLOCK_REALTIME when the context opened
+  bool alive = true;      // false: its process died without folding (not yet folded: no write access)
+  CounterSet counters;
+};
+
+struct DeviceCounters {
+  CounterSet total;                        // total file + every process file
+  CounterSet exited;                       // the total file alone (processes that closed or died)
+  std::vector<ProcessCounters> processes;  // the files still present
+  uint32_t folded_dead = 0;                // files of dead processes folded into total by this call
+};
+
+std::string stats_dir(const std::string& ibdev_path);        // <ibdev_path>/urxe.stats
+std::string hw_counters_dir(const std::string& ibdev_path);  // <ibdev_path>/ports/1/hw_counters
+
+// Creates urxe.stats/ (world-writable, sticky: every user's apps add their own file) and
+// ports/1/hw_counters/ with rxe's names at 0 and `lifespan`. Called by create_device.
+bool init_device_stats(const std::string& ibdev_path, std::string& err);
+
+// Reads the device's counters. fold_dead: fold the files of dead processes into the total (needs write
+// access to urxe.stats; silently skipped without it). Returns false (err set) when urxe.stats is missing.
+bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceCounters& out,
+                          std::string& err);
+
+// Writes each counter into ports/1/hw_counters/<name> (rxe's names always, 0 when absent).
+bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counters, std::string& err);
+
+// One context's counters file. values() is the storage the engine counts into (EngineConfig).
+class CounterFile {
+ public:
+  CounterFile() = default;
+  ~CounterFile() { close(); }
+  CounterFile(const CounterFile&) = delete;
+  CounterFile& operator=(const CounterFile&) = delete;
+
+  // Creates and locks the file with these names (all 0). false + err when the device has no urxe.stats or
+  // it is not writable; the caller then counts privately.
+  bool open(const std::string& ibdev_path, std::span<const char* const> names, uint32_t qpn_base,
+            std::string& err);
+  uint64_t* values() const { return values_; }
+  // A thread that mirrors the device's counters into sysfs at most every `period_ms` while this file's
+  // values change.
+  void start_mirror(uint32_t period_ms = 1000);
+  // Stops the thread, folds the values into the device total, removes the file and mirrors sysfs. Call
+  // after the engine stopped counting. Idempotent.
+  void close();
+
+ private:
+  void mirror_loop(uint32_t period_ms);
+  std::string ibdev_path_, path_;
+  int fd_ = -1;
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  uint64_t* values_ = nullptr;
+  std::vector<std::string> names_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace urxe::provider

@@ -1,0 +1,234 @@
+// `urxe stats [NAME] [--json] [--watch [SECS]]`: a device's counters (kernel rxe's hw_counters names, then
+// urxe's own), summed over the processes that have it open and those that closed it (provider/stats.h).
+// Each run also rewrites the sysfs mirror, ports/1/hw_counters/.
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "provider/device_tree.h"
+#include "provider/stats.h"
+#include "tools/command.h"
+#include "tools/json_writer.h"
+
+namespace urxe::tools {
+namespace {
+
+namespace prov = urxe::provider;
+
+constexpr char kUsage[] =
+    "usage: urxe stats [NAME] [--json] [--watch [SECS]] [--count N] [-p|--processes]\n"
+    "Counters of the urxe device NAME (default: every device of $URXE_RUN_DIR, default /run/urxe), named\n"
+    "like kernel rxe's hw_counters (sent_pkts, rcvd_pkts, duplicate_request, out_of_seq_request,\n"
+    "rcvd_rnr_err, send_rnr_err, rcvd_seq_err, ack_deferred, retry_exceeded_err, retry_rnr_exceeded_err,\n"
+    "completer_retry_err, send_err, link_downed, rdma_sends, rdma_recvs), then urxe's own:\n"
+    "  rx_drop_parse   received RoCE frame that does not parse (bad length, version, checksum, opcode)\n"
+    "  rx_drop_icrc    received frame with a bad ICRC\n"
+    "  rx_drop_qpn     no such destination QP, or its type/state does not take the packet\n"
+    "  rx_drop_qkey    UD packet with the wrong Q_Key\n"
+    "  rx_drop_other   other silent drops (P_Key, UC gap, stray or duplicate response, ...)\n"
+    "  resp_remote_access_errors  RDMA WRITE/READ/atomic refused: bad rkey, range or access rights\n"
+    "  tx_no_buf, cq_overflow, rdma_sends, rdma_recvs: as named\n"
+    "Counts include the processes that have the device open now and every one that had it open since\n"
+    "'urxe link add' (also those that died). Each run also writes them to the sysfs tree, as the kernel has\n"
+    "them: $URXE_RUN_DIR/sys/class/infiniband/NAME/ports/1/hw_counters/<counter> (applications update it\n"
+    "too, at most once a second while their counters change, and when they close the device).\n"
+    "\n"
+    "  --json          one JSON object per device and line: {\"device\": NAME, \"counters\": {COUNTER: N, "
+    "...},\n"
+    "                  \"processes\": [{\"pid\", \"comm\", \"alive\", \"qpn_base\", \"counters\": {...}}, "
+    "...]}\n"
+    "  -p, --processes also list the counters of each process that has the device open (non-zero ones)\n"
+    "  --watch [SECS]  print again every SECS seconds (default 1) with each counter's change per second,\n"
+    "                  until interrupted (Ctrl-C) or N times with --count N\n"
+    "\n"
+    "exit status: 0, 1 no such device or its counters unreadable, 2 usage error\n";
+
+struct Options {
+  std::string name;
+  bool json = false, processes = false, watch = false;
+  double interval = 1.0;
+  uint64_t count = 0;  // 0 = until interrupted
+};
+
+volatile sig_atomic_t g_stop = 0;
+void on_signal(int) {
+  g_stop = 1;
+}
+
+bool parse_number(std::string_view s, double& out) {
+  auto r = std::from_chars(s.data(), s.data() + s.size(), out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "urxe stats: %s\n%s", msg.c_str(), kUsage);
+  return kExitUsage;
+}
+
+void json_counters(JsonWriter& w, std::string_view key, const prov::CounterSet& s) {
+  w.begin_object(key);
+  for (const auto& [n, v] : s.values) w.num(n, v);
+  w.end_object();
+}
+
+void print_json(const std::string& dev, const prov::DeviceCounters& dc, double elapsed) {
+  JsonWriter w;
+  w.begin_object().str("device", dev);
+  if (elapsed > 0) w.num("interval_ms", static_cast<uint64_t>(elapsed * 1000 + 0.5));
+  json_counters(w, "counters", dc.total);
+  w.begin_array("processes");
+  for (const prov::ProcessCounters& p : dc.processes) {
+    w.begin_object()
+        .num("pid", static_cast<int64_t>(p.pid))
+        .str("comm", p.comm)
+        .boolean("alive", p.alive)
+        .num("qpn_base", p.qpn_base);
+    json_counters(w, "counters", p.counters);
+    w.end_object();
+  }
+  w.end_array().end_object();
+  std::printf("%s\n", w.text().c_str());
+}
+
+void print_text(const std::string& dev, const prov::DeviceCounters& dc, const prov::CounterSet* prev,
+                double elapsed, bool processes) {
+  size_t live = 0;
+  for (const auto& p : dc.processes) live += p.alive;
+  std::printf("%s: %zu process%s with the device open\n", dev.c_str(), live, live == 1 ? "" : "es");
+  for (const auto& [n, v] : dc.total.values) {
+    if (prev && elapsed > 0) {
+      const uint64_t before = prev->get(n);
+      const double rate = static_cast<double>(v >= before ? v - before : 0) / elapsed;
+      std::printf("  %-26s %20llu  %12.0f/s\n", n.c_str(), static_cast<unsigned long long>(v), rate);
+    } else {
+      std::printf("  %-26s %20llu\n", n.c_str(), static_cast<unsigned long long>(v));
+    }
+  }
+  if (!processes) return;
+  for (const prov::ProcessCounters& p : dc.processes) {
+    std::printf("  pid %d (%s)%s, QPNs from 0x%x:", static_cast<int>(p.pid), p.comm.c_str(),
+                p.alive ? "" : " [exited without closing]", p.qpn_base);
+    bool any = false;
+    for (const auto& [n, v] : p.counters.values) {
+      if (!v) continue;
+      std::printf(" %s=%llu", n.c_str(), static_cast<unsigned long long>(v));
+      any = true;
+    }
+    std::printf("%s\n", any ? "" : " (all 0)");
+  }
+}
+
+double now_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+int stats_main(Args args) {
+  Options o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    if (is_help(a)) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--json") {
+      o.json = true;
+    } else if (a == "-p" || a == "--processes") {
+      o.processes = true;
+    } else if (a == "--watch") {
+      o.watch = true;
+      double v;
+      if (i + 1 < args.size() && parse_number(args[i + 1], v)) {
+        if (!(v >= 0.05 && v <= 86400)) return usage_error("--watch SECS must be 0.05 .. 86400");
+        o.interval = v;
+        ++i;
+      }
+    } else if (a == "--count") {
+      double v;
+      if (i + 1 >= args.size() || !parse_number(args[i + 1], v) || v < 1 || v != static_cast<uint64_t>(v))
+        return usage_error("--count needs a whole number >= 1");
+      o.count = static_cast<uint64_t>(v);
+      ++i;
+    } else if (!a.empty() && a[0] == '-') {
+      return usage_error("unknown option '" + std::string(a) + "'");
+    } else if (o.name.empty()) {
+      o.name = a;
+    } else {
+      return usage_error("more than one device name ('" + o.name + "', '" + std::string(a) + "')");
+    }
+  }
+  if (o.count && !o.watch) o.watch = true;
+
+  const prov::Paths paths = prov::Paths::from_env();
+  std::vector<prov::DeviceInfo> devs;
+  for (prov::DeviceInfo& d : prov::list_devices(paths))
+    if (o.name.empty() || d.config.name == o.name) devs.push_back(std::move(d));
+  if (devs.empty()) {
+    if (o.name.empty())
+      std::fprintf(stderr,
+                   "urxe stats: no urxe devices in %s (create one: urxe link add urxe0 netdev IFACE)\n",
+                   paths.sysfs().c_str());
+    else
+      std::fprintf(stderr, "urxe stats: no urxe device '%s' in %s ('urxe link show' lists them)\n",
+                   o.name.c_str(), paths.sysfs().c_str());
+    return 1;
+  }
+
+  if (o.watch) {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+  }
+  std::map<std::string, prov::CounterSet> prev;
+  double last = 0;
+  int rc = 0;
+  for (uint64_t round = 0; !g_stop; ++round) {
+    const double t = now_s();
+    const double elapsed = round ? t - last : 0;
+    last = t;
+    if (o.watch && !o.json) {
+      char stamp[32];
+      const time_t wall = ::time(nullptr);
+      std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&wall));
+      std::printf("%s%s\n", round ? "\n" : "", stamp);
+    }
+    for (const prov::DeviceInfo& d : devs) {
+      prov::DeviceCounters dc;
+      std::string err;
+      if (!prov::read_device_counters(d.ibdev_path, true, dc, err)) {
+        std::fprintf(stderr, "urxe stats: %s: %s\n", d.config.name.c_str(), err.c_str());
+        rc = 1;
+        continue;
+      }
+      prov::mirror_hw_counters(d.ibdev_path, dc.total, err);  // best effort: may be read-only for us
+      if (o.json)
+        print_json(d.config.name, dc, elapsed);
+      else
+        print_text(d.config.name, dc, round ? &prev[d.config.name] : nullptr, elapsed, o.processes);
+      prev[d.config.name] = dc.total;
+    }
+    std::fflush(stdout);
+    if (!o.watch || (o.count && round + 1 >= o.count)) break;
+    // Sleep in small steps so Ctrl-C ends it at once.
+    const double until = t + o.interval;
+    while (!g_stop) {
+      const double left = until - now_s();
+      if (left <= 0) break;
+      ::poll(nullptr, 0, static_cast<int>(std::min(left, 0.2) * 1000) + 1);
+    }
+  }
+  return rc;
+}
+
+}  // namespace urxe::tools
