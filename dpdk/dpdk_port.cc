@@ -1,5 +1,6 @@
 #include "dpdk/dpdk_port.h"
 
+#include <dirent.h>
 #include <rte_bus_vdev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -171,6 +172,30 @@ bool eal_init_once(const std::vector<std::string>& extra, uint32_t mem_mb, std::
   return true;
 }
 
+// The AF_PACKET sockets of this process bound to `ifindex` (by fd): how we find the af_packet PMD's own
+// socket, which DPDK does not expose.
+static std::set<int> packet_socket_fds(int ifindex) {
+  std::set<int> out;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (!end || *end || fd < 0 || fd == dirfd(d)) continue;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_PACKET)
+      continue;
+    sockaddr_ll sll{};
+    len = sizeof sll;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&sll), &len) == 0 &&
+        sll.sll_ifindex == ifindex)
+      out.insert(static_cast<int>(fd));
+  }
+  closedir(d);
+  return out;
+}
+
 std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string* err) {
   std::unique_ptr<DpdkPort> p(new DpdkPort());
   if (!query_netdev(cfg.ifname, p->info_, err)) return nullptr;
@@ -223,6 +248,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
       close(fd);
     }
   }
+  const std::set<int> packet_fds_before = af_packet ? packet_socket_fds(p->info_.ifindex) : std::set<int>{};
   if (!p->dev_name_.empty()) {
     int r = rte_vdev_init(p->dev_name_.c_str(), vdev_args.c_str());
     if (r != 0) {
@@ -304,6 +330,23 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
   if (rx_intr) {
     int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(p->port_id_, 0);
     if (fd >= 0) p->wait_fd_ = fd;
+  }
+  if (af_packet) {
+    // The PMD's queue is one packet socket with an rx ring, and poll() on such a socket reports POLLIN
+    // exactly when the ring holds a frame the PMD has not taken: the thread can sleep on the ring itself.
+    // That spares the second socket (a clone of every frame while asleep), the BPF program swapped in and
+    // out (a JIT compile) at every sleep, and the race between the two sockets. A socket filter on the ring
+    // keeps everything but RoCE to our MAC and QPNs out of it (the PMD copies every frame it gets).
+    std::set<int> now = packet_socket_fds(p->info_.ifindex);
+    std::vector<int> fresh;
+    for (int fd : now)
+      if (!packet_fds_before.count(fd)) fresh.push_back(fd);
+    if (fresh.size() == 1 && attach_roce_filter(fresh[0], p->info_.mac, UINT32_MAX, p->qpns_, nullptr)) {
+      p->ring_fd_ = fresh[0];
+      if (p->wait_fd_ >= 0 && p->wait_is_socket_) close(p->wait_fd_);
+      p->wait_fd_ = p->ring_fd_;
+      p->wait_is_socket_ = false;
+    }
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
   if (cfg.guard_udp_port) {
@@ -423,7 +466,7 @@ uint32_t DpdkPort::drain_wait_fd() {
 }
 
 void DpdkPort::rx_wait_arm(bool armed) {
-  if (wait_fd_ < 0) return;
+  if (wait_fd_ < 0 || wait_fd_ == ring_fd_) return;
   if (wait_is_socket_) {
     // Armed: frames for us are queued (1 byte each) on the wakeup socket; disarmed: dropped in the filter.
     if (armed) {
@@ -453,6 +496,7 @@ void DpdkPort::rx_wait_arm(bool armed) {
 bool DpdkPort::set_rx_qpn_range(QpnRange qpns) {
   qpns_ = qpns;
   qpn_filter_ = qpns.first != 0 || qpns.end != (1u << 24);
+  if (ring_fd_ >= 0) return attach_roce_filter(ring_fd_, info_.mac, UINT32_MAX, qpns_, nullptr);
   return true;
 }
 

@@ -87,7 +87,8 @@ class DpdkPort final : public engine::Port {
   rte_mempool* pool_ = nullptr;
   uint32_t buf_size_ = 0;
   int wait_fd_ = -1;
-  bool wait_is_socket_ = false;  // our own packet socket (else the PMD's rx interrupt)
+  bool wait_is_socket_ = false;  // our own packet socket (else the PMD's rx interrupt or ring socket)
+  int ring_fd_ = -1;             // af_packet: the PMD's own ring socket (polled; owned by the PMD)
   uint64_t multiseg_dropped_ = 0, not_ours_dropped_ = 0;
   NetdevInfo info_;
   engine::PortAttr attr_;
