@@ -849,6 +849,27 @@ ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, in
   });
 }
 
+// ibv_rereg_mr: in place, lkey/rkey kept (as kernel rxe); libibverbs itself then updates mr->pd, addr and
+// length. A failure returns the errno value (the core turns it into IBV_REREG_MR_ERR_CMD) with errno set.
+int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t length, int access) {
+  const int rc = guarded(EIO, [&] {
+    ibv_mr& mr = vmr->ibv_mr;
+    uint32_t pd = 0;
+    if (flags & IBV_REREG_MR_CHANGE_PD) {
+      if (!ibpd || ibpd->context != mr.context) return EINVAL;
+      pd = to_pd(ibpd)->handle;
+    }
+    if (int r = state_of(mr.context)
+                    .engine->rereg_mr(mr.lkey, static_cast<uint32_t>(flags), pd, addr, length,
+                                      static_cast<uint32_t>(access)))
+      return r;
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) vmr->access = access;
+    return 0;
+  });
+  if (rc) errno = rc;
+  return rc;
+}
+
 int urxe_dereg_mr(verbs_mr* vmr) {
   return guarded(EIO, [&] {
     if (int rc = state_of(vmr->ibv_mr.context).engine->dereg_mr(vmr->ibv_mr.lkey)) return rc;
@@ -895,6 +916,20 @@ int urxe_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 }
 
 void urxe_cq_event(ibv_cq*) {}
+
+// ibv_resize_cq: completions not yet polled are kept; EINVAL below their number (as rxe). Returns the errno.
+int urxe_resize_cq(ibv_cq* ibcq, int cqe) {
+  const int rc = guarded(EIO, [&] {
+    UrxeCq* cq = to_cq(ibcq);
+    if (cqe < 1) return EINVAL;
+    uint32_t actual = 0;
+    if (int r = cq->ctx->engine->resize_cq(cq->handle, static_cast<uint32_t>(cqe), &actual)) return r;
+    ibcq->cqe = static_cast<int>(actual);
+    return 0;
+  });
+  if (rc) errno = rc;
+  return rc;
+}
 
 UrxeCq* create_cq_common(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
   ContextState& st = state_of(ibctx);
@@ -1734,6 +1769,8 @@ verbs_context_ops make_ctx_ops() {
   o.query_srq = urxe_query_srq;
   o.reg_mr = urxe_reg_mr;
   o.req_notify_cq = urxe_req_notify_cq;
+  o.rereg_mr = urxe_rereg_mr;
+  o.resize_cq = urxe_resize_cq;
   return o;
 }
 const verbs_context_ops& ctx_ops() {

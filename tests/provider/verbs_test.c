@@ -391,6 +391,87 @@ static int qpex_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_m
   return 0;
 }
 
+/* ibv_rereg_mr and ibv_resize_cq as libibverbs reports them: the fields the core updates, keys kept (as
+ * rxe), IBV_REREG_MR_ERR_* with errno, the re-registered MR used by traffic, and a resize that keeps the
+ * completions waiting in order and refuses to shrink below them. */
+static int rereg_resize_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr* src_mr, char* src,
+                                const union ibv_gid* gid) {
+  static char first[4096], second[8192];
+  struct ibv_mr* mr = ibv_reg_mr(pd, first, sizeof first, IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(mr, "rereg: reg_mr");
+  const uint32_t lkey = mr->lkey, rkey = mr->rkey;
+  struct ibv_pd* pd2 = ibv_alloc_pd(ctx);
+  REQUIRE(pd2, "rereg: pd2");
+  int rc =
+      ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS,
+                   pd2, second, sizeof second, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  CHECK(rc == 0, "rereg all three: %d errno %d", rc, errno);
+  CHECK(mr->pd == pd2 && mr->addr == second && mr->length == sizeof second, "rereg: mr fields not updated");
+  CHECK(mr->lkey == lkey && mr->rkey == rkey, "rereg changed the keys");
+  CHECK(ibv_dealloc_pd(pd2) == EBUSY, "pd2 not referenced by the re-registered MR");
+  errno = 0;
+  rc = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE);
+  CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EINVAL, "REMOTE_WRITE without LOCAL_WRITE: %d errno %d", rc,
+        errno);
+  errno = 0;
+  rc = ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0);
+  CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EINVAL, "no flags: %d errno %d", rc, errno);
+  errno = 0;
+  rc = ibv_rereg_mr(mr, 1 << 4, NULL, NULL, 0, 0);
+  CHECK(rc == IBV_REREG_MR_ERR_INPUT && errno == EINVAL, "unknown flag: %d errno %d", rc, errno);
+  CHECK(mr->pd == pd2 && mr->addr == second, "failed rereg changed the MR");
+  /* Back to the QPs' PD with remote write: an RDMA WRITE through the old rkey lands in `second`. */
+  rc = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS, pd, NULL, 0,
+                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  CHECK(rc == 0 && mr->pd == pd, "rereg back: %d", rc);
+  CHECK(ibv_dealloc_pd(pd2) == 0, "pd2 still referenced");
+
+  struct ibv_cq* cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+  REQUIRE(cq && cq->cqe >= 4, "rereg cq");
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof ia);
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 8;
+  ia.cap.max_recv_wr = 1;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  struct ibv_qp* qp = ibv_create_qp(pd, &ia);
+  REQUIRE(qp && to_init(qp) == 0 && to_rtr_rts(qp, qp->qp_num, gid, 1) == 0, "rereg qp");
+  for (int i = 0; i < 3; i++) {
+    for (int j = 0; j < 256; j++) src[j] = (char)(j * 3 + i);
+    struct ibv_sge sge = {(uintptr_t)src, 256, src_mr->lkey};
+    struct ibv_send_wr wr, *bad;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = 700 + (uint64_t)i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = (uintptr_t)(second + 1024 * i);
+    wr.wr.rdma.rkey = mr->rkey;
+    REQUIRE(ibv_post_send(qp, &wr, &bad) == 0, "rereg post write %d", i);
+    for (int t = 0; t < 5000 && memcmp(second + 1024 * i, src, 256); t++) usleep(1000);
+    CHECK(!memcmp(second + 1024 * i, src, 256), "WRITE %d through the re-registered rkey did not land", i);
+  }
+  /* The data is there, the completions follow the ACKs: give them time to reach the CQ unpolled. */
+  usleep(300000);
+  CHECK(ibv_resize_cq(cq, 2) == EINVAL, "resize below the 3 waiting completions");
+  CHECK(cq->cqe >= 4, "failed resize changed cqe to %d", cq->cqe);
+  CHECK(ibv_resize_cq(cq, 0) == EINVAL, "resize to 0");
+  rc = ibv_resize_cq(cq, 64);
+  CHECK(rc == 0 && cq->cqe >= 64, "resize to 64: %d, cqe %d", rc, cq->cqe);
+  rc = ibv_resize_cq(cq, 3);
+  CHECK(rc == 0 && cq->cqe >= 3 && cq->cqe < 64, "resize to exactly what waits: %d, cqe %d", rc, cq->cqe);
+  struct ibv_wc wc[4];
+  int got = wait_cq(cq, wc, 3);
+  CHECK(got == 3, "completions after resize: %d", got);
+  for (int i = 0; i < got; i++)
+    CHECK(wc[i].wr_id == 700 + (uint64_t)i && wc[i].status == IBV_WC_SUCCESS, "wc %d: wr_id %llu %s", i,
+          (unsigned long long)wc[i].wr_id, ibv_wc_status_str(wc[i].status));
+  CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dereg_mr(mr) == 0, "rereg teardown");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
     fprintf(stderr, "usage: %s DEVICE NETDEV IPV4 ACTIVE_MTU [nopreload]\n", argv[0]);
@@ -640,6 +721,7 @@ int main(int argc, char** argv) {
   if (srq_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (ud_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (qpex_section(ctx, pd, mr, mem, &gid1)) return 1;
+  if (rereg_resize_section(ctx, pd, mr, mem, &gid1)) return 1;
 
   /* ---- teardown, with the documented EBUSY ordering ---- */
   CHECK(ibv_destroy_cq(cq) == EBUSY, "destroy_cq with a QP");
