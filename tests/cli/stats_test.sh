@@ -1,0 +1,165 @@
+#!/bin/sh
+# `urxe stats` and the sysfs hw_counters mirror, end to end: ibv_rc_pingpong between two network namespaces
+# (veth pair, urxe0 on each side, each side with its own /dev/infiniband and run directory). Checks:
+#  - while the server waits for its client, frames injected with Scapy (bad ICRC; good ICRC to a QPN with no
+#    QP) show up live in `urxe stats --json` as rx_drop_icrc / rx_drop_qpn, and in sysfs hw_counters by the
+#    provider's own mirroring (no `urxe stats` run in between);
+#  - after both apps exited, the counters are still there: each side sent what the other received, the
+#    pingpong's packets are all counted (N SENDs and N ACKs each way for N iterations of 64 bytes: rc_pingpong
+#    posts one SEND per iteration per side, each acknowledged; retransmissions, if any, are counted as
+#    duplicate_request on the other side and subtracted), rdma_sends/rdma_recvs = N, no process listed;
+#  - every sysfs hw_counters/<name> file holds the JSON value; rxe's 15 names are all there.
+#   usage: stats_test.sh URXE PROVIDER_SO
+set -u
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces, mknod)"; exit 77; }
+command -v ibv_rc_pingpong >/dev/null || { echo "SKIP: ibv_rc_pingpong (ibverbs-utils) not installed"; exit 77; }
+command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
+/usr/bin/python3 -c 'import scapy.contrib.roce' 2>/dev/null || { echo "SKIP: scapy missing for /usr/bin/python3"; exit 77; }
+urxe=$1; so=$2
+N=100
+mkdir -p /dev/infiniband
+a=ustA$$; b=ustB$$
+tmp=$(mktemp -d /tmp/urxe-stats.XXXXXX)
+srv=
+cleanup() {
+  [ -n "$srv" ] && kill "$srv" 2>/dev/null
+  ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add $a && ip netns add $b || exit 1
+ip link add va netns $a type veth peer name vb netns $b
+ip -n $a addr add 10.89.0.1/24 dev va
+ip -n $b addr add 10.89.0.2/24 dev vb
+for ns in $a $b; do ip -n $ns link set lo up; done
+ip -n $a link set va up
+ip -n $b link set vb up
+# Both ends up (carrier) before anything is sent.
+for i in $(seq 50); do
+  ip -n $a link show va | grep -q LOWER_UP && ip -n $b link show vb | grep -q LOWER_UP && break
+  sleep 0.1
+done
+
+fail=0
+check() {  # check WHAT GOT WANT
+  if [ "$2" = "$3" ]; then echo "ok: $1 = $2"; else echo "FAIL: $1 = $2, want $3"; fail=1; fi
+}
+stats() {  # stats RUN_DIR [ARGS]: urxe stats of urxe0 there
+  run=$1; shift
+  URXE_RUN_DIR=$run "$urxe" stats urxe0 "$@"
+}
+hw() { cat "$1/sys/class/infiniband/urxe0/ports/1/hw_counters/$2" 2>/dev/null; }
+
+side() {  # side NS IFACE RUN_DIR OUTFILE CMD...
+  ns=$1; ifc=$2; run=$3; out=$4; shift 4
+  ip netns exec "$ns" unshare --mount --propagation private sh -c '
+    mount -t tmpfs urxe-test /dev/infiniband || exit 1
+    export URXE_RUN_DIR="$1" URXE_PROVIDER="$2"
+    "$3" link add urxe0 netdev "$4" >/dev/null || exit 1
+    eval "$("$3" env)"
+    shift 4
+    exec timeout 60 "$@"' side "$run" "$so" "$urxe" "$ifc" "$@" >"$out" 2>&1
+}
+
+app="ibv_rc_pingpong -d urxe0 -g 1 -n $N -s 64"
+# shellcheck disable=SC2086
+side $a va "$tmp/runA" "$tmp/server" $app &
+srv=$!
+# The server has the device open once its counters file appears.
+live=0
+for i in $(seq 100); do
+  live=$(stats "$tmp/runA" --json 2>/dev/null | jq '[.processes[] | select(.alive)] | length')
+  [ "${live:-0}" -ge 1 ] && break
+  sleep 0.1
+done
+check "live processes on the server's device" "$live" 1
+
+# Frames the server's engine must drop, each counted once: 7 with a bad ICRC, 5 to a QPN in its block with
+# no QP (its first QP is 0x11; 0x211 is unused).
+mac=$(ip -n $a -o link show va | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
+ip netns exec $b /usr/bin/python3 - "$mac" <<'EOF' || { echo "FAIL: injecting frames"; fail=1; }
+import sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+from scapy.contrib.roce import BTH
+def frame(qpn, psn):
+    p = (Ether(dst=sys.argv[1]) / IP(src="10.89.0.2", dst="10.89.0.1", flags="DF") /
+         UDP(sport=49152, dport=4791, chksum=0) / BTH(opcode=4, dqpn=qpn, psn=psn) / Raw(b"x" * 16))
+    return bytes(p)
+frames = []
+for i in range(7):
+    f = bytearray(frame(0x11, i))
+    f[-1] ^= 0xff  # ICRC
+    frames.append(Ether(bytes(f)))
+frames += [Ether(frame(0x211, i)) for i in range(5)]
+sendp(frames, iface="vb", verbose=False)
+EOF
+
+# The provider mirrors its counters into sysfs within about a second of a change.
+for i in $(seq 50); do
+  [ "$(hw "$tmp/runA" rx_drop_icrc)" = 7 ] && [ "$(hw "$tmp/runA" rx_drop_qpn)" = 5 ] && break
+  sleep 0.1
+done
+check "sysfs rx_drop_icrc (mirrored by the running app)" "$(hw "$tmp/runA" rx_drop_icrc)" 7
+check "sysfs rx_drop_qpn (mirrored by the running app)" "$(hw "$tmp/runA" rx_drop_qpn)" 5
+js=$(stats "$tmp/runA" --json)
+check "live rx_drop_icrc" "$(echo "$js" | jq .counters.rx_drop_icrc)" 7
+check "live rx_drop_qpn" "$(echo "$js" | jq .counters.rx_drop_qpn)" 5
+check "live rcvd_pkts (dropped frames are not received packets, as rxe)" "$(echo "$js" | jq .counters.rcvd_pkts)" 0
+check "live per-process rx_drop_icrc" "$(echo "$js" | jq '.processes[0].counters.rx_drop_icrc')" 7
+
+# shellcheck disable=SC2086
+side $b vb "$tmp/runB" "$tmp/client" $app 10.89.0.1
+crc=$?
+wait $srv
+src=$?
+srv=
+if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+  echo "FAIL: $app (server rc $src, client rc $crc)"
+  sed 's/^/  server: /' "$tmp/server"
+  sed 's/^/  client: /' "$tmp/client"
+  exit 1
+fi
+
+ja=$(stats "$tmp/runA" --json); jb=$(stats "$tmp/runB" --json)
+echo "server: $ja"
+echo "client: $jb"
+c() { echo "$1" | jq ".counters.$2"; }
+check "processes listed after exit (server)" "$(echo "$ja" | jq '.processes | length')" 0
+check "processes listed after exit (client)" "$(echo "$jb" | jq '.processes | length')" 0
+check "server sent_pkts = client rcvd_pkts" "$(c "$ja" sent_pkts)" "$(c "$jb" rcvd_pkts)"
+check "client sent_pkts = server rcvd_pkts" "$(c "$jb" sent_pkts)" "$(c "$ja" rcvd_pkts)"
+# Every sent packet is either new (one SEND or one ACK per iteration) or a resend the peer saw as duplicate.
+check "server sent_pkts - client duplicate_request" \
+  "$(($(c "$ja" sent_pkts) - $(c "$jb" duplicate_request)))" $((2 * N))
+check "client sent_pkts - server duplicate_request" \
+  "$(($(c "$jb" sent_pkts) - $(c "$ja" duplicate_request)))" $((2 * N))
+for side_js in "$ja" "$jb"; do
+  check "rdma_sends" "$(c "$side_js" rdma_sends)" $N
+  check "rdma_recvs" "$(c "$side_js" rdma_recvs)" $N
+done
+check "server rx_drop_icrc after exit" "$(c "$ja" rx_drop_icrc)" 7
+check "client rx_drop_icrc" "$(c "$jb" rx_drop_icrc)" 0
+
+# sysfs: every counter's file holds the JSON value; rxe's names are all present.
+for run in "$tmp/runA" "$tmp/runB"; do
+  js=$(stats "$run" --json)
+  bad=0
+  for name in $(echo "$js" | jq -r '.counters | keys[]'); do
+    [ "$(hw "$run" "$name")" = "$(echo "$js" | jq ".counters.$name")" ] || { echo "  $name: sysfs $(hw "$run" "$name")"; bad=1; }
+  done
+  check "sysfs hw_counters = urxe stats ($run)" $bad 0
+  missing=
+  for name in sent_pkts rcvd_pkts duplicate_request out_of_seq_request rcvd_rnr_err send_rnr_err rcvd_seq_err \
+      ack_deferred retry_exceeded_err retry_rnr_exceeded_err completer_retry_err send_err link_downed rdma_sends \
+      rdma_recvs lifespan; do
+    [ -n "$(hw "$run" $name)" ] || missing="$missing $name"
+  done
+  check "rxe hw_counters files missing" "${missing:-none}" none
+done
+
+# Text output and a bounded --watch.
+out=$(stats "$tmp/runA" --watch 0.1 --count 2)
+check "--watch --count 2 rounds" "$(echo "$out" | grep -c '^urxe0:')" 2
+echo "$out" | grep -Eq "rx_drop_icrc +7( |$)" || { echo "FAIL: text output lacks rx_drop_icrc 7"; echo "$out"; fail=1; }
+URXE_RUN_DIR=$tmp/runA "$urxe" stats nosuchdev >/dev/null 2>&1
+check "exit status for an unknown device" $? 1
+exit $fail
