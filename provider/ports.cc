@@ -173,4 +173,11 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
   return nullptr;
 }
 
+void restrict_rx_qpns([[maybe_unused]] engine::Port& port, [[maybe_unused]] uint32_t first,
+                      [[maybe_unused]] uint32_t end) {
+#ifdef URXE_HAVE_DPDK_PORTS
+  dpdk::set_rx_qpn_range(port, first, end);
+#endif
+}
+
 }  // namespace urxe::provider

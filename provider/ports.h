@@ -21,4 +21,8 @@ struct PortRequest {
 // Returns nullptr with a message in err when the kind is unknown or cannot start.
 std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortRequest& req, std::string& err);
 
+// Tells a port from make_port that this process owns destination QPNs [first, end) only, so frames for
+// other processes' QPs on the same device never reach (nor wake) it. No-op for ports without a filter.
+void restrict_rx_qpns(engine::Port& port, uint32_t first, uint32_t end);
+
 }  // namespace urxe::provider
