@@ -283,6 +283,7 @@ struct Responder {
     q.ack_pending = false;  // the responses acknowledge everything before them
     q.pkts_since_ack = 0;
   }
+    res.msn = q.msn;
 
   void do_atomic() {
     if (q.in_msg) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
@@ -314,6 +315,7 @@ struct Responder {
     q.ack_pending = false;
     q.pkts_since_ack = 0;
   }
+    res.msn = q.msn;
 
   // Re-arms responder resource `k` (and drops the output of every later one, which the requester resends).
   void rearm_from(uint32_t slot) {
@@ -526,7 +528,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
       wire::FrameSpec spec = q.spec;
       spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::atomic_acknowledge);
       spec.bth.psn = r.first_psn;
-      spec.aeth = wire::Aeth{kAckSyndrome, q.msn & wire::kPsnMask};
+      spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       spec.atomic_ack_eth.orig_data = r.orig;
       if (!begin_frame(spec, 0)) return did;
       finish_frame();
@@ -560,7 +562,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
       wire::FrameSpec spec = q.spec;
       spec.bth.opcode = wire::make_opcode(wire::op::kRc, low);
       spec.bth.psn = r.cur_psn;
-      spec.aeth = wire::Aeth{kAckSyndrome, q.msn & wire::kPsnMask};
+      spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       uint8_t* dst = begin_frame(spec, len);
       if (!dst) return did;
       if (len) std::memcpy(dst, src, len);
