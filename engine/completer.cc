@@ -62,6 +62,7 @@ void fail_wqe(EngineImpl& e, Qp& q, WcStatus status, uint32_t psn = UINT32_MAX) 
     target->status = status;
     target->started = target->sent_all = target->done = true;
   }
+  e.log_qp_error(q, status, psn);
   if (q.type == QPT_RC) {
     e.qp_set_error(q, false, EVENT_QP_FATAL);
   } else {
@@ -153,6 +154,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
         if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) return;
         ack_upto(*this, q, wire::psn_sub(psn, 1));
         count(Counter::rcvd_rnr_err);
+        note(Note::rnr_nak_received, q.qpn);
         if (q.rnr_left == 0) {
           count(Counter::retry_rnr_exceeded_err);
           fail_wqe(*this, q, WC_RNR_RETRY_EXC_ERR, psn);
@@ -297,6 +299,7 @@ bool EngineImpl::completer_run(Qp& q) {
     if (w.status != WC_SUCCESS) {
       // RC: the QP goes to ERR; UC/UD: the send queue goes to SQE. qp_flush reports this WQE with its
       // own status and flushes the rest.
+      log_qp_error(q, w.status, UINT32_MAX);
       if (q.type == QPT_RC) {
         qp_set_error(q, false, EVENT_QP_FATAL);
       } else {

@@ -93,6 +93,7 @@ struct Responder {
     const EventType ev = code == wire::NakCode::remote_access_error ? EVENT_QP_ACCESS_ERR
                          : code == wire::NakCode::invalid_request   ? EVENT_QP_REQ_ERR
                                                                     : EVENT_QP_FATAL;
+    e.log_responder_error(q, static_cast<uint8_t>(code), pkt);
     e.qp_set_error(q, true, ev);
   }
 
@@ -135,6 +136,7 @@ struct Responder {
       if (!e.pop_recv(q)) {
         if (q.type == QPT_RC) {
           e.count(Counter::send_rnr_err);
+          e.note(Note::rnr_nak_sent, q.qpn);
           queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
           q.nak_sent = true;
         } else {
@@ -213,6 +215,7 @@ struct Responder {
     if (info.with_imm && !e.pop_recv(q)) {
       if (q.type == QPT_RC) {
         e.count(Counter::send_rnr_err);
+        e.note(Note::rnr_nak_sent, q.qpn);
         queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
         q.nak_sent = true;
       } else {
@@ -280,10 +283,10 @@ struct Responder {
     res.cur_offset = 0;
     q.epsn = wire::psn_add(pkt.bth.psn, n);
     q.msn = wire::psn_add(q.msn, 1);
+    res.msn = q.msn;
     q.ack_pending = false;  // the responses acknowledge everything before them
     q.pkts_since_ack = 0;
   }
-    res.msn = q.msn;
 
   void do_atomic() {
     if (q.in_msg) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
@@ -312,10 +315,10 @@ struct Responder {
     res.pending = true;
     q.epsn = wire::psn_add(pkt.bth.psn, 1);
     q.msn = wire::psn_add(q.msn, 1);
+    res.msn = q.msn;
     q.ack_pending = false;
     q.pkts_since_ack = 0;
   }
-    res.msn = q.msn;
 
   // Re-arms responder resource `k` (and drops the output of every later one, which the requester resends).
   void rearm_from(uint32_t slot) {
@@ -464,6 +467,7 @@ struct Responder {
     }
     if (pkt.deth.qkey != q.attr.qkey) {
       e.count(Counter::rx_drop_qkey);
+      e.note(Note::drop_bad_qkey, q.qpn);
       return;
     }
     if (!e.pop_recv(q)) {
@@ -556,6 +560,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
                  wire::make_syndrome(wire::AethType::nak,
                                      static_cast<uint8_t>(wire::NakCode::remote_access_error)),
                  r.cur_psn, q.msn);
+        log_qp_line(LogLevel::error, q, "to error: an MR was deregistered while READ responses were owed");
         qp_set_error(q, true, EVENT_QP_ACCESS_ERR);
         return true;
       }
