@@ -10,6 +10,7 @@
 #include "provider/cli.h"
 #include "provider/device_tree.h"
 #include "tools/command.h"
+#include "tools/diagnose.h"
 
 namespace urxe::tools {
 namespace {
@@ -30,6 +31,14 @@ constexpr char kEnvUsage[] =
     "  --driver  print the line for /etc/libibverbs.d/urxe.driver instead (loads the provider for every\n"
     "            application without LD_PRELOAD; completion channels then fail cleanly with EBADF):\n"
     "              urxe env --driver > /etc/libibverbs.d/urxe.driver   # and SYSFS_PATH still applies\n"
+    "            (an installed urxe package already has /etc/libibverbs.d/urxe.driver)\n"
+    "\n"
+    "Warnings go to stderr, so the output stays eval-able: when the kernel has RDMA loaded, libibverbs\n"
+    "ignores SYSFS_PATH and applications will not see urxe devices (see 'urxe --help').\n"
+    "\n"
+    "examples:\n"
+    "  eval \"$(urxe env)\"; ibv_devices\n"
+    "  URXE_RUN_DIR=/tmp/urxe urxe env     # devices created with the same URXE_RUN_DIR\n"
     "\n"
     "exit status: 0, 1 when the provider library is not found, 2 usage error\n";
 
@@ -62,6 +71,7 @@ int env_main(Args args) {
   }
   // Printing a LD_PRELOAD of a missing file would make every later command in that shell warn.
   if (!provider_library_ok("urxe env")) return 1;
+  warn_if_kernel_rdma("urxe env");
   char word[] = "--driver";
   char* argv[] = {word, nullptr};
   return provider::cli::env_main(driver ? 1 : 0, argv, std::cout, std::cerr);

@@ -22,6 +22,7 @@
 #include "provider/cli.h"
 #include "provider/device_tree.h"
 #include "tools/command.h"
+#include "tools/diagnose.h"
 
 extern char** environ;
 
@@ -59,6 +60,12 @@ constexpr char kAddUsage[] =
     "get every frame. (Kernel RoCE, rdma_rxe, on the same interface stops working while it is there.)\n"
     "Without CAP_NET_ADMIN each urxe process holds UDP port 4791 itself instead.\n"
     "\n"
+    "examples:\n"
+    "  urxe link add urxe0 netdev eth0\n"
+    "  urxe link add urxe1 netdev eth1 --mtu 4200 --gids 32\n"
+    "  urxe link add urxe0 netdev eth0 --port socket          no DPDK: the kernel packet-socket port\n"
+    "  urxe link add urxe0 netdev eth0 --dpdk '--vdev=net_af_xdp0,iface=eth0'\n"
+    "\n"
     "exit status: 0 created, 1 failed, 2 usage error\n";
 
 constexpr char kDelUsage[] =
@@ -66,7 +73,10 @@ constexpr char kDelUsage[] =
     "Remove the device NAME: its tree under $URXE_RUN_DIR and /dev/infiniband/uverbsN. Processes that have "
     "it\n"
     "open keep working until they close it. When no other device uses its interface, also removes the\n"
-    "nftables ingress drop 'link add' installed (needs CAP_NET_ADMIN).\n"
+    "nftables ingress drop 'link add' installed (needs CAP_NET_ADMIN). Needs root, like 'link add'.\n"
+    "\n"
+    "examples:\n"
+    "  urxe link del urxe0\n"
     "\n"
     "exit status: 0 removed, 1 no such device or failure, 2 usage error\n";
 
@@ -78,16 +88,31 @@ constexpr char kShowUsage[] =
     "state is the interface's (ACTIVE when up); each GID in use follows (IPv4-mapped ones as a.b.c.d).\n"
     "'urxe link' with no arguments does the same.\n"
     "\n"
+    "examples:\n"
+    "  urxe link show\n"
+    "  urxe link show urxe0\n"
+    "\n"
     "exit status: 0, or 1 when NAME is given and does not exist\n";
 
 constexpr char kRefreshUsage[] =
     "usage: urxe link refresh [NAME]\n"
-    "Rewrite the GID tables of NAME (default: every device) from their interfaces' current addresses.\n";
+    "Rewrite the GID tables of NAME (default: every device) from their interfaces' current addresses\n"
+    "(after 'ip addr add/del'; running applications see the new table at their next GID query).\n"
+    "\n"
+    "examples:\n"
+    "  ip addr add 10.0.0.2/24 dev eth0 && urxe link refresh urxe0\n"
+    "\n"
+    "exit status: 0, 1 when NAME does not exist or a table could not be written\n";
 
 constexpr char kWatchUsage[] =
     "usage: urxe link watch\n"
     "Stay in the foreground and refresh every device's GID table whenever an address or link changes\n"
-    "(rtnetlink), until killed. Run it as a service where addresses change after 'link add'.\n";
+    "(rtnetlink), until killed. Run it as a service where addresses change after 'link add'.\n"
+    "\n"
+    "examples:\n"
+    "  urxe link watch &\n"
+    "\n"
+    "exit status: 1 when the netlink socket fails; otherwise it runs until killed\n";
 
 void print_error(const char* what, const std::string& msg) {
   std::fprintf(stderr, "urxe link %s: %s\n", what, msg.c_str());
@@ -261,6 +286,10 @@ int add_main(Args args) {
                            "' or choose another NAME");
     return 1;
   }
+  if (const std::string why = check_device_dirs_writable(paths); !why.empty()) {
+    print_error("add", why);
+    return 1;
+  }
   if (mtu) {
     prov::NetdevInfo nd;
     if (prov::query_netdev(ifname, nd) && mtu > nd.mtu) {
@@ -277,6 +306,7 @@ int add_main(Args args) {
     print_error("add", err + permission_hint(err));
     return rc == kExitUsage ? kExitUsage : 1;
   }
+  warn_if_kernel_rdma("urxe link add");
 
   // The ingress drop only matters for ports that put frames on the wire.
   if (!filter || port == "loop" || port == "null") return 0;
@@ -310,11 +340,20 @@ int del_main(Args args) {
     std::fprintf(stderr, "urxe link del: expected exactly one device NAME\n%s", kDelUsage);
     return kExitUsage;
   }
+  if (args[0].size() > 1 && args[0][0] == '-') {
+    std::fprintf(stderr, "urxe link del: unknown option '%.*s' (link del takes only a device NAME)\n%s",
+                 static_cast<int>(args[0].size()), args[0].data(), kDelUsage);
+    return kExitUsage;
+  }
   const std::string name(args[0]);
   const prov::Paths paths = prov::Paths::from_env();
   prov::DeviceInfo dev;
   if (!device_exists(paths, name, &dev)) {
     print_error("del", no_device(paths, name));
+    return 1;
+  }
+  if (const std::string why = check_device_dirs_writable(paths); !why.empty()) {
+    print_error("del", why);
     return 1;
   }
   std::string err;

@@ -22,6 +22,10 @@ constexpr char kDecodeUsage[] =
     "            ack_req, payload_len, icrc_ok, error, ip, udp, reth, aeth, ... ; see tools/pcap_decode.h)\n"
     "  --strict  exit 1 if any RoCEv2 frame is malformed or has a bad ICRC\n"
     "\n"
+    "examples:\n"
+    "  urxe pcap decode capture.pcapng\n"
+    "  urxe pcap decode --json --strict capture.pcap | jq -c 'select(.icrc_ok == false)'\n"
+    "\n"
     "exit status: 0 ok, 1 bad RoCEv2 frames (--strict), 2 usage or file error\n";
 
 int decode_main(Args args) {

@@ -8,6 +8,7 @@
 #include "provider/cli.h"
 #include "provider/device_tree.h"
 #include "tools/command.h"
+#include "tools/diagnose.h"
 
 namespace urxe::tools {
 namespace {
@@ -22,6 +23,12 @@ constexpr char kRunUsage[] =
     "CMD replaces urxe (same PID, signals, exit status). '--' is needed when CMD's first word starts with "
     "'-'.\n"
     "Create devices first with 'urxe link add NAME netdev IFACE'.\n"
+    "Before running CMD, warns on stderr when the kernel has RDMA loaded (libibverbs then ignores\n"
+    "SYSFS_PATH) and when this process lacks CAP_NET_RAW for a device that moves real packets.\n"
+    "\n"
+    "examples:\n"
+    "  urxe run -- ibv_devices\n"
+    "  URXE_LOG=info urxe run -- ibv_rc_pingpong -d urxe0 -g 1 10.0.0.1\n"
     "\n"
     "exit status: CMD's; 127 when CMD cannot be run, 1 when the provider library is missing, 2 usage error\n";
 
@@ -50,6 +57,8 @@ int run_main(Args args) {
   }
   if (!provider_library_ok("urxe run")) return 1;
   const provider::Paths paths = provider::Paths::from_env();
+  warn_if_kernel_rdma("urxe run");
+  warn_if_no_net_raw("urxe run", paths);
   if (provider::list_devices(paths).empty())
     std::fprintf(stderr,
                  "urxe run: note: no urxe device in %s (the application will find none; create one with "

@@ -12,7 +12,7 @@ bool is_help(std::string_view a) {
 
 namespace {
 void print_list(FILE* to, std::string_view prog, std::string_view description,
-                std::span<const Command> commands) {
+                std::span<const Command> commands, std::string_view epilog) {
   std::fprintf(to, "usage: %.*s COMMAND [ARGS...]\n%.*s\n\ncommands:\n", static_cast<int>(prog.size()),
                prog.data(), static_cast<int>(description.size()), description.data());
   size_t w = 0;
@@ -23,17 +23,18 @@ void print_list(FILE* to, std::string_view prog, std::string_view description,
   }
   std::fprintf(to, "\n'%.*s COMMAND --help' describes a command.\n", static_cast<int>(prog.size()),
                prog.data());
+  if (!epilog.empty()) std::fprintf(to, "\n%.*s", static_cast<int>(epilog.size()), epilog.data());
 }
 }  // namespace
 
 int dispatch(std::string_view prog, std::string_view description, std::span<const Command> commands,
-             Args args) {
+             Args args, std::string_view epilog) {
   if (args.empty()) {
-    print_list(stderr, prog, description, commands);
+    print_list(stderr, prog, description, commands, epilog);
     return kExitUsage;
   }
   if (is_help(args[0])) {
-    print_list(stdout, prog, description, commands);
+    print_list(stdout, prog, description, commands, epilog);
     return 0;
   }
   for (const Command& c : commands) {

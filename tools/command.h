@@ -18,10 +18,17 @@ struct Command {
 };
 
 // Runs the command named by args[0] from `commands`. `prog` is the invoking prefix ("urxe", "urxe pcap")
-// for messages. With no argument, -h or --help: prints the list of commands to stdout (exit 0 for help,
-// kExitUsage when nothing was given). Unknown name: names the valid ones on stderr, exit kExitUsage.
+// for messages. With no argument, -h or --help: prints the list of commands, then `epilog` (examples,
+// environment), to stdout (exit 0 for help, kExitUsage to stderr when nothing was given). Unknown name:
+// names the valid ones on stderr, exit kExitUsage.
+//
+// Help texts: every command answers -h/--help/help anywhere in its arguments with its text on stdout,
+// exit 0, in this order: "usage: urxe CMD ..." line(s), what it does, one "  --option ARG  text" line (plus
+// indented continuation lines) per option, "examples:" with at least one command line, "exit status: ...".
+// tests/cli/cli_help_test.sh checks that for every command `urxe --help` lists (recursively), and that
+// every option a command names as valid in its unknown-option error is documented in its help.
 int dispatch(std::string_view prog, std::string_view description, std::span<const Command> commands,
-             Args args);
+             Args args, std::string_view epilog = {});
 
 bool is_help(std::string_view a);
 

@@ -1,9 +1,14 @@
 // urxe: the command-line tool of the urxe userspace RoCEv2 NIC. A new subcommand is one cmd_<name>.cc file
 // plus one line in kCommands below (and its source in tools/CMakeLists.txt).
+#include <cstdio>
 #include <string_view>
 #include <vector>
 
 #include "tools/command.h"
+
+#ifndef URXE_VERSION
+#define URXE_VERSION "unknown"
+#endif
 
 namespace {
 
@@ -17,9 +22,34 @@ constexpr urxe::tools::Command kCommands[] = {
     {"pcap", "decode RoCEv2 captures (pcap/pcapng): headers, fields, ICRC verdict", urxe::tools::pcap_main},
 };
 
+constexpr char kEpilog[] =
+    "examples (devices need root; applications then run as any user):\n"
+    "  urxe link add urxe0 netdev eth0                   a device on eth0\n"
+    "  urxe run -- ibv_devinfo -d urxe0                  any verbs application, unmodified\n"
+    "  urxe run -- ibv_rc_pingpong -d urxe0 -g 1         server; the client adds the server's address\n"
+    "  eval \"$(urxe env)\"                                the same environment for a whole shell\n"
+    "  urxe link show; urxe link del urxe0\n"
+    "\n"
+    "environment:\n"
+    "  URXE_RUN_DIR   where devices live (default /run/urxe); 'link', 'env' and 'run' must agree on it\n"
+    "  URXE_PROVIDER  the liburxe-rdmav34.so to use (default: the one installed or built next to urxe)\n"
+    "  URXE_PORT      in applications: packet I/O for this run (auto, dpdk, socket, loop, null), overriding\n"
+    "                 the device's --port\n"
+    "  URXE_LOG       in applications: log level error, warn (default), info, debug, off (URXE_DEBUG=1 = "
+    "debug)\n"
+    "\n"
+    "Devices stay invisible to applications when the kernel has RDMA loaded (ib_core): libibverbs then\n"
+    "ignores SYSFS_PATH; 'urxe link add', 'urxe env' and 'urxe run' warn about it. Installed: the provider\n"
+    "in <prefix>/lib/<multiarch>/libibverbs, found by urxe next to itself; docs in <prefix>/share/doc/urxe.\n"
+    "'urxe --version' prints the version.\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
-  return urxe::tools::dispatch("urxe", "urxe - userspace software RoCEv2 NIC", kCommands, args);
+  if (args.size() == 1 && (args[0] == "--version" || args[0] == "-V")) {
+    std::printf("urxe %s\n", URXE_VERSION);
+    return 0;
+  }
+  return urxe::tools::dispatch("urxe", "urxe - userspace software RoCEv2 NIC", kCommands, args, kEpilog);
 }
