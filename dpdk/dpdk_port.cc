@@ -118,13 +118,31 @@ bool roce_dqpn(const uint8_t* d, uint32_t len, uint32_t& qpn) {
   return true;
 }
 
+// Gives a non-EAL thread (the progress thread, or an application thread that polls its CQ and so runs
+// the engine) an lcore id, so mempool per-lcore caches work. At thread exit the lcore's cached mbufs go
+// back to their pools and the id is released: apps that poll from short-lived threads must not strand
+// mbufs in dead caches nor run out of lcore ids.
+struct LcoreRegistration {
+  bool registered = false;
+  ~LcoreRegistration() {
+    if (!registered) return;
+    const unsigned lcore = rte_lcore_id();
+    rte_mempool_walk(
+        [](rte_mempool* mp, void* arg) {
+          if (rte_mempool_cache* c = rte_mempool_default_cache(mp, *static_cast<unsigned*>(arg)))
+            rte_mempool_cache_flush(c, mp);
+        },
+        const_cast<unsigned*>(&lcore));
+    rte_thread_unregister();
+  }
+};
 thread_local bool t_registered = false;
+thread_local LcoreRegistration t_lcore;
 
-// Gives a non-EAL thread (the engine's progress thread) an lcore id, so mempool per-lcore caches work.
 inline void ensure_lcore() {
   if (__builtin_expect(t_registered, 1)) return;
   t_registered = true;
-  if (rte_lcore_id() == LCORE_ID_ANY) rte_thread_register();
+  if (rte_lcore_id() == LCORE_ID_ANY) t_lcore.registered = rte_thread_register() == 0;
 }
 
 }  // namespace
