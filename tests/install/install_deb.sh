@@ -22,9 +22,11 @@ check() {  # check DESCRIPTION PATTERN TEXT
 if [ "${URXE_IN_OVERLAY:-}" = 1 ]; then
   # --- part 2, inside the private mount namespace (see below): $1 = build dir, $2 = .deb, $3 = work dir
   deb=$2; w=$3
+  # Upper layers on a tmpfs: it can always be an overlay upper (/tmp may itself be overlayfs in a container).
+  mkdir -p "$w/ov" && mount -t tmpfs -o size=512m urxe-deb-upper "$w/ov" || exit 1
   for d in usr etc var; do
-    mkdir -p "$w/$d.up" "$w/$d.work"
-    mount -t overlay "urxe-deb-$d" -o "lowerdir=/$d,upperdir=$w/$d.up,workdir=$w/$d.work" "/$d" ||
+    mkdir -p "$w/ov/$d.up" "$w/ov/$d.work"
+    mount -t overlay "urxe-deb-$d" -o "lowerdir=/$d,upperdir=$w/ov/$d.up,workdir=$w/ov/$d.work" "/$d" ||
       { echo "SKIP: cannot mount overlayfs on /$d"; exit 77; }
   done
   mount -t tmpfs urxe-deb-test /dev/infiniband || exit 1
@@ -51,8 +53,8 @@ if [ "${URXE_IN_OVERLAY:-}" = 1 ]; then
     "$(dpkg-query -W -f='${db:Status-Status}\n' urxe 2>&1)"
   # Anything but a directory in the upper layers of /usr and /etc is a leftover (or a deletion of a file
   # urxe does not own); so is a directory that did not exist before `dpkg -i`.
-  left=$(cd "$w" && find usr.up etc.up -mindepth 1 ! -type d)
-  newdirs=$(cd "$w" && find usr.up etc.up -mindepth 1 -type d | sed 's|^\([a-z]*\)\.up|/\1|' |
+  left=$(cd "$w/ov" && find usr.up etc.up -mindepth 1 ! -type d)
+  newdirs=$(cd "$w/ov" && find usr.up etc.up -mindepth 1 -type d | sed 's|^\([a-z]*\)\.up|/\1|' |
     grep -vxF -f "$w/dirs.before")
   [ -z "$left$newdirs" ] && ok "after dpkg -r nothing of urxe is left in /usr or /etc" ||
     bad "left behind after dpkg -r: $left $newdirs"
