@@ -72,6 +72,7 @@ int env_main(Args args) {
   // Printing a LD_PRELOAD of a missing file would make every later command in that shell warn.
   if (!provider_library_ok("urxe env")) return 1;
   warn_if_kernel_rdma("urxe env");
+  warn_unusable_devices("urxe env", provider::Paths::from_env());
   char word[] = "--driver";
   char* argv[] = {word, nullptr};
   return provider::cli::env_main(driver ? 1 : 0, argv, std::cout, std::cerr);

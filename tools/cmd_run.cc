@@ -24,7 +24,8 @@ constexpr char kRunUsage[] =
     "'-'.\n"
     "Create devices first with 'urxe link add NAME netdev IFACE'.\n"
     "Before running CMD, warns on stderr when the kernel has RDMA loaded (libibverbs then ignores\n"
-    "SYSFS_PATH) and when this process lacks CAP_NET_RAW for a device that moves real packets.\n"
+    "SYSFS_PATH), when this process lacks CAP_NET_RAW for a device that moves real packets, and when a\n"
+    "device's /dev node or interface is missing in this mount / network namespace.\n"
     "\n"
     "examples:\n"
     "  urxe run -- ibv_devices\n"
@@ -59,6 +60,7 @@ int run_main(Args args) {
   const provider::Paths paths = provider::Paths::from_env();
   warn_if_kernel_rdma("urxe run");
   warn_if_no_net_raw("urxe run", paths);
+  warn_unusable_devices("urxe run", paths);
   if (provider::list_devices(paths).empty())
     std::fprintf(stderr,
                  "urxe run: note: no urxe device in %s (the application will find none; create one with "

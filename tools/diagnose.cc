@@ -113,4 +113,29 @@ bool warn_if_no_net_raw(const char* prog, const provider::Paths& paths) {
   return true;
 }
 
+int warn_unusable_devices(const char* prog, const provider::Paths& paths) {
+  int n = 0;
+  for (const provider::DeviceInfo& d : provider::list_devices(paths)) {
+    const std::string& name = d.config.name;
+    if (!d.dev_node_ok) {
+      ++n;
+      std::fprintf(stderr,
+                   "%s: warning: %s has no device node %s/%s here, so libibverbs skips it (it was created "
+                   "in another mount namespace or container, or the node was removed); recreate it here: "
+                   "urxe link del %s && urxe link add %s netdev %s\n",
+                   prog, name.c_str(), paths.dev_dir.c_str(), d.uverbs_name.c_str(), name.c_str(),
+                   name.c_str(), d.config.netdev.c_str());
+    } else if (!d.netdev_present) {
+      ++n;
+      std::fprintf(stderr,
+                   "%s: warning: %s's interface %s is not in this network namespace, so opening %s will "
+                   "fail; run the application where %s is (ip netns exec NS ...), or recreate the device "
+                   "on an interface here: urxe link del %s && urxe link add %s netdev IFACE\n",
+                   prog, name.c_str(), d.config.netdev.c_str(), name.c_str(), d.config.netdev.c_str(),
+                   name.c_str(), name.c_str());
+    }
+  }
+  return n;
+}
+
 }  // namespace urxe::tools

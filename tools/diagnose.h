@@ -29,4 +29,10 @@ bool have_capability(int cap);
 // capability. Returns whether it printed.
 bool warn_if_no_net_raw(const char* prog, const provider::Paths& paths);
 
+// For `urxe run` / `urxe env`: devices applications would not see or could not open from here, because
+// their /dev/infiniband/uverbsN node or their interface is missing in this mount / network namespace
+// (made in another container or namespace, or the node was removed). Prints one line per such device with
+// the fix. Returns how many it found.
+int warn_unusable_devices(const char* prog, const provider::Paths& paths);
+
 }  // namespace urxe::tools

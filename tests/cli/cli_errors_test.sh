@@ -9,6 +9,7 @@
 #   - kernel RDMA loaded (libibverbs then ignores SYSFS_PATH): warned by link add, env (stdout stays
 #     eval-able) and run; forced with URXE_TEST_KERNEL_RDMA=1, and without it the warning must appear
 #     exactly when this kernel answers NETLINK_RDMA
+#   - a device whose /dev node or interface is missing in this namespace (made elsewhere): run/env warn
 #   - device not found for show / refresh / del, unknown options
 #   usage: cli_errors_test.sh URXE
 set -u
@@ -102,6 +103,24 @@ check_not "  without a CAP_NET_RAW warning" "CAP_NET_RAW" "$out"
 chmod -R a+rX "$URXE_RUN_DIR"
 out=$(nobody timeout 30 "$U" run -- ibv_devinfo -d urxe1 2>&1); expect_rc "unprivileged ibv_devinfo on a loop-port device" 0 $?
 check_not "  needs no CAP_NET_RAW and gets no warning" "CAP_NET_RAW" "$out"
+
+# --- devices this namespace cannot use: /dev node missing, interface missing
+node=$("$U" link show urxe1 | sed -n 's/.* dev \(uverbs[0-9]*\).*/\1/p')
+rm -f "/dev/infiniband/$node"
+out=$("$U" run -- true 2>&1); expect_rc "run with urxe1's /dev node missing still runs CMD" 0 $?
+check "  warning that libibverbs skips urxe1, with the fix" \
+  "warning: urxe1 has no device node /dev/infiniband/$node.*urxe link del urxe1 && urxe link add urxe1 netdev va" "$out"
+"$U" link del urxe1 >/dev/null 2>&1 && "$U" link add urxe1 netdev va --port loop >/dev/null 2>&1
+ip link add vc type veth peer name vd && ip link set vc up
+"$U" link add urxe3 netdev vc --port loop >/dev/null 2>&1; expect_rc "link add urxe3 netdev vc" 0 $?
+ip link del vc
+out=$("$U" env 2>&1 >/dev/null); expect_rc "env with urxe3's interface gone" 0 $?
+check "  warns that vc is not in this network namespace" "warning: urxe3's interface vc is not in this network namespace" "$out"
+out=$("$U" run -- true 2>&1)
+check "  run warns too" "urxe run: warning: urxe3's interface vc" "$out"
+check_not "  and says nothing about urxe1, which is fine" "urxe1" "$out"
+"$U" link del urxe3 >/dev/null 2>&1; expect_rc "link del urxe3 (interface gone)" 0 $?
+chmod -R a+rX "$URXE_RUN_DIR"
 
 # --- unprivileged link del
 out=$(nobody "$U" link del urxe1 2>&1); expect_rc "link del as an unprivileged user fails" 1 $?
