@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -405,6 +406,7 @@ void CounterFile::start_mirror(uint32_t period_ms) {
 }
 
 void CounterFile::mirror_loop(uint32_t period_ms) {
+  pthread_setname_np(pthread_self(), "urxe-stats");
   uint64_t last = 0;
   std::unique_lock<std::mutex> g(mu_);
   while (!cv_.wait_for(g, std::chrono::milliseconds(period_ms), [this] { return stop_; })) {
