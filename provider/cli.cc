@@ -40,6 +40,9 @@ int link_show(const Paths& paths, const char* only, std::ostream& out, std::ostr
         << (up ? "LINK_UP" : "DISABLED") << " netdev " << d.config.netdev << " port " << d.config.port;
     if (d.config.mtu) out << " mtu " << d.config.mtu;
     if (!d.config.dpdk.empty()) out << " dpdk '" << d.config.dpdk << "'";
+    if (!d.config.pcap.empty())
+      out << " pcap " << d.config.pcap << " pcap-size " << d.config.pcap_size_mb << " pcap-files "
+          << d.config.pcap_files;
     out << " dev " << d.uverbs_name << (d.dev_node_ok ? "" : " (no /dev node)")
         << (d.netdev_present ? "" : " (netdev missing)") << "\n";
     for (size_t i = 0; i < d.gids.size(); ++i) out << "    gid " << gid_text(d.gids[i]) << "\n";
@@ -93,6 +96,7 @@ int watch(const Paths& paths, std::ostream& err) {
 
 void usage(std::ostream& err) {
   err << "usage: urxe link add NAME netdev IFACE [--dpdk 'ARGS'] [--mtu N] [--port KIND] [--gids N]\n"
+         "                     [--pcap DIR] [--pcap-size MB] [--pcap-files N]\n"
          "       urxe link del NAME | show [NAME] | refresh [NAME] | watch\n";
 }
 
@@ -131,6 +135,12 @@ int link_main(int argc, char** argv, std::ostream& out, std::ostream& err) {
         cfg.port = v;
       } else if (k == "--gids") {
         cfg.gid_tbl_len = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
+      } else if (k == "--pcap") {
+        cfg.pcap = v;
+      } else if (k == "--pcap-size") {
+        cfg.pcap_size_mb = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
+      } else if (k == "--pcap-files") {
+        cfg.pcap_files = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
       } else {
         return usage(err), 2;
       }

@@ -3,6 +3,7 @@
 // after the subcommand word and returns a process exit status.
 //
 //   link add NAME netdev IFACE [--dpdk 'ARGS'] [--mtu N] [--port auto|dpdk|socket|loop|null] [--gids N]
+//            [--pcap DIR] [--pcap-size MB] [--pcap-files N]
 //   link del NAME
 //   link show [NAME]          one line per device, like `rdma link show`
 //   link refresh [NAME]       rewrite GID tables from the interfaces' current addresses

@@ -116,6 +116,8 @@ std::string config_text(const DeviceConfig& c) {
   std::ostringstream o;
   o << "name=" << c.name << "\nnetdev=" << c.netdev << "\ndpdk=" << c.dpdk << "\nmtu=" << c.mtu
     << "\nport=" << c.port << "\ngid_tbl_len=" << c.gid_tbl_len << "\nuverbs=" << c.uverbs << "\n";
+  if (!c.pcap.empty())
+    o << "pcap=" << c.pcap << "\npcap_size=" << c.pcap_size_mb << "\npcap_files=" << c.pcap_files << "\n";
   return o.str();
 }
 
@@ -379,6 +381,12 @@ bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
       cfg.gid_tbl_len = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
     } else if (k == "uverbs") {
       cfg.uverbs = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+    } else if (k == "pcap") {
+      cfg.pcap = v;
+    } else if (k == "pcap_size") {
+      cfg.pcap_size_mb = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
+    } else if (k == "pcap_files") {
+      cfg.pcap_files = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
     }
   }
   return have_name && !cfg.netdev.empty() && cfg.gid_tbl_len > 0;

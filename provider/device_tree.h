@@ -34,6 +34,11 @@ struct DeviceConfig {
   std::string port = "auto";  // packet I/O: auto | dpdk | socket | loop | null
   uint32_t gid_tbl_len = 16;
   int uverbs = -1;  // N of uverbsN; -1 at creation = lowest free
+  // Live capture (provider/capture_port.h): directory ("" = off), MB per file (0 = no rotation), files kept
+  // per process ring (0 = all).
+  std::string pcap;
+  uint32_t pcap_size_mb = 100;
+  uint32_t pcap_files = 10;
 };
 
 enum class GidType { roce_v1, roce_v2 };

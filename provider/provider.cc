@@ -35,7 +35,9 @@
 
 #include "engine/engine.h"
 #include "provider/abi34.h"
+#include "provider/capture_port.h"
 #include "provider/device_tree.h"
+#include "provider/log.h"
 #include "provider/ports.h"
 #include "provider/stats.h"
 
@@ -74,12 +76,8 @@ extern "C" const verbs_device_ops urxe_dev_ops;
 
 namespace {
 
-bool debug_on() {
-  static const bool on = [] {
-    const char* d = std::getenv("URXE_DEBUG");
-    return d && *d && *d != '0';
-  }();
-  return on;
+bool debug_on() {  // URXE_LOG=debug or URXE_DEBUG=1 (provider/log.h)
+  return urxe::provider::log_enabled(en::LogLevel::debug);
 }
 
 void log_line(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -216,11 +214,13 @@ UrxePd* to_pd(ibv_pd* p) {
 }
 
 // One per opened device context: the engine, its port, the progress thread and the pipes libibverbs reads.
-struct ContextState final : en::EventSink {
+// An en::EventSink that also logs (provider/log.h).
+struct ContextState final : urxe::provider::LoggingSink {
   DeviceConfig config;
   urxe::provider::NetdevInfo netdev{};
   SteadyClock clock;
   std::unique_ptr<en::Port> port;
+  std::unique_ptr<en::Port> capture;  // pcap tap over *port (--pcap, $URXE_PCAP; capture_port.h) or null
   std::unique_ptr<en::Engine> engine;
   int async_rd = -1, async_wr = -1;  // async_fd = async_rd (16-byte records)
   int doorbell_fd = -1;              // eventfd that wakes a sleeping progress thread
@@ -603,6 +603,8 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
       req.attr.gids[idx] = e.gid;
     st->port = urxe::provider::make_port(st->config.port, req, err);
     if (!st->port) return fail(ENODEV, err);
+    st->capture = urxe::provider::open_capture(*st->port, st->config);
+    st->set_log_name(st->config.name);
 
     en::EngineConfig ecfg;
     int block = claim_qpn_block(dev->ibdev_path, ecfg.device.max_qp, st->qpn_lock_fd);
@@ -625,7 +627,7 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
         URXE_DEBUG("counters stay private to this process: %s", err.c_str());
     }
     try {
-      st->engine = std::make_unique<en::Engine>(*st->port, st->clock, ecfg);
+      st->engine = std::make_unique<en::Engine>(st->capture ? *st->capture : *st->port, st->clock, ecfg);
     } catch (const std::exception& ex) {
       return fail(ENOMEM, std::string("engine: ") + ex.what());
     }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -33,7 +34,7 @@ namespace prov = urxe::provider;
 
 constexpr char kAddUsage[] =
     "usage: urxe link add NAME netdev IFACE [--dpdk 'EAL/vdev ARGS'] [--mtu N] [--port KIND] [--gids N]\n"
-    "                     [--no-filter]\n"
+    "                     [--pcap DIR [--pcap-size MB] [--pcap-files N]] [--no-filter]\n"
     "Create the RDMA device NAME (e.g. urxe0) on the Ethernet interface IFACE of this network namespace:\n"
     "a sysfs-like tree under $URXE_RUN_DIR (default /run/urxe), /dev/infiniband/uverbsN, and the device's\n"
     "config. GIDs are built from IFACE's IPv4/IPv6 addresses in the kernel's RoCE order ('urxe link "
@@ -52,6 +53,16 @@ constexpr char kAddUsage[] =
     "                one-line notice), dpdk, socket, loop (in-process only, for tests), null (drops all)\n"
     "  --gids N      GID table size, 2..1024 (default 16)\n"
     "  --no-filter   do not install the nftables ingress drop described below\n"
+    "  --pcap DIR    capture every frame the device sends and receives, in every process that opens it, as\n"
+    "                pcapng files in DIR (Wireshark/tshark open them): one ring of files per process,\n"
+    "                DIR/NAME_PID_COMM_NNNNN_YYYYmmddHHMMSS.pcapng; inbound/outbound in each packet's\n"
+    "                flags, pid, command and QPN in its comment. DIR must be writable by those\n"
+    "                processes. For one run instead: URXE_PCAP=DIR (URXE_PCAP=off turns a device's\n"
+    "                capture off)\n"
+    "  --pcap-size MB  start a new file when the current one would exceed MB megabytes (default 100;\n"
+    "                0 = one file, no limit). URXE_PCAP_SIZE overrides it for one run\n"
+    "  --pcap-files N  keep only the newest N files per process, deleting older ones (default 10; 0 = keep\n"
+    "                all), so a long run cannot fill the disk. URXE_PCAP_FILES overrides it for one run\n"
     "\n"
     "With CAP_NET_ADMIN, also installs an nftables netdev ingress chain on IFACE (table 'netdev "
     "urxe_IFACE')\n"
@@ -218,11 +229,12 @@ int add_main(Args args) {
       filter = false;
       continue;
     }
-    if (k != "--dpdk" && k != "--mtu" && k != "--port" && k != "--gids") {
-      std::fprintf(
-          stderr,
-          "urxe link add: unknown option '%.*s' (valid: --dpdk, --mtu, --port, --gids, --no-filter)\n",
-          static_cast<int>(k.size()), k.data());
+    if (k != "--dpdk" && k != "--mtu" && k != "--port" && k != "--gids" && k != "--pcap" &&
+        k != "--pcap-size" && k != "--pcap-files") {
+      std::fprintf(stderr,
+                   "urxe link add: unknown option '%.*s' (valid: --dpdk, --mtu, --port, --gids, --pcap, "
+                   "--pcap-size, --pcap-files, --no-filter)\n",
+                   static_cast<int>(k.size()), k.data());
       return kExitUsage;
     }
     if (i + 1 >= args.size()) {
@@ -254,6 +266,25 @@ int add_main(Args args) {
         return kExitUsage;
       }
       port = v;
+    } else if (k == "--pcap-size" || k == "--pcap-files") {
+      if (!parse_u32(v, n)) {
+        std::fprintf(stderr, "urxe link add: %.*s '%.*s' must be a number (0 = no limit)\n",
+                     static_cast<int>(k.size()), k.data(), static_cast<int>(v.size()), v.data());
+        return kExitUsage;
+      }
+    } else if (k == "--pcap") {
+      // Stored absolute: applications open the device from any directory. Created now when missing.
+      std::error_code ec;
+      const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(v), ec);
+      if (v.empty() || ec || (!std::filesystem::is_directory(dir, ec) &&
+                              !std::filesystem::create_directories(dir, ec))) {
+        std::fprintf(stderr, "urxe link add: --pcap '%.*s': cannot create the directory (%s)\n",
+                     static_cast<int>(v.size()), v.data(), ec ? ec.message().c_str() : "empty path");
+        return 1;
+      }
+      words.emplace_back(k);
+      words.emplace_back(dir.lexically_normal().string());
+      continue;
     } else if (k == "--dpdk") {
       if (v.empty()) {
         std::fputs(
@@ -416,7 +447,8 @@ int watch_main(Args args) {
 }
 
 constexpr Command kLinkCommands[] = {
-    {"add", "create a device on an Ethernet interface: NAME netdev IFACE [--dpdk ARGS] [--mtu N]", add_main},
+    {"add", "create a device on an Ethernet interface: NAME netdev IFACE [--dpdk ARGS] [--pcap DIR] ...",
+     add_main},
     {"del", "remove a device", del_main},
     {"show", "list devices with state, interface and GIDs (like 'rdma link show')", show_main},
     {"refresh", "rewrite GID tables from the interfaces' current addresses", refresh_main},

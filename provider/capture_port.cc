@@ -1,0 +1,462 @@
+#include "provider/capture_port.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "provider/log.h"
+
+namespace urxe::provider {
+namespace {
+
+namespace en = urxe::engine;
+
+// pcapng block types and option codes (draft-ietf-opsawg-pcapng).
+constexpr uint32_t kShb = 0x0A0D0D0A, kIdb = 1, kEpb = 6;
+constexpr uint16_t kOptEnd = 0, kOptComment = 1;
+constexpr uint16_t kShbOs = 3, kShbUserAppl = 4;
+constexpr uint16_t kIfName = 2, kIfDescription = 3, kIfTsresol = 9;
+constexpr uint16_t kEpbFlags = 2;
+constexpr uint32_t kInbound = 1, kOutbound = 2;  // epb_flags bits 0-1
+constexpr uint16_t kLinkEthernet = 1;
+constexpr uint32_t kSnapLen = 262144;
+
+constexpr size_t kBufBytes = size_t{4} << 20;  // each of the two buffers
+constexpr uint32_t kMaxBurst = 256;            // frames recorded per tx_burst call (the rest go next call)
+constexpr uint32_t kMaxComment = 128;
+constexpr auto kFlushPeriod = std::chrono::milliseconds(250);
+
+constexpr uint32_t pad4(uint32_t n) {
+  return (n + 3) & ~3u;
+}
+
+// Appends pcapng pieces to a byte buffer (host byte order: the SHB's byte-order magic says which).
+struct Out {
+  uint8_t* p;
+  void u16(uint16_t v) {
+    std::memcpy(p, &v, 2);
+    p += 2;
+  }
+  void u32(uint32_t v) {
+    std::memcpy(p, &v, 4);
+    p += 4;
+  }
+  void bytes(const void* d, uint32_t n) {
+    std::memcpy(p, d, n);
+    std::memset(p + n, 0, pad4(n) - n);
+    p += pad4(n);
+  }
+  void opt(uint16_t code, const void* d, uint32_t n) {
+    u16(code);
+    u16(static_cast<uint16_t>(n));
+    bytes(d, n);
+  }
+  void opt_str(uint16_t code, const std::string& s) { opt(code, s.data(), static_cast<uint32_t>(s.size())); }
+};
+
+// SHB + IDB at the head of every file.
+std::string file_header(const std::string& shb_comment, const std::string& ifname, const std::string& if_desc,
+                        const std::string& idb_comment) {
+  utsname u{};
+  std::string os = ::uname(&u) == 0 ? std::string(u.sysname) + " " + u.release : "Linux";
+  std::string buf(4096 + shb_comment.size() + idb_comment.size() + if_desc.size(), '\0');
+  auto* base = reinterpret_cast<uint8_t*>(buf.data());
+  Out o{base};
+  // SHB
+  uint8_t* blk = o.p;
+  o.u32(kShb);
+  o.u32(0);  // length, patched below
+  o.u32(0x1A2B3C4D);
+  o.u16(1);
+  o.u16(0);
+  o.u32(0xffffffff);  // section length: unknown (-1, 64 bits)
+  o.u32(0xffffffff);
+  o.opt_str(kOptComment, shb_comment);
+  o.opt_str(kShbOs, os);
+  o.opt_str(kShbUserAppl, "urxe");
+  o.u32(kOptEnd);
+  uint32_t len = static_cast<uint32_t>(o.p - blk) + 4;
+  o.u32(len);
+  std::memcpy(blk + 4, &len, 4);
+  // IDB
+  blk = o.p;
+  o.u32(kIdb);
+  o.u32(0);
+  o.u16(kLinkEthernet);
+  o.u16(0);
+  o.u32(kSnapLen);
+  o.opt_str(kIfName, ifname);
+  o.opt_str(kIfDescription, if_desc);
+  const uint8_t tsresol = 9;  // nanoseconds
+  o.opt(kIfTsresol, &tsresol, 1);
+  o.opt_str(kOptComment, idb_comment);
+  o.u32(kOptEnd);
+  len = static_cast<uint32_t>(o.p - blk) + 4;
+  o.u32(len);
+  std::memcpy(blk + 4, &len, 4);
+  buf.resize(static_cast<size_t>(o.p - base));
+  return buf;
+}
+
+// RoCEv2 QPNs of a frame: BTH DestQP, and for UD the DETH SrcQP (-1 when absent). False if not RoCEv2.
+bool roce_qpns(const uint8_t* d, uint32_t len, uint32_t& dqpn, int64_t& sqpn) {
+  uint32_t off = 12;
+  if (len < 14) return false;
+  uint16_t type = static_cast<uint16_t>(d[12] << 8 | d[13]);
+  if (type == 0x8100 && len >= 18) {
+    off += 4;
+    type = static_cast<uint16_t>(d[16] << 8 | d[17]);
+  }
+  off += 2;
+  uint32_t udp;
+  if (type == 0x0800) {
+    if (len < off + 20 || d[off + 9] != 17) return false;
+    udp = off + (d[off] & 15u) * 4;
+  } else if (type == 0x86DD) {
+    if (len < off + 40 || d[off + 6] != 17) return false;
+    udp = off + 40;
+  } else {
+    return false;
+  }
+  const uint32_t bth = udp + 8;
+  if (len < bth + 12 || (d[udp + 2] << 8 | d[udp + 3]) != 4791) return false;
+  dqpn = uint32_t{d[bth + 5]} << 16 | uint32_t{d[bth + 6]} << 8 | d[bth + 7];
+  sqpn = -1;
+  if ((d[bth] >> 5) == 3 && len >= bth + 12 + 8)  // UD opcodes carry a DETH: Q_Key, then SrcQP
+    sqpn = int64_t{d[bth + 17]} << 16 | int64_t{d[bth + 18]} << 8 | d[bth + 19];
+  return true;
+}
+
+std::string self_comm() {
+  std::ifstream f("/proc/self/comm");
+  std::string s;
+  std::getline(f, s);
+  return s.empty() ? "?" : s;
+}
+
+std::string file_safe(const std::string& s) {
+  std::string r;
+  for (char c : s) r += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '-';
+  return r;
+}
+
+std::atomic<uint32_t> g_contexts{0};
+
+class CapturePort final : public en::Port {
+ public:
+  CapturePort(en::Port& inner, CaptureConfig cfg, const DeviceConfig& dev)
+      : inner_(inner), cfg_(std::move(cfg)), device_(dev.name) {
+    pid_ = static_cast<uint32_t>(::getpid());
+    comm_ = self_comm();
+    const uint32_t ctx = g_contexts.fetch_add(1);
+    prefix_ = cfg_.dir + "/" + file_safe(dev.name) + "_" + std::to_string(pid_) +
+              (ctx ? "." + std::to_string(ctx) : std::string()) + "_" + file_safe(comm_) + "_";
+    char c[64];
+    const int n = std::snprintf(c, sizeof c, "pid %u (%s) ", pid_, comm_.c_str());
+    comment_prefix_.assign(c, static_cast<size_t>(n > 0 ? std::min(n, 40) : 0));
+    std::string ring =
+        cfg_.file_bytes ? "files of at most " + std::to_string(cfg_.file_bytes) + " bytes" : "one file";
+    if (cfg_.file_bytes)
+      ring += cfg_.files ? ", the newest " + std::to_string(cfg_.files) + " kept" : ", all kept";
+    header_ = file_header("urxe capture of device " + dev.name + " on interface " + dev.netdev + ", pid " +
+                              std::to_string(pid_) + " (" + comm_ + "); ring of " + ring,
+                          dev.netdev, "urxe device " + dev.name + " on " + dev.netdev,
+                          "urxe device " + dev.name + ", interface " + dev.netdev + ", pid " +
+                              std::to_string(pid_) + " (" + comm_ + ")");
+    buf_[0].reset(new uint8_t[kBufBytes]);
+    buf_[1].reset(new uint8_t[kBufBytes]);
+    fill_ = buf_[0].get();
+    spare_ = buf_[1].get();
+  }
+
+  // Opens the first file and starts the writer; false with a reason when the directory cannot be written.
+  bool start(std::string& err) {
+    if (::mkdir(cfg_.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      err = "cannot create " + cfg_.dir + ": " + std::strerror(errno);
+      return false;
+    }
+    if (!open_next(err)) return false;
+    writer_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "urxe-pcap");
+      writer_loop();
+    });
+    return true;
+  }
+
+  ~CapturePort() override {
+    {
+      std::lock_guard g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (writer_.joinable()) writer_.join();
+    if (fd_ >= 0) ::close(fd_);
+    if (not_captured_)
+      log_printf(en::LogLevel::warn, device_,
+                 "capture: %llu frames were not written to %s* (the writer fell behind or the disk failed)",
+                 static_cast<unsigned long long>(not_captured_), prefix_.c_str());
+  }
+
+  const en::PortAttr& attr() const override { return inner_.attr(); }
+  bool tx_alloc(uint32_t size, en::PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
+  void tx_free(en::PacketBuf& buf) override { inner_.tx_free(buf); }
+  void rx_free(en::PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
+  int rx_wait_fd() const override { return inner_.rx_wait_fd(); }
+  void rx_wait_arm(bool armed) override { inner_.rx_wait_arm(armed); }
+
+  // Frames are copied before the inner port takes them (it may free them at once); the records of frames it
+  // did not take are cut off again (the engine offers them again later).
+  uint32_t tx_burst(en::PacketBuf* bufs, uint32_t n) override {
+    if (n > kMaxBurst) n = kMaxBurst;
+    size_t offs[kMaxBurst + 1];
+    bool recorded[kMaxBurst];
+    std::lock_guard g(mu_);
+    const uint64_t ts = now_realtime_ns();
+    for (uint32_t i = 0; i < n; ++i) {
+      offs[i] = fill_len_;
+      recorded[i] = record(bufs[i].data, bufs[i].len, true, ts);
+    }
+    offs[n] = fill_len_;
+    const uint32_t k = inner_.tx_burst(bufs, n);
+    if (k < n) {
+      for (uint32_t i = k; i < n; ++i) not_captured_ -= recorded[i] ? 0 : 1;
+      fill_len_ = offs[k];
+    }
+    kick_if_half_full();
+    return k;
+  }
+
+  uint32_t rx_burst(en::PacketBuf* bufs, uint32_t n) override {
+    const uint32_t k = inner_.rx_burst(bufs, n);
+    if (k == 0) return 0;
+    std::lock_guard g(mu_);
+    const uint64_t ts = now_realtime_ns();
+    for (uint32_t i = 0; i < k; ++i) record(bufs[i].data, bufs[i].len, false, ts);
+    kick_if_half_full();
+    return k;
+  }
+
+ private:
+  static uint64_t now_realtime_ns() {
+    timespec t{};
+    ::clock_gettime(CLOCK_REALTIME, &t);  // vDSO: no syscall
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
+  }
+
+  // One EPB into the fill buffer (mu_ held). A frame that does not fit is counted as not captured.
+  bool record(const uint8_t* data, uint32_t len, bool out, uint64_t ts) {
+    char comment[kMaxComment];
+    uint32_t dqpn = 0;
+    int64_t sqpn = -1;
+    int clen;
+    if (roce_qpns(data, len, dqpn, sqpn)) {
+      clen = sqpn >= 0 ? std::snprintf(comment, sizeof comment, "%s%s, to QP 0x%06x, from QP 0x%06x",
+                                       comment_prefix_.c_str(), out ? "out" : "in", dqpn,
+                                       static_cast<uint32_t>(sqpn))
+                       : std::snprintf(comment, sizeof comment, "%s%s, to QP 0x%06x", comment_prefix_.c_str(),
+                                       out ? "out" : "in", dqpn);
+    } else {
+      clen = std::snprintf(comment, sizeof comment, "%s%s", comment_prefix_.c_str(), out ? "out" : "in");
+    }
+    const uint32_t cl = clen > 0 ? std::min<uint32_t>(static_cast<uint32_t>(clen), kMaxComment - 1) : 0;
+    const uint32_t caplen = std::min(len, kSnapLen);
+    const uint32_t total = 28 + pad4(caplen) + 8 + 4 + pad4(cl) + 4 + 4;
+    if (fill_len_ + total > kBufBytes || failed_.load(std::memory_order_relaxed)) {
+      ++not_captured_;
+      if (!kicked_) {
+        kicked_ = true;
+        cv_.notify_one();
+      }
+      return false;
+    }
+    Out o{fill_ + fill_len_};
+    o.u32(kEpb);
+    o.u32(total);
+    o.u32(0);  // interface 0
+    o.u32(static_cast<uint32_t>(ts >> 32));
+    o.u32(static_cast<uint32_t>(ts));
+    o.u32(caplen);
+    o.u32(len);
+    o.bytes(data, caplen);
+    const uint32_t flags = out ? kOutbound : kInbound;
+    o.opt(kEpbFlags, &flags, 4);
+    o.opt(kOptComment, comment, cl);
+    o.u32(kOptEnd);
+    o.u32(total);
+    fill_len_ += total;
+    return true;
+  }
+
+  void kick_if_half_full() {
+    if (!kicked_ && fill_len_ >= kBufBytes / 2) {
+      kicked_ = true;
+      cv_.notify_one();
+    }
+  }
+
+  void writer_loop() {
+    for (;;) {
+      uint8_t* data;
+      size_t len;
+      bool stopping;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait_for(lk, kFlushPeriod, [this] { return stop_ || kicked_; });
+        data = fill_;
+        len = fill_len_;
+        fill_ = spare_;
+        fill_len_ = 0;
+        spare_ = data;
+        kicked_ = false;
+        stopping = stop_;
+      }
+      write_records(data, len);
+      if (stopping) return;
+    }
+  }
+
+  // Writes whole EPBs, starting a new file before one that would take the current file over the bound.
+  void write_records(const uint8_t* data, size_t len) {
+    size_t pos = 0, run = 0;  // [run, pos) is the pending piece for the current file
+    while (pos < len) {
+      uint32_t blk;
+      std::memcpy(&blk, data + pos + 4, 4);
+      if (cfg_.file_bytes && file_len_ + (pos - run) + blk > cfg_.file_bytes &&
+          file_len_ + (pos - run) > header_.size()) {
+        flush(data + run, pos - run);
+        run = pos;
+        std::string err;
+        if (!failed_ && !open_next(err)) fail(err);
+      }
+      pos += blk;
+    }
+    flush(data + run, pos - run);
+  }
+
+  void flush(const uint8_t* p, size_t n) {
+    if (failed_ || n == 0) return;
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        fail(std::string("write ") + cur_name_ + ": " + std::strerror(errno));
+        return;
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+      file_len_ += static_cast<uint64_t>(w);
+    }
+  }
+
+  void fail(const std::string& why) {
+    log_printf(en::LogLevel::error, device_, "capture stopped: %s", why.c_str());
+    failed_.store(true);
+  }
+
+  // Closes the current file, opens the next of the ring (deleting the oldest beyond the limit).
+  bool open_next(std::string& err) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    char stamp[32];
+    const time_t now = ::time(nullptr);
+    tm t{};
+    ::localtime_r(&now, &t);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d%H%M%S", &t);
+    char seq[16];
+    std::snprintf(seq, sizeof seq, "%05u", ++seq_);
+    cur_name_ = prefix_ + seq + "_" + stamp + ".pcapng";
+    fd_ = ::open(cur_name_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd_ < 0) {
+      err = "cannot create " + cur_name_ + ": " + std::strerror(errno);
+      return false;
+    }
+    files_.push_back(cur_name_);
+    while (cfg_.files && files_.size() > cfg_.files) {
+      ::unlink(files_.front().c_str());
+      files_.pop_front();
+    }
+    file_len_ = 0;
+    flush(reinterpret_cast<const uint8_t*>(header_.data()), header_.size());
+    return true;
+  }
+
+  en::Port& inner_;
+  const CaptureConfig cfg_;
+  const std::string device_;
+  uint32_t pid_ = 0;
+  std::string comm_, prefix_, comment_prefix_, header_;
+
+  // producer side (under mu_)
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<uint8_t[]> buf_[2];
+  uint8_t* fill_ = nullptr;
+  uint8_t* spare_ = nullptr;
+  size_t fill_len_ = 0;
+  bool kicked_ = false, stop_ = false;
+  std::atomic<bool> failed_{false};  // set by the writer: nothing more is captured
+  uint64_t not_captured_ = 0;
+
+  // writer side
+  std::thread writer_;
+  int fd_ = -1;
+  uint64_t file_len_ = 0;
+  uint32_t seq_ = 0;
+  std::string cur_name_;
+  std::deque<std::string> files_;
+};
+
+uint64_t env_u64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end) {
+    log_printf(en::LogLevel::warn, "", "%s='%s' is not a number; using %llu", name, v,
+               static_cast<unsigned long long>(fallback));
+    return fallback;
+  }
+  return n;
+}
+
+}  // namespace
+
+CaptureConfig capture_config(const DeviceConfig& dev) {
+  CaptureConfig c;
+  c.dir = dev.pcap;
+  const char* e = std::getenv("URXE_PCAP");
+  if (e && *e) c.dir = std::strcmp(e, "off") == 0 ? "" : e;
+  c.file_bytes = env_u64("URXE_PCAP_SIZE", dev.pcap_size_mb) << 20;
+  c.files = static_cast<uint32_t>(env_u64("URXE_PCAP_FILES", dev.pcap_files));
+  return c;
+}
+
+std::unique_ptr<en::Port> open_capture(en::Port& inner, const DeviceConfig& dev) {
+  CaptureConfig cfg = capture_config(dev);
+  if (cfg.dir.empty()) return nullptr;
+  auto port = std::make_unique<CapturePort>(inner, std::move(cfg), dev);
+  std::string err;
+  if (!port->start(err)) {
+    log_printf(en::LogLevel::error, dev.name, "capture off: %s", err.c_str());
+    return nullptr;
+  }
+  return port;
+}
+
+}  // namespace urxe::provider

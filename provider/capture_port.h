@@ -1,0 +1,41 @@
+// Live capture: every frame a device context sends and receives, written as pcapng that Wireshark and tshark
+// open directly. Turned on per device (`urxe link add ... --pcap DIR [--pcap-size MB] [--pcap-files N]`,
+// stored in urxe.conf, so every process opening the device captures) or per run ($URXE_PCAP=DIR, with
+// $URXE_PCAP_SIZE and $URXE_PCAP_FILES; URXE_PCAP=off disables a device's capture for one run).
+//
+// Each context (process × device open) writes its own ring of files in DIR:
+//   DEV_PID_COMM_NNNNN_YYYYmmddHHMMSS.pcapng   (PID gets ".K" for a process's second, third... context)
+// A new file starts when the next frame would take the current one over the size bound; with a file limit
+// the oldest of this ring is deleted, like dumpcap's ring buffer (-b filesize -b files).
+// pcapng contents: SHB (comment: device, interface, pid, comm), one IDB (Ethernet, ns timestamps, if_name =
+// the interface), an EPB per frame with epb_flags inbound (1) / outbound (2) and a comment "pid P (COMM)
+// in|out, to QP 0x.. [, from QP 0x..]" from the BTH DestQP (and the DETH SrcQP for UD).
+//
+// Cost: none when off (the port is not wrapped). When on, per burst: one lock, one clock read, a copy of each
+// frame into a preallocated buffer (no allocation); a writer thread writes full buffers (or every 250 ms) to
+// the file, so the progress thread makes no file syscalls. When the writer falls behind, frames are not
+// captured (counted, reported at close) rather than slowing the device.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/port.h"
+#include "provider/device_tree.h"
+
+namespace urxe::provider {
+
+struct CaptureConfig {
+  std::string dir;          // "" = off
+  uint64_t file_bytes = 0;  // bound per file (0 = one file, no rotation)
+  uint32_t files = 0;       // files kept per ring (0 = all)
+};
+
+// The device's settings overridden by the environment (URXE_PCAP, URXE_PCAP_SIZE in MB, URXE_PCAP_FILES).
+CaptureConfig capture_config(const DeviceConfig& dev);
+
+// A Port that forwards everything to `inner` and captures the frames as above; nullptr when capture is off,
+// or (after one line on stderr saying why) when DIR cannot be written: the device then works uncaptured.
+std::unique_ptr<engine::Port> open_capture(engine::Port& inner, const DeviceConfig& dev);
+
+}  // namespace urxe::provider
