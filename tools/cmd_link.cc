@@ -305,9 +305,10 @@ int add_main(Args args) {
 
   const prov::Paths paths = prov::Paths::from_env();
   if (ifname.empty() || ifname.size() >= IFNAMSIZ || if_nametoindex(ifname.c_str()) == 0) {
-    print_error("add", "no interface '" + ifname +
-                           "' in this network namespace (list them with 'ip link'; in a container, use "
-                           "the container's interface, e.g. eth0)");
+    print_error("add", "no interface '" + ifname + "' in this network namespace (there are: " +
+                           interface_names() +
+                           "; 'ip link' lists them; in a container, use the container's interface, e.g. "
+                           "eth0)");
     return 1;
   }
   prov::DeviceInfo existing;

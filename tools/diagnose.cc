@@ -2,6 +2,7 @@
 
 #include <linux/capability.h>
 #include <linux/netlink.h>
+#include <net/if.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -84,6 +85,16 @@ std::string check_device_dirs_writable(const provider::Paths& paths) {
                  : std::string("Run it as root (sudo urxe link ...)"));
   }
   return "";
+}
+
+std::string interface_names() {
+  std::string names;
+  if (struct if_nameindex* list = ::if_nameindex()) {
+    for (const struct if_nameindex* i = list; i->if_index != 0; ++i)
+      names += (names.empty() ? "" : ", ") + std::string(i->if_name);
+    ::if_freenameindex(list);
+  }
+  return names;
 }
 
 bool have_capability(int cap) {

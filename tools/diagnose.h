@@ -21,6 +21,9 @@ bool warn_if_kernel_rdma(const char* prog);
 // "" when both are writable, else one message saying which, why (errno) and how to fix it.
 std::string check_device_dirs_writable(const provider::Paths& paths);
 
+// The interfaces of this network namespace, "lo, eth0, ..." (for "no such interface" errors).
+std::string interface_names();
+
 // Whether the calling process has the capability in its effective set.
 bool have_capability(int cap);
 

@@ -128,6 +128,8 @@ check "  saying to run as root" "cannot write /dev/infiniband.*Run it as root" "
 "$U" link show urxe1 >/dev/null 2>&1; expect_rc "  and urxe1 is still there" 0 $?
 
 # --- device not found / exists, unknown options
+out=$("$U" link add urxe2 netdev eth9 2>&1); expect_rc "link add on a missing interface" 1 $?
+check "  names it and lists the interfaces there are" "no interface 'eth9' in this network namespace \(there are: lo, (va, vb|vb, va);" "$out"
 out=$("$U" link show nosuch 2>&1); expect_rc "link show of a missing device" 1 $?
 check "  lists the ones there are" "no urxe device 'nosuch'.*there are: urxe1.*URXE_RUN_DIR" "$out"
 out=$("$U" link refresh nosuch 2>&1); expect_rc "link refresh of a missing device" 1 $?
