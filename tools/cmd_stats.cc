@@ -34,7 +34,8 @@ constexpr char kUsage[] =
     "  rx_drop_qkey    UD packet with the wrong Q_Key\n"
     "  rx_drop_other   other silent drops (P_Key, UC gap, stray or duplicate response, ...)\n"
     "  resp_remote_access_errors  RDMA WRITE/READ/atomic refused: bad rkey, range or access rights\n"
-    "  tx_no_buf, cq_overflow, rdma_sends, rdma_recvs: as named\n"
+    "  tx_no_buf       backpressure: the port had no buffer for a frame, or took none\n"
+    "  cq_overflow     a completion arrived at a full CQ\n"
     "Counts include the processes that have the device open now and every one that had it open since\n"
     "'urxe link add' (also those that died). Each run also writes them to the sysfs tree, as the kernel has\n"
     "them: $URXE_RUN_DIR/sys/class/infiniband/NAME/ports/1/hw_counters/<counter> (applications update it\n"
@@ -68,7 +69,7 @@ bool parse_number(std::string_view s, double& out) {
 }
 
 int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "urxe stats: %s\n%s", msg.c_str(), kUsage);
+  std::fprintf(stderr, "urxe stats: %s ('urxe stats --help' lists the options)\n", msg.c_str());
   return kExitUsage;
 }
 
@@ -154,10 +155,10 @@ int stats_main(Args args) {
         ++i;
       }
     } else if (a == "--count") {
-      double v;
-      if (i + 1 >= args.size() || !parse_number(args[i + 1], v) || v < 1 || v != static_cast<uint64_t>(v))
+      const std::string_view v = i + 1 < args.size() ? args[i + 1] : std::string_view{};
+      auto r = std::from_chars(v.data(), v.data() + v.size(), o.count);
+      if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || o.count < 1)
         return usage_error("--count needs a whole number >= 1");
-      o.count = static_cast<uint64_t>(v);
       ++i;
     } else if (!a.empty() && a[0] == '-') {
       return usage_error("unknown option '" + std::string(a) + "'");

@@ -8,7 +8,8 @@
 #    pingpong's packets are all counted (N SENDs and N ACKs each way for N iterations of 64 bytes: rc_pingpong
 #    posts one SEND per iteration per side, each acknowledged; retransmissions, if any, are counted as
 #    duplicate_request on the other side and subtracted), rdma_sends/rdma_recvs = N, no process listed;
-#  - every sysfs hw_counters/<name> file holds the JSON value; rxe's 15 names are all there.
+#  - every sysfs hw_counters/<name> file holds the JSON value; rxe's 15 names are all there;
+#  - an app killed with SIGKILL keeps its counts (folded into the device total by the next reader).
 #   usage: stats_test.sh URXE PROVIDER_SO
 set -u
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces, mknod)"; exit 77; }
@@ -54,7 +55,11 @@ side() {  # side NS IFACE RUN_DIR OUTFILE CMD...
   ip netns exec "$ns" unshare --mount --propagation private sh -c '
     mount -t tmpfs urxe-test /dev/infiniband || exit 1
     export URXE_RUN_DIR="$1" URXE_PROVIDER="$2"
-    "$3" link add urxe0 netdev "$4" >/dev/null || exit 1
+    if [ -e "$1/sys/class/infiniband/urxe0" ]; then  # a later app on the same device: only the node
+      mknod /dev/infiniband/uverbs0 c 1 3 || exit 1
+    else
+      "$3" link add urxe0 netdev "$4" >/dev/null || exit 1
+    fi
     eval "$("$3" env)"
     shift 4
     exec timeout 60 "$@"' side "$run" "$so" "$urxe" "$ifc" "$@" >"$out" 2>&1
@@ -156,10 +161,42 @@ for run in "$tmp/runA" "$tmp/runB"; do
   check "rxe hw_counters files missing" "${missing:-none}" none
 done
 
+# An app killed with SIGKILL never folds its counters at close: they stay in its file, and the next reader
+# with write access (this urxe stats) folds them into the device total, once.
+# shellcheck disable=SC2086
+side $a va "$tmp/runA" "$tmp/server2" $app &
+srv=$!
+pid=
+for i in $(seq 100); do
+  pid=$(stats "$tmp/runA" --json 2>/dev/null | jq '.processes[] | select(.alive) | .pid')
+  [ -n "$pid" ] && break
+  sleep 0.1
+done
+ip netns exec $b /usr/bin/python3 - "$mac" <<'EOF' || { echo "FAIL: injecting frames"; fail=1; }
+import sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+from scapy.contrib.roce import BTH
+f = bytearray(bytes(Ether(dst=sys.argv[1]) / IP(src="10.89.0.2", dst="10.89.0.1", flags="DF") /
+                    UDP(sport=49152, dport=4791, chksum=0) / BTH(opcode=4, dqpn=0x11, psn=0) / Raw(b"x" * 16)))
+f[-1] ^= 0xff
+sendp([Ether(bytes(f))] * 3, iface="vb", verbose=False)
+EOF
+for i in $(seq 50); do
+  [ "$(stats "$tmp/runA" --json | jq .counters.rx_drop_icrc)" = 10 ] && break
+  sleep 0.1
+done
+if [ -n "$pid" ]; then kill -9 "$pid"; else echo "FAIL: second server not seen"; fail=1; fi
+wait $srv
+srv=
+js=$(stats "$tmp/runA" --json)
+check "rx_drop_icrc after the second server was killed" "$(echo "$js" | jq .counters.rx_drop_icrc)" 10
+check "processes listed after the kill (folded)" "$(echo "$js" | jq '.processes | length')" 0
+check "rx_drop_icrc stays after the fold" "$(stats "$tmp/runA" --json | jq .counters.rx_drop_icrc)" 10
+
 # Text output and a bounded --watch.
 out=$(stats "$tmp/runA" --watch 0.1 --count 2)
 check "--watch --count 2 rounds" "$(echo "$out" | grep -c '^urxe0:')" 2
-echo "$out" | grep -Eq "rx_drop_icrc +7( |$)" || { echo "FAIL: text output lacks rx_drop_icrc 7"; echo "$out"; fail=1; }
+echo "$out" | grep -Eq "rx_drop_icrc +10( |$)" || { echo "FAIL: text output lacks rx_drop_icrc 10"; echo "$out"; fail=1; }
 URXE_RUN_DIR=$tmp/runA "$urxe" stats nosuchdev >/dev/null 2>&1
 check "exit status for an unknown device" $? 1
 exit $fail
