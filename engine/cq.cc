@@ -43,6 +43,10 @@ int Engine::resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual) {
   std::lock_guard<std::mutex> g(e.mu);
   Cq* c = e.cq_get(cq);
   if (!c) return EINVAL;
+  // Catch up with work already queued first (as an app thread's poll does through try_progress): a NIC has
+  // long finished the UD sends posted just before, and the count of waiting completions must say so.
+  for (int i = 0; i < 16 && e.progress_round(); i++) {
+  }
   Ring<Wc>& r = c->ring;
   std::vector<Wc> slots(round_up_pow2(cqe));  // allocated before pollers are held up
   {
@@ -60,6 +64,28 @@ int Engine::resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual) {
   c->cqe = cqe;
   if (actual) *actual = cqe;
   return 0;  // the old slots are freed here, after the pollers were let go
+}
+
+// A QP moved to RESET takes its completions still waiting in its CQs with it, the others stay in order (as
+// mlx4/mlx5 clean their CQs at RESET): an app that recycles a QP through RESET, e.g. after an error, must
+// not poll the flushed receives of its previous life. Engine lock held (no producer); the poll lock keeps
+// pollers out while the ring is compacted.
+void EngineImpl::cq_clean(const Qp& qp) {
+  for (Cq* c : {qp.scq, qp.rcq}) {
+    if (!c) continue;
+    Ring<Wc>& r = c->ring;
+    std::lock_guard<SpinLock> pg(r.lock);
+    const uint32_t cons = r.cons.load(std::memory_order_relaxed),
+                   prod = r.prod.load(std::memory_order_relaxed);
+    uint32_t keep = cons;
+    for (uint32_t i = cons; i != prod; i++) {
+      if (r.at(i).qp_num == qp.qpn) continue;
+      if (keep != i) r.at(keep) = r.at(i);
+      keep++;
+    }
+    r.prod.store(keep, std::memory_order_release);
+    if (qp.scq == qp.rcq) break;  // one CQ for both queues: cleaned once
+  }
 }
 
 bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {

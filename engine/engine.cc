@@ -163,6 +163,7 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   pds.resize(size_t{d.max_pd} + 1);
   mrs.resize(size_t{d.max_mr} + 1);
   ahs.resize(size_t{d.max_ah} + 1);
+  gids = port.attr().gids;
   cqs = std::vector<std::atomic<Cq*>>(size_t{d.max_cq} + 1);
   srqs = std::vector<std::atomic<Srq*>>(size_t{d.max_srq} + 1);
   qps = std::vector<std::atomic<Qp*>>(d.max_qp);

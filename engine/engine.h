@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/port.h"
 #include "engine/verbs.h"
@@ -179,6 +180,13 @@ class Engine {
 
   int create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah);
   int destroy_ah(uint32_t ah);
+
+  // The GID table (index = sgid_index; an all-zero entry is unused): the port's at creation, then what
+  // set_gid puts there when the interface's addresses change. QPs and AHs keep the source address they
+  // resolved (like the kernel's cached GID attributes); modify_qp (QP_AV) and create_ah with an unused
+  // index fail with EINVAL. set_gid: EINVAL beyond the table.
+  int set_gid(uint32_t index, const wire::Gid& gid);
+  std::vector<wire::Gid> gid_table() const;
 
   // Data path. On error *bad_wr points at the first WR not posted (those before it are posted).
   // post_send: EINVAL in RESET/INIT/RTR (and bad opcode/flags/SGE count/inline size for the QP type),

@@ -115,6 +115,7 @@ struct Ah {
   bool used = false;
   uint32_t pd = 0;
   AddressVector av;
+  wire::Gid sgid{};  // gids[av.sgid_index] at create_ah: kept if that GID later goes away
 };
 
 // One send WQE: the WR as posted plus the requester's per-WQE state.
@@ -244,6 +245,7 @@ struct EngineImpl {
   std::vector<Pd> pds;
   std::vector<Mr> mrs;
   std::vector<Ah> ahs;
+  std::vector<wire::Gid> gids;  // GID table (Engine::set_gid), index = sgid_index; zero = unused
   std::vector<std::atomic<Cq*>> cqs;
   std::vector<std::atomic<Srq*>> srqs;
   std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
@@ -281,6 +283,7 @@ struct EngineImpl {
   int destroy_cq(uint32_t cq);
   Cq* cq_get(uint32_t cq) const;
   bool cq_post(Cq& cq, const Wc& wc, bool solicited);
+  void cq_clean(const Qp& qp);  // drops qp's completions still waiting in its CQs (modify_qp to RESET)
 
   // srq.cc
   int create_srq(uint32_t pd, const SrqAttr& attr, uint32_t& srq, SrqAttr* actual);

@@ -165,17 +165,29 @@ int EngineImpl::invalidate_key(uint32_t key, uint32_t pd) {
 int EngineImpl::create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah) {
   Pd* p = pd_get(pd);
   if (!p) return EINVAL;
-  if (av.sgid_index >= port.attr().gids.size()) return EINVAL;
+  if (av.sgid_index >= gids.size() || gids[av.sgid_index] == wire::Gid{}) return EINVAL;
   if (av.port_num != 1) return EINVAL;
   for (uint32_t i = 1; i < ahs.size(); i++) {
     if (!ahs[i].used) {
-      ahs[i] = Ah{true, pd, av};
+      ahs[i] = Ah{true, pd, av, gids[av.sgid_index]};
       p->refs++;
       ah = i;
       return 0;
     }
   }
   return ENOMEM;
+}
+
+int Engine::set_gid(uint32_t index, const wire::Gid& gid) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (index >= impl_->gids.size()) return EINVAL;
+  impl_->gids[index] = gid;
+  return 0;
+}
+
+std::vector<wire::Gid> Engine::gid_table() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->gids;
 }
 
 int EngineImpl::destroy_ah(uint32_t ah) {

@@ -332,7 +332,8 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   if ((mask & QP_PORT) && a.port_num != 1) return EINVAL;
   if ((mask & QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
   if ((mask & QP_PATH_MTU) && (a.path_mtu < MTU_256 || a.path_mtu > MTU_4096)) return EINVAL;
-  if ((mask & QP_AV) && (a.ah_attr.sgid_index >= port.attr().gids.size() || a.ah_attr.port_num > 1))
+  if ((mask & QP_AV) && (a.ah_attr.sgid_index >= gids.size() || gids[a.ah_attr.sgid_index] == wire::Gid{} ||
+                         a.ah_attr.port_num > 1))
     return EINVAL;
   if ((mask & QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
   if ((mask & QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
@@ -378,8 +379,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
     f = wire::FrameSpec{};
     f.src_mac = pa.mac;
     f.dst_mac = s.ah_attr.dmac;
-    const wire::Gid sgid =
-        s.ah_attr.sgid_index < pa.gids.size() ? pa.gids[s.ah_attr.sgid_index] : wire::Gid{};
+    const wire::Gid sgid = s.ah_attr.sgid_index < gids.size() ? gids[s.ah_attr.sgid_index] : wire::Gid{};
     f.ip_version = wire::gid_is_ipv4_mapped(sgid) ? 4 : 6;
     f.src_ip = sgid;
     f.dst_ip = s.ah_attr.dgid;
@@ -398,6 +398,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   if (next != cur) {
     if (next == QPS_RESET) {
       qp_reset(q);
+      cq_clean(q);
       q.attr.qp_state = QPS_RESET;
       q.state.store(QPS_RESET, std::memory_order_release);
     } else if (next == QPS_ERR) {

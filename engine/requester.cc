@@ -135,10 +135,9 @@ bool EngineImpl::requester_run(Qp& q) {
     wire::FrameSpec spec = q.spec;
     if (q.type == QPT_UD) {
       const AddressVector& av = ahs[w.ah].av;
-      const PortAttr& pa = port.attr();
-      spec.src_mac = pa.mac;
+      spec.src_mac = port.attr().mac;
       spec.dst_mac = av.dmac;
-      const wire::Gid sgid = av.sgid_index < pa.gids.size() ? pa.gids[av.sgid_index] : wire::Gid{};
+      const wire::Gid sgid = ahs[w.ah].sgid;
       spec.ip_version = wire::gid_is_ipv4_mapped(sgid) ? 4 : 6;
       spec.src_ip = sgid;
       spec.dst_ip = av.dgid;

@@ -74,13 +74,18 @@ TEST_F(Rereg, PdChangeFailsReceivesOfTheOldPdAndMovesThePdReference) {
   EXPECT_EQ(EBUSY, b.eng->dealloc_pd(pd2));  // the MR now holds pd2
   // B's QP is in the old PD: a receive into the MR fails (pyverbs test_mr_rereg_pd expects REM_OP_ERR).
   post_recv(b, qb, 0, 64, 9);
+  post_recv(lb.a(), qa, 0x1000, 64, 10);  // as pyverbs' traffic(): a receive waits on the sender's QP too
   Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
   post(lb.a(), qa, make_wr(WR_SEND, &sge, 1));
-  auto wa = lb.poll(lb.a(), 1);
+  auto wa = lb.poll(lb.a(), 2);
   auto wb = lb.poll(b, 1);
-  ASSERT_EQ(wa.size(), 1u);
+  ASSERT_EQ(wa.size(), 2u);
   ASSERT_EQ(wb.size(), 1u);
+  // The failed SEND reports first, then the flushed receive (what pyverbs' test_mr_rereg_pd polls for).
   EXPECT_EQ(wa[0].status, WC_REM_OP_ERR) << wc_status_str(wa[0].status);
+  EXPECT_EQ(wa[0].opcode, WC_SEND);
+  EXPECT_EQ(wa[1].status, WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wa[1].wr_id, 10u);
   EXPECT_EQ(wb[0].status, WC_LOC_PROT_ERR) << wc_status_str(wb[0].status);
   restate();
   ASSERT_EQ(0, b.eng->rereg_mr(b.mr.lkey, REREG_MR_CHANGE_PD, b.pd, nullptr, 0, 0));
@@ -415,6 +420,36 @@ TEST(ResizeThreads, ConcurrentPollerAndResizer) {
   std::printf("resize under traffic: %llu completions, %llu resizes, %llu refused (EINVAL)\n",
               static_cast<unsigned long long>(polled), static_cast<unsigned long long>(resizes.load()),
               static_cast<unsigned long long>(refused.load()));
+}
+
+// modify_qp to RESET drops the QP's completions still waiting in the CQ (as mlx4/mlx5 do; pyverbs'
+// test_mr_rereg_pd/addr recycle their QPs through RESET and must not poll the old flushed receives), and
+// keeps every other QP's, in order.
+TEST(CqClean, ResetDropsOnlyThatQpsWaitingCompletions) {
+  Loopback lb;
+  Node &a = lb.a(), &b = lb.b();
+  auto [qa, qb] = lb.connect(QPT_RC);
+  auto [qa2, qb2] = lb.connect(QPT_RC);
+  for (uint64_t i = 0; i < 6; i++) {
+    Sge sge{a.addr(64 * i), 64, a.mr.lkey};
+    SendWr wr = make_wr(WR_RDMA_WRITE, &sge, 1, i);
+    wr.rdma.remote_addr = b.addr(64 * i);
+    wr.rdma.rkey = b.mr.rkey;
+    post(a, i % 2 ? qa2 : qa, wr);
+  }
+  lb.settle();
+  QpAttr at;
+  at.qp_state = QPS_RESET;
+  ASSERT_EQ(0, a.eng->modify_qp(qa, at, QP_STATE));
+  Wc wc[16];
+  const int n = a.eng->poll_cq(a.cq, 16, wc);
+  ASSERT_EQ(n, 3);
+  for (int i = 0; i < n; i++) {
+    EXPECT_EQ(wc[i].wr_id, 2u * i + 1);
+    EXPECT_EQ(wc[i].qp_num, qa2);
+  }
+  (void)qb;
+  (void)qb2;
 }
 
 }  // namespace
