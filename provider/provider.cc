@@ -368,12 +368,13 @@ struct ContextState final : urxe::provider::LoggingSink {
   }
   void doorbell() override { doorbell_ring(); }
 
-  // Whether the app is polling (its poll count moved since `seen`) and no CQ is armed for events.
-  bool app_driving(uint64_t& seen) {
-    const uint64_t polls = app_polls.load(std::memory_order_relaxed);
-    const bool moved = polls != seen;
-    seen = polls;
-    return moved && armed_cqs.load(std::memory_order_relaxed) == 0;
+  // Whether the app is busy-polling: at least kDrivingPolls poll_cq calls since `since` (the start of
+  // this idle spell, at most the spin time ago), and no CQ armed for events (an app may be blocked).
+  // An app that polls only now and then does not count: the thread then serves the port itself.
+  static constexpr uint64_t kDrivingPolls = 4;
+  bool app_driving(uint64_t since) const {
+    return app_polls.load(std::memory_order_relaxed) - since >= kDrivingPolls &&
+           armed_cqs.load(std::memory_order_relaxed) == 0;
   }
 
   void wait_fds(bool with_port, int port_fd, uint64_t wait_ns) {
@@ -398,14 +399,19 @@ struct ContextState final : urxe::provider::LoggingSink {
     uint64_t spin_ns = 20000;
     if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
       spin_ns = std::strtoull(e, nullptr, 10) * 1000;
-    uint64_t idle_since = 0, seen_polls = 0;
+    uint64_t idle_since = 0, idle_polls = 0;
     while (!stop.load(std::memory_order_relaxed)) {
       if (engine->progress()) {
         ++n_rounds;
         idle_since = 0;
         continue;
       }
-      if (app_driving(seen_polls)) {
+      const uint64_t t = clock.now_ns();
+      if (idle_since == 0) {
+        idle_since = t;
+        idle_polls = app_polls.load(std::memory_order_relaxed);
+      }
+      if (app_driving(idle_polls)) {
         sleep_mode.store(kNapping, std::memory_order_seq_cst);
         const uint64_t deadline = engine->next_deadline_ns(), now = clock.now_ns();
         uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
@@ -420,15 +426,13 @@ struct ContextState final : urxe::provider::LoggingSink {
         idle_since = 0;
         continue;
       }
-      const uint64_t t = clock.now_ns();
-      if (idle_since == 0) idle_since = t;
       if (t - idle_since < spin_ns) {
         for (int i = 0; i < 32; ++i) __builtin_ia32_pause();
         continue;
       }
       port->rx_wait_arm(true);
       sleep_mode.store(kSleeping, std::memory_order_seq_cst);
-      if (engine->progress() || stop.load() || app_driving(seen_polls)) {
+      if (engine->progress() || stop.load() || app_driving(idle_polls)) {
         sleep_mode.store(kAwake);
         port->rx_wait_arm(false);
         idle_since = 0;
@@ -618,6 +622,7 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
           dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
     }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
+    urxe::provider::restrict_rx_qpns(*st->port, ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
     {
       const char* names[static_cast<size_t>(en::Counter::num_counters)];
       for (size_t c = 0; c < std::size(names); ++c) names[c] = en::counter_name(static_cast<en::Counter>(c));
