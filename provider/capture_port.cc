@@ -37,10 +37,14 @@ constexpr uint32_t kInbound = 1, kOutbound = 2;  // epb_flags bits 0-1
 constexpr uint16_t kLinkEthernet = 1;
 constexpr uint32_t kSnapLen = 262144;
 
-constexpr size_t kBufBytes = size_t{4} << 20;  // each of the two buffers
-constexpr uint32_t kMaxBurst = 256;            // frames recorded per tx_burst call (the rest go next call)
+// Each of the two buffers. Pages are touched only as frames arrive. The writer is woken at a quarter, so on a
+// loaded machine it has ~12 MiB of headroom (~100 ms at 1 Gbit/s) to get scheduled before frames are lost.
+constexpr size_t kBufBytes = size_t{16} << 20;
+constexpr uint32_t kMaxBurst = 256;  // frames recorded per tx_burst call (the rest go next call)
 constexpr uint32_t kMaxComment = 128;
 constexpr auto kFlushPeriod = std::chrono::milliseconds(250);
+constexpr auto kMaxWait = std::chrono::milliseconds(200);  // a burst waits at most this for buffer room
+constexpr uint32_t kEpbOverhead = 28 + 3 + 8 + 4 + kMaxComment + 4 + 4;  // EPB bytes besides the frame
 
 constexpr uint32_t pad4(uint32_t n) {
   return (n + 3) & ~3u;
@@ -226,7 +230,8 @@ class CapturePort final : public en::Port {
     if (n > kMaxBurst) n = kMaxBurst;
     size_t offs[kMaxBurst + 1];
     bool recorded[kMaxBurst];
-    std::lock_guard g(mu_);
+    std::unique_lock lk(mu_);
+    reserve(lk, bufs, n);
     const uint64_t ts = now_realtime_ns();
     for (uint32_t i = 0; i < n; ++i) {
       offs[i] = fill_len_;
@@ -245,7 +250,8 @@ class CapturePort final : public en::Port {
   uint32_t rx_burst(en::PacketBuf* bufs, uint32_t n) override {
     const uint32_t k = inner_.rx_burst(bufs, n);
     if (k == 0) return 0;
-    std::lock_guard g(mu_);
+    std::unique_lock lk(mu_);
+    reserve(lk, bufs, k);
     const uint64_t ts = now_realtime_ns();
     for (uint32_t i = 0; i < k; ++i) record(bufs[i].data, bufs[i].len, false, ts);
     kick_if_half_full();
@@ -303,8 +309,20 @@ class CapturePort final : public en::Port {
     return true;
   }
 
+  // Room for a whole burst in the fill buffer, so its records never straddle a swap: when the writer is
+  // behind, wait for it (up to kMaxWait: the device slows to the disk's pace rather than lose frames), then
+  // give up and let record() count what does not fit.
+  void reserve(std::unique_lock<std::mutex>& lk, const en::PacketBuf* bufs, uint32_t n) {
+    size_t need = 0;
+    for (uint32_t i = 0; i < n; ++i) need += kEpbOverhead + std::min(bufs[i].len, kSnapLen);
+    if (fill_len_ + need <= kBufBytes || failed_.load(std::memory_order_relaxed)) return;
+    kicked_ = true;
+    cv_.notify_one();
+    space_cv_.wait_for(lk, kMaxWait, [&] { return fill_len_ + need <= kBufBytes || stop_; });
+  }
+
   void kick_if_half_full() {
-    if (!kicked_ && fill_len_ >= kBufBytes / 2) {
+    if (!kicked_ && fill_len_ >= kBufBytes / 4) {
       kicked_ = true;
       cv_.notify_one();
     }
@@ -326,6 +344,7 @@ class CapturePort final : public en::Port {
         kicked_ = false;
         stopping = stop_;
       }
+      space_cv_.notify_all();
       write_records(data, len);
       if (stopping) return;
     }
@@ -404,7 +423,8 @@ class CapturePort final : public en::Port {
 
   // producer side (under mu_)
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;        // wakes the writer
+  std::condition_variable space_cv_;  // the writer swapped buffers: room for a producer waiting in reserve()
   std::unique_ptr<uint8_t[]> buf_[2];
   uint8_t* fill_ = nullptr;
   uint8_t* spare_ = nullptr;
