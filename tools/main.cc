@@ -37,6 +37,8 @@ constexpr char kEpilog[] =
     "                 the device's --port\n"
     "  URXE_LOG       in applications: log level error, warn (default), info, debug, off (URXE_DEBUG=1 = "
     "debug)\n"
+    "  URXE_PCAP      in applications: capture every frame to pcapng files in this directory for this run\n"
+    "                 (URXE_PCAP_SIZE, URXE_PCAP_FILES bound them; see 'urxe link add --help', --pcap)\n"
     "\n"
     "Devices stay invisible to applications when the kernel has RDMA loaded (ib_core): libibverbs then\n"
     "ignores SYSFS_PATH; 'urxe link add', 'urxe env' and 'urxe run' warn about it. Installed: the provider\n"
