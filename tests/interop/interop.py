@@ -547,10 +547,10 @@ def matrix():
     m += perftest("lossy", "ib_read_bw", "-n 100 -s 65536", netem=LOSSY)
     m += perftest("lossy", "ib_send_bw", "-n 100 -s 65536", netem=LOSSY)
     m += rdma_check("lossy", 1 << 20, 65536, netem=LOSSY)
-    return m
+    return m + fixture_cases()
 
 
-GROUPS = ("pingpong", "perftest", "datacheck", "mtu4096", "ipv6", "lossy")
+GROUPS = ("pingpong", "perftest", "datacheck", "mtu4096", "ipv6", "lossy", "fixtures")
 
 
 def cmd_list():
@@ -918,17 +918,36 @@ def cmd_smoke():
     return 1 if problems else 0
 
 
-# A representative set of runs for pcap-fixtures/ (replay tests): every transport, both roles, multi-packet
-# and READ/atomic responses, IPv6, MTU 4096, and recovery under loss.
-FIXTURE_CASES = [
-    "rc_pingpong_s4097_urxe_client", "rc_pingpong_s262144_urxe_server", "uc_pingpong_s4097_urxe_client",
-    "ud_pingpong_s1024_urxe_server", "srq_pingpong_s64_urxe_client", "ib_write_bw_n_50_s_65536_urxe_client",
-    "ib_read_bw_n_50_s_65536_urxe_client", "ib_read_bw_n_50_s_65536_urxe_server",
-    "ib_atomic_bw_n_50_a_fetch_and_add_urxe_client", "ib_atomic_bw_n_50_a_cmp_and_swap_urxe_server",
-    "rdma_check_s65536_c2048_m1024_urxe_client", "rdma_check_s65536_c2048_m1024_urxe_server",
-    "rc_pingpong_s65536_m4096_urxe_server", "rc_pingpong_s4097_v6_urxe_client",
-    "rdma_check_s1048576_c65536_m1024_lossy_urxe_client", "rdma_check_s1048576_c65536_m1024_lossy_urxe_server",
-]
+# A small representative set of runs for pcap-fixtures/interop/ (tests/replay replays them): every transport,
+# both roles, multi-packet SENDs/READ responses, a message above rxe's 64-packet AckReq window, WRITE/READ/
+# FETCH_AND_ADD/CMP_AND_SWAP with known data, IPv6, MTU 4096, and recovery under loss. Group "fixtures" (not a
+# ctest); sizes chosen so the whole set stays well under 1 MB (path MTU 256 where many packets are wanted).
+FIXTURE_NETEM = "limit 20000 delay 1ms reorder 10% 50% duplicate 1% loss 5%"
+
+
+def fixture_cases():
+    m = []
+
+    def pick(cases, role):
+        for c in cases:
+            if c["urxe_role"] == role:
+                c["name"] = "fx_" + c["name"]
+                c["group"] = "fixtures"
+                m.append(c)
+    pick(pingpong("fixtures", "rc", 4097, 3), "client")
+    pick(pingpong("fixtures", "rc", 32768, 1, path_mtu=256), "server")
+    pick(pingpong("fixtures", "uc", 4097, 3), "server")
+    pick(pingpong("fixtures", "ud", 1024, 3), "client")
+    pick(pingpong("fixtures", "srq", 64, 3), "server")
+    pick(rdma_check("fixtures", 8192, 2048), "client")
+    pick(rdma_check("fixtures", 8192, 2048), "server")
+    pick(pingpong("fixtures", "rc", 8193, 3, mtu=4200, path_mtu=4096), "client")
+    pick(pingpong("fixtures", "rc", 4097, 3, fam="v6"), "server")
+    pick(pingpong("fixtures", "rc", 2048, 20, path_mtu=256, netem=FIXTURE_NETEM), "client")
+    pick(rdma_check("fixtures", 16384, 4096, path_mtu=256, netem=FIXTURE_NETEM), "server")
+    return m
+
+
 FIXTURE_MAX_FRAMES = 800
 
 
@@ -937,7 +956,7 @@ def cmd_fixtures(outdir, names):
     interop-<case>.pcap and writes OUTDIR/interop-PROVENANCE.md: what ran, which side is which, and the
     QP parameters both programs printed (QPNs, PSNs, rkeys, VAs, GIDs), the MTU and any netem."""
     os.makedirs(outdir, exist_ok=True)
-    commit = sh(["git", "-C", TOP, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    commit = sh(["git", "-C", TOP, "describe", "--always", "--dirty"]).stdout.strip()
     manifest = ""
     for guest in (os.environ.get("URXE_RXE_PEER_DIR", ""), os.path.expanduser("~/.cache/urxe/rxe-peer")):
         f = os.path.join(guest, "guest", "manifest.txt")
@@ -947,12 +966,14 @@ def cmd_fixtures(outdir, names):
     vers = ", ".join(l for l in manifest.splitlines() if l.split(" ")[0] in (
         "libibverbs1", "ibverbs-providers", "perftest") or l.startswith("linux-image"))
     lines = ["# interop captures: urxe (host) <-> kernel rxe (QEMU guest)", "",
-             f"Made by tests/interop/interop.py (urxe {commit}); guest: {vers or 'see tools/rxe-peer'}.",
+             "Made by `pcap-fixtures/interop/make-fixtures.sh BUILD_DIR` (`interop.py setup`, `run fixtures`, "
+             f"`fixtures DIR`) from urxe {commit}; guest: {vers or 'see tools/rxe-peer'}. Replayed into the engine "
+             "by tests/replay (each capture from both sides, except the lossy ones: urxe's side only).",
              f"urxe: MAC {URXE_MAC}, {URXE_IP} / {URXE_IP6} (netdev uxv0). rxe: MAC {PEER_MAC}, {PEER_IP} / "
              f"{PEER_IP6} (rxe0 on eth0). Captured with tcpdump on the guest's tap (rxe's frames after its "
              "egress netem, urxe's before the guest's ingress netem), UDP 4791 to/from urxe's MAC only; "
              f"at most the first {FIXTURE_MAX_FRAMES} frames of a run are kept.", ""]
-    for name in names or FIXTURE_CASES:
+    for name in names or [c["name"] for c in fixture_cases()]:
         d = os.path.join(RESULTS, name)
         try:
             res = json.load(open(os.path.join(d, "result.json")))
@@ -962,7 +983,7 @@ def cmd_fixtures(outdir, names):
         if not res["ok"]:
             print(f"{name}: did not pass, skipped")
             continue
-        out = os.path.join(outdir, f"interop-{name}.pcap")
+        out = os.path.join(outdir, f"interop-{name.removeprefix('fx_')}.pcap")
         r = sh(["editcap", "-F", "pcap", "-r", os.path.join(d, "capture.pcap"), out, f"1-{FIXTURE_MAX_FRAMES}"])
         if r.returncode:
             print(f"{name}: editcap: {r.stdout}")
@@ -974,7 +995,7 @@ def cmd_fixtures(outdir, names):
             params += [f"  - {side}: {l.strip()}" for l in log_text.splitlines()
                        if re.search(r"(local|remote) (address|QPN)|^\s*GID:", l)]
         frames = int(sh(["sh", "-c", f"tshark -r {shlex.quote(out)} 2>/dev/null | wc -l"]).stdout.strip() or 0)
-        lines += [f"## interop-{name}.pcap ({frames} of {res['frames']} frames)",
+        lines += [f"## interop-{name.removeprefix('fx_')}.pcap ({frames} of {res['frames']} frames)",
                   f"- `{c['tool']} {c['args']}` with urxe as {c['urxe_role']}, rxe as "
                   f"{'client' if c['urxe_role'] == 'server' else 'server'}; link MTU {c['mtu']}, GIDs "
                   f"{ {'v4': 'IPv4-mapped', 'v6': 'IPv6 ULA', 'll': 'IPv6 link-local'}[c['fam']] }" +
