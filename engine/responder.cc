@@ -283,10 +283,10 @@ struct Responder {
     res.cur_offset = 0;
     q.epsn = wire::psn_add(pkt.bth.psn, n);
     q.msn = wire::psn_add(q.msn, 1);
+    res.msn = q.msn;
     q.ack_pending = false;  // the responses acknowledge everything before them
     q.pkts_since_ack = 0;
   }
-    res.msn = q.msn;
 
   void do_atomic() {
     if (q.in_msg) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
@@ -315,10 +315,10 @@ struct Responder {
     res.pending = true;
     q.epsn = wire::psn_add(pkt.bth.psn, 1);
     q.msn = wire::psn_add(q.msn, 1);
+    res.msn = q.msn;
     q.ack_pending = false;
     q.pkts_since_ack = 0;
   }
-    res.msn = q.msn;
 
   // Re-arms responder resource `k` (and drops the output of every later one, which the requester resends).
   void rearm_from(uint32_t slot) {
