@@ -248,7 +248,6 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       note(pe == wire::ParseError::bad_icrc ? Note::drop_bad_icrc : Note::drop_malformed, pkt.bth.dqpn);
     return;
   }
-  count(Counter::rcvd_pkts);
   const uint32_t dqpn = pkt.bth.dqpn;
   Qp* qp = (dqpn >= config.qpn_base && dqpn - config.qpn_base < qps.size())
                ? qps[dqpn - config.qpn_base].load(std::memory_order_relaxed)
@@ -264,6 +263,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     if (dqpn >= config.qpn_base && dqpn - config.qpn_base < qps.size()) note(Note::drop_unknown_qpn, dqpn);
     return;
   }
+  const CurQp in_qp(*this, qp);
   // P_Key: the only table entry is the default full-membership key.
   if ((pkt.bth.pkey & 0x7fff) != 0x7fff) {
     count(Counter::rx_drop_other);
@@ -398,6 +398,7 @@ bool EngineImpl::progress_round() {
     did = true;
   }
   for (Qp* qp : e.qp_list) {
+    const CurQp in_qp(e, qp);
     if (e.completer_run(*qp)) did = true;
     if (e.responder_tx(*qp, e.config.tx_budget)) did = true;
     if (e.requester_run(*qp)) did = true;
@@ -432,6 +433,15 @@ uint64_t Engine::next_deadline_ns() const {
     if (qp->timer_deadline) best = std::min(best, qp->timer_deadline);
   }
   return best;
+}
+
+int Engine::qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  const Qp* qp = impl_->qp_get(qpn);
+  if (!qp) return EINVAL;
+  state = qp->state.load(std::memory_order_relaxed);
+  std::copy(qp->counters.begin(), qp->counters.end(), out);
+  return 0;
 }
 
 uint64_t Engine::counter(Counter c) const {

@@ -206,6 +206,9 @@ class Engine {
   uint64_t next_deadline_ns() const;
 
   uint64_t counter(Counter c) const;
+  // One QP's share of the counters (num_counters values into out: what happened while the engine worked on
+  // that QP; frames dropped before a QP was found count only in counter()) and its state. EINVAL: no such QP.
+  int qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const;
 
  private:
   std::unique_ptr<EngineImpl> impl_;

@@ -174,6 +174,7 @@ struct Qp {
   QpCap cap;
   uint32_t mtu = 1024;   // effective path MTU in bytes
   wire::FrameSpec spec;  // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
+  std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};  // this QP's share; engine lock
   bool comm_est = false;
 
   // send queue (app produces, progress consumes)
@@ -259,10 +260,17 @@ struct EngineImpl {
   std::vector<PacketBuf> rx;
   uint64_t now = 0;
 
+  Qp* cur_qp = nullptr;  // the QP being worked on (a received packet's, or progress()'s), for its counters
   void count(Counter c, uint64_t n = 1) {
     std::atomic_ref<uint64_t> a(counters[static_cast<size_t>(c)]);  // writers hold the engine lock
     a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    if (cur_qp) cur_qp->counters[static_cast<size_t>(c)] += n;
   }
+  struct CurQp {  // sets cur_qp for a scope
+    EngineImpl& e;
+    CurQp(EngineImpl& engine, Qp* qp) : e(engine) { e.cur_qp = qp; }
+    ~CurQp() { e.cur_qp = nullptr; }
+  };
   uint32_t active_mtu_bytes() const;
   Mtu active_mtu() const;
 

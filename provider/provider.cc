@@ -241,6 +241,7 @@ struct ContextState final : urxe::provider::LoggingSink {
   uint64_t n_sleeps = 0, n_wake_doorbell = 0, n_wake_port = 0, n_rounds = 0;
 
   ~ContextState() override {
+    counter_file.stop_mirror();  // its per-QP source uses the engine
     stop.store(true);
     wake();
     if (progress_thread.joinable()) progress_thread.join();
@@ -637,6 +638,21 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
       return fail(ENOMEM, std::string("engine: ") + ex.what());
     }
     st->engine->set_event_sink(st);
+    st->counter_file.set_qp_source([st] {  // on the stats thread, once a second at most
+      std::vector<std::pair<uint32_t, en::QpType>> qps;
+      {
+        std::lock_guard<std::mutex> g(st->map_mu);
+        for (const auto& [qpn, qp] : st->qps) qps.emplace_back(qpn, qp->type);
+      }
+      std::string text;
+      uint64_t v[static_cast<size_t>(en::Counter::num_counters)];
+      en::QpState state;
+      for (const auto& [qpn, type] : qps)
+        if (st->engine->qp_counters(qpn, state, v) == 0)
+          text += st->counter_file.qp_line(qpn, type == en::QPT_RC ? "RC" : type == en::QPT_UC ? "UC" : "UD",
+                                           en::qp_state_str(state), v);
+      return text;
+    });
     st->counter_file.start_mirror();
 
     verbs_set_ops(&ctx->vctx, &ctx_ops());

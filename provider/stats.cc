@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -206,6 +207,56 @@ bool write_total(const std::string& dir, const CounterSet& s) {
   return true;
 }
 
+std::string qps_path(const std::string& ctr_path) {
+  return ctr_path.substr(0, ctr_path.size() - 4) + ".qps";
+}
+
+// Replaces a small file through a temporary and a rename (readers see the old or the new text).
+bool write_replace(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Lines "QPN TYPE STATE name=value ..." (CounterFile::qp_line).
+void read_qps(const std::string& path, std::vector<QpCounters>& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  std::string text;
+  read_whole(fd, text);
+  ::close(fd);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::vector<std::string> words;
+    for (size_t i = pos; i < end;) {
+      const size_t sp = std::min(text.find(' ', i), end);
+      if (sp > i) words.push_back(text.substr(i, sp - i));
+      i = sp + 1;
+    }
+    pos = end + 1;
+    if (words.size() < 3) continue;
+    QpCounters q;
+    q.qpn = static_cast<uint32_t>(std::strtoul(words[0].c_str(), nullptr, 10));
+    q.type = words[1];
+    q.state = words[2];
+    for (size_t i = 3; i < words.size(); ++i) {
+      const size_t eq = words[i].find('=');
+      if (eq != std::string::npos)
+        q.counters.add(words[i].substr(0, eq), std::strtoull(words[i].c_str() + eq + 1, nullptr, 10));
+    }
+    out.push_back(std::move(q));
+  }
+}
+
 std::string self_comm() {
   std::string s;
   const int fd = ::open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
@@ -309,10 +360,12 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
     if (!ok) continue;
     // A dead process's file: add it to the total once (unlink first, so a failed unlink never counts twice).
     if (!pc.alive && can_fold && ::unlink(path.c_str()) == 0) {
+      ::unlink(qps_path(path).c_str());
       for (auto& [n, v] : pc.counters.values) out.exited.add(n, v);
       ++out.folded_dead;
       continue;
     }
+    read_qps(qps_path(path), pc.qps);
     out.processes.push_back(std::move(pc));
   }
   ::closedir(d);
@@ -419,20 +472,33 @@ void CounterFile::mirror_loop(uint32_t period_ms) {
     DeviceCounters dc;
     std::string err;
     if (read_device_counters(ibdev_path_, true, dc, err)) mirror_hw_counters(ibdev_path_, dc.total, err);
+    if (qp_source_) write_replace(qps_path(path_), qp_source_());
     g.lock();
   }
 }
 
-void CounterFile::close() {
-  if (thread_.joinable()) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
+std::string CounterFile::qp_line(uint32_t qpn, const char* type, const char* state,
+                                 const uint64_t* values) const {
+  std::string line = std::to_string(qpn) + " " + type + " " + state;
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (values[i]) line += " " + names_[i] + "=" + std::to_string(values[i]);
+  return line + "\n";
+}
+
+void CounterFile::stop_mirror() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
   }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CounterFile::close() {
+  stop_mirror();
   if (fd_ < 0) return;
+  ::unlink(qps_path(path_).c_str());
   const std::string dir = stats_dir(ibdev_path_);
   {
     DeviceLock lock(dir, true);

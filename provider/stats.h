@@ -17,6 +17,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -36,6 +37,13 @@ struct CounterSet {
   void add(const std::string& name, uint64_t v);
 };
 
+// One QP's share of its process's counters (EngineImpl::cur_qp), as last published (≤ 1 s old).
+struct QpCounters {
+  uint32_t qpn = 0;
+  std::string type, state;  // "RC", "RTS"
+  CounterSet counters;      // non-zero ones
+};
+
 struct ProcessCounters {
   pid_t pid = 0;
   std::string comm;  // /proc/<pid>/comm at open
@@ -43,6 +51,7 @@ struct ProcessCounters {
   uint64_t start_ns = 0;  // CLOCK_REALTIME when the context opened
   bool alive = true;      // false: its process died without folding (not yet folded: no write access)
   CounterSet counters;
+  std::vector<QpCounters> qps;  // from its .qps file, when the process publishes one
 };
 
 struct DeviceCounters {
@@ -80,9 +89,15 @@ class CounterFile {
   bool open(const std::string& ibdev_path, std::span<const char* const> names, uint32_t qpn_base,
             std::string& err);
   uint64_t* values() const { return values_; }
-  // A thread that mirrors the device's counters into sysfs at most every `period_ms` while this file's
-  // values change.
+  // Per-QP counters: `source` returns lines from qp_line(); the mirror thread publishes them next to the
+  // counters file (<file>.qps) when it mirrors. Set before start_mirror.
+  void set_qp_source(std::function<std::string()> source) { qp_source_ = std::move(source); }
+  std::string qp_line(uint32_t qpn, const char* type, const char* state, const uint64_t* values) const;
+  // A thread that mirrors the device's counters into sysfs (and publishes per-QP counters) at most every
+  // `period_ms` while this file's values change.
   void start_mirror(uint32_t period_ms = 1000);
+  // Stops that thread (before what qp_source uses goes away). Idempotent.
+  void stop_mirror();
   // Stops the thread, folds the values into the device total, removes the file and mirrors sysfs. Call
   // after the engine stopped counting. Idempotent.
   void close();
@@ -95,6 +110,7 @@ class CounterFile {
   size_t map_len_ = 0;
   uint64_t* values_ = nullptr;
   std::vector<std::string> names_;
+  std::function<std::string()> qp_source_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -41,11 +41,13 @@ constexpr char kUsage[] =
     "them: $URXE_RUN_DIR/sys/class/infiniband/NAME/ports/1/hw_counters/<counter> (applications update it\n"
     "too, at most once a second while their counters change, and when they close the device).\n"
     "\n"
-    "  --json          one JSON object per device and line: {\"device\": NAME, \"counters\": {COUNTER: N, "
-    "...},\n"
-    "                  \"processes\": [{\"pid\", \"comm\", \"alive\", \"qpn_base\", \"counters\": {...}}, "
-    "...]}\n"
-    "  -p, --processes also list the counters of each process that has the device open (non-zero ones)\n"
+    "  --json          one JSON object per device and line: {\"device\": NAME, \"counters\": {COUNTER: N,\n"
+    "                  ...}, \"processes\": [{\"pid\", \"comm\", \"alive\", \"qpn_base\", \"counters\": "
+    "{...},\n"
+    "                  \"qps\": [{\"qpn\", \"type\", \"state\", \"counters\": {...}}, ...]}, ...]}\n"
+    "  -p, --processes also list the counters of each process that has the device open, and of each of its\n"
+    "                  QPs (non-zero ones; an app publishes per-QP figures at most once a second while\n"
+    "                  they change, and they go away with the QP)\n"
     "  --watch [SECS]  print again every SECS seconds (default 1) with each counter's change per second,\n"
     "                  until interrupted (Ctrl-C) or N times with --count N\n"
     "\n"
@@ -92,6 +94,13 @@ void print_json(const std::string& dev, const prov::DeviceCounters& dc, double e
         .boolean("alive", p.alive)
         .num("qpn_base", p.qpn_base);
     json_counters(w, "counters", p.counters);
+    w.begin_array("qps");
+    for (const prov::QpCounters& q : p.qps) {
+      w.begin_object().num("qpn", q.qpn).str("type", q.type).str("state", q.state);
+      json_counters(w, "counters", q.counters);
+      w.end_object();
+    }
+    w.end_array();
     w.end_object();
   }
   w.end_array().end_object();
@@ -123,6 +132,12 @@ void print_text(const std::string& dev, const prov::DeviceCounters& dc, const pr
       any = true;
     }
     std::printf("%s\n", any ? "" : " (all 0)");
+    for (const prov::QpCounters& q : p.qps) {
+      std::printf("    QP 0x%06x %s %s:", q.qpn, q.type.c_str(), q.state.c_str());
+      for (const auto& [n, v] : q.counters.values)
+        std::printf(" %s=%llu", n.c_str(), static_cast<unsigned long long>(v));
+      std::printf("%s\n", q.counters.values.empty() ? " (all 0)" : "");
+    }
   }
 }
 

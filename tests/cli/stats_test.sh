@@ -161,8 +161,10 @@ for run in "$tmp/runA" "$tmp/runB"; do
   check "rxe hw_counters files missing" "${missing:-none}" none
 done
 
-# An app killed with SIGKILL never folds its counters at close: they stay in its file, and the next reader
-# with write access (this urxe stats) folds them into the device total, once.
+# Per-QP counters, and an app killed with SIGKILL. A second server waits with its QP in INIT; 3 frames with a
+# bad ICRC (no QP: device only) and 2 good SENDs to its QP (dropped for the QP's state: counted for the QP
+# too, which the app publishes within about a second). Killed, it never folds its counters at close: they
+# stay in its file, and the next reader with write access (this urxe stats) folds them into the total, once.
 # shellcheck disable=SC2086
 side $a va "$tmp/runA" "$tmp/server2" $app &
 srv=$!
@@ -172,25 +174,34 @@ for i in $(seq 100); do
   [ -n "$pid" ] && break
   sleep 0.1
 done
-ip netns exec $b /usr/bin/python3 - "$mac" <<'EOF' || { echo "FAIL: injecting frames"; fail=1; }
+qpn=$(stats "$tmp/runA" --json | jq '.processes[0].qpn_base')
+ip netns exec $b /usr/bin/python3 - "$mac" "${qpn:-17}" <<'EOF' || { echo "FAIL: injecting frames"; fail=1; }
 import sys
 from scapy.all import Ether, IP, UDP, Raw, sendp
 from scapy.contrib.roce import BTH
-f = bytearray(bytes(Ether(dst=sys.argv[1]) / IP(src="10.89.0.2", dst="10.89.0.1", flags="DF") /
-                    UDP(sport=49152, dport=4791, chksum=0) / BTH(opcode=4, dqpn=0x11, psn=0) / Raw(b"x" * 16)))
-f[-1] ^= 0xff
-sendp([Ether(bytes(f))] * 3, iface="vb", verbose=False)
+good = bytes(Ether(dst=sys.argv[1]) / IP(src="10.89.0.2", dst="10.89.0.1", flags="DF") /
+             UDP(sport=49152, dport=4791, chksum=0) / BTH(opcode=4, dqpn=int(sys.argv[2]), psn=0) / Raw(b"x" * 16))
+bad = bytearray(good)
+bad[-1] ^= 0xff
+sendp([Ether(bytes(bad))] * 3 + [Ether(good)] * 2, iface="vb", verbose=False)
 EOF
+qp=
 for i in $(seq 50); do
-  [ "$(stats "$tmp/runA" --json | jq .counters.rx_drop_icrc)" = 10 ] && break
+  qp=$(stats "$tmp/runA" --json | jq -c '.processes[0].qps[0]')
+  [ "$(echo "$qp" | jq .counters.rx_drop_qpn)" = 2 ] && break
   sleep 0.1
 done
+check "QP of the waiting server" "$(echo "$qp" | jq -r '"\(.qpn) \(.type) \(.state)"')" "${qpn:-17} RC INIT"
+check "its rx_drop_qpn (SENDs before RTR)" "$(echo "$qp" | jq .counters.rx_drop_qpn)" 2
+check "its rx_drop_icrc (bad frames reach no QP)" "$(echo "$qp" | jq .counters.rx_drop_icrc)" null
+stats "$tmp/runA" -p | grep -Eq "QP 0x0+11 RC INIT: rx_drop_qpn=2" || { echo "FAIL: -p lacks the QP line"; fail=1; }
 if [ -n "$pid" ]; then kill -9 "$pid"; else echo "FAIL: second server not seen"; fail=1; fi
 wait $srv
 srv=
 js=$(stats "$tmp/runA" --json)
 check "rx_drop_icrc after the second server was killed" "$(echo "$js" | jq .counters.rx_drop_icrc)" 10
 check "processes listed after the kill (folded)" "$(echo "$js" | jq '.processes | length')" 0
+check "rx_drop_qpn after the kill" "$(echo "$js" | jq .counters.rx_drop_qpn)" 7
 check "rx_drop_icrc stays after the fold" "$(stats "$tmp/runA" --json | jq .counters.rx_drop_icrc)" 10
 
 # Text output and a bounded --watch.

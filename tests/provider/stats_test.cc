@@ -156,6 +156,37 @@ TEST_F(StatsTest, SumsByNameAcrossLayouts) {
   EXPECT_EQ(slurp(hw_counters_dir(dev_) + "/new_counter"), "7\n");
 }
 
+TEST_F(StatsTest, MirrorThreadPublishesSysfsAndQps) {
+  std::string err;
+  CounterFile f;
+  ASSERT_TRUE(f.open(dev_, kNames, 0x11, err)) << err;
+  const uint64_t qp_values[3] = {4, 0, 1};
+  f.set_qp_source([&] { return f.qp_line(0x11, "RC", "RTS", qp_values); });
+  f.start_mirror(20);
+  bump(f.values(), 0, 4);
+  DeviceCounters dc;
+  for (int i = 0; i < 250 && (dc.processes.empty() || dc.processes[0].qps.empty()); ++i) {
+    ::usleep(20000);
+    dc = read(false);
+  }
+  EXPECT_EQ(slurp(hw_counters_dir(dev_) + "/sent_pkts"), "4\n");  // without any reader mirroring
+  ASSERT_EQ(dc.processes.size(), 1u);
+  ASSERT_EQ(dc.processes[0].qps.size(), 1u);
+  const QpCounters& q = dc.processes[0].qps[0];
+  EXPECT_EQ(q.qpn, 0x11u);
+  EXPECT_EQ(q.type, "RC");
+  EXPECT_EQ(q.state, "RTS");
+  ASSERT_EQ(q.counters.values.size(), 2u);  // non-zero ones only
+  EXPECT_EQ(q.counters.get("sent_pkts"), 4u);
+  EXPECT_EQ(q.counters.get("rx_drop_icrc"), 1u);
+  f.close();
+  EXPECT_TRUE(read().processes.empty());
+  size_t left = 0;
+  for (const auto& e : fs::directory_iterator(stats_dir(dev_)))
+    left += e.path().extension() == ".qps" || e.path().extension() == ".ctr";
+  EXPECT_EQ(left, 0u);  // the .qps file goes with its process
+}
+
 TEST_F(StatsTest, MirrorRewritesInPlace) {
   CounterSet s;
   s.add("sent_pkts", 123456);
