@@ -279,6 +279,10 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     }
     count(Counter::rcvd_pkts);  // as rxe: frames that passed the header checks and reach a QP
     completer_rx(*qp, pkt);
+    // Complete what this response finished now, before the next frame of the burst: completions then
+    // appear in wire order, as on hardware. Apps waiting on one channel for a send and a receive CQ
+    // (perftest -e) count on the send completion preceding the receive of the reply it provoked.
+    completer_run(*qp);
   } else {
     if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD && st != QPS_SQE) {
       count(Counter::rx_drop_qpn);
