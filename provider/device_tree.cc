@@ -437,17 +437,83 @@ int refresh_gids(const Paths& paths, const std::string& name, std::string& err) 
     err = "no urxe device '" + name + "'";
     return ENODEV;
   }
-  NetdevInfo nd;
   std::vector<GidEntry> table;
-  if (query_netdev(cfg.netdev, nd, &err)) table = build_gid_table(cfg.netdev, nd.mac);
-  // A vanished interface leaves an all-empty table (the kernel drops the GIDs too).
-  write_gid_files(dev_path + "/ports/1", cfg.gid_tbl_len, table);
-  if (table.size() > cfg.gid_tbl_len) {
-    err =
-        name + ": " + std::to_string(table.size()) + " GIDs, table holds " + std::to_string(cfg.gid_tbl_len);
-    return ENOSPC;
+  return sync_gid_table(dev_path, cfg, table, err);
+}
+
+std::vector<GidEntry> merge_gid_table(const std::vector<std::pair<uint32_t, GidEntry>>& current,
+                                      const std::vector<GidEntry>& live, uint32_t n) {
+  std::vector<GidEntry> out(n);
+  if (n == 0) return out;
+  std::vector<bool> placed(live.size(), false);
+  // The default GID always sits in slot 0.
+  if (!live.empty()) {
+    out[0] = live[0];
+    placed[0] = true;
   }
-  return 0;
+  // Addresses still present keep their slots.
+  for (const auto& [idx, e] : current) {
+    if (idx == 0 || idx >= n) continue;
+    for (size_t k = 1; k < live.size(); ++k)
+      if (!placed[k] && live[k].gid == e.gid && live[k].type == e.type) {
+        out[idx] = live[k];
+        placed[k] = true;
+        break;
+      }
+  }
+  // New ones take the lowest free slots, in the kernel's order (IPv4, then IPv6).
+  uint32_t free_slot = 1;
+  for (size_t k = 1; k < live.size(); ++k) {
+    if (placed[k]) continue;
+    while (free_slot < n && !out[free_slot].ndev.empty()) ++free_slot;
+    if (free_slot >= n) break;
+    out[free_slot] = live[k];
+  }
+  return out;
+}
+
+int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::vector<GidEntry>& table,
+                   std::string& err) {
+  const std::string port_dir = ibdev_path + "/ports/1";
+  // One writer at a time per device (apps' providers and `urxe link refresh/watch` all sync): a lock on the
+  // directory itself, which an app that may only read the tree can take too.
+  const int lock_fd = ::open(port_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
+  NetdevInfo nd;
+  std::vector<GidEntry> live;
+  // A vanished interface leaves an all-empty table (the kernel drops the GIDs too).
+  if (query_netdev(cfg.netdev, nd)) live = build_gid_table(cfg.netdev, nd.mac);
+  const auto current = read_gid_table(ibdev_path, cfg.gid_tbl_len);
+  table = merge_gid_table(current, live, cfg.gid_tbl_len);
+  int rc = 0;
+  for (uint32_t i = 0; i < cfg.gid_tbl_len; ++i) {
+    const GidEntry& e = table[i];
+    const auto it = std::find_if(current.begin(), current.end(), [&](const auto& c) { return c.first == i; });
+    const bool same = it == current.end() ? e.ndev.empty()
+                                          : it->second.gid == e.gid && it->second.type == e.type &&
+                                                it->second.ndev == e.ndev;
+    if (same) continue;
+    const std::string idx = std::to_string(i);
+    // An entry appears with its attributes before its GID and goes away GID first, so a reader never
+    // pairs a GID with another entry's type or netdev.
+    bool ok = true;
+    if (e.ndev.empty()) ok = write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
+    ok = ok && write_atomic(port_dir + "/gid_attrs/types/" + idx,
+                            std::string(e.type == GidType::roce_v1 ? kV1 : kV2) + "\n");
+    ok = ok && write_atomic(port_dir + "/gid_attrs/ndevs/" + idx, e.ndev.empty() ? std::string() : e.ndev + "\n");
+    if (!e.ndev.empty()) ok = ok && write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
+    if (!ok && rc == 0) {
+      rc = errno ? errno : EIO;
+      err = port_dir + ": cannot update GID " + idx + ": " + std::strerror(rc);
+    }
+  }
+  if (lock_fd >= 0) ::close(lock_fd);
+  if (rc == 0 && live.size() > cfg.gid_tbl_len) {
+    err = cfg.name + ": " + std::to_string(live.size()) + " GIDs, table holds " +
+          std::to_string(cfg.gid_tbl_len);
+    rc = ENOSPC;
+  }
+  return rc;
 }
 
 std::string provider_library_path() {

@@ -85,8 +85,22 @@ bool parse_gid(const std::string& text, std::array<uint8_t, 16>& gid);
 int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err);
 int remove_device(const Paths& paths, const std::string& name, std::string& err);
 std::vector<DeviceInfo> list_devices(const Paths& paths);
-// Rewrites ports/1/gids, types and ndevs from the interface's current addresses. Returns 0 or an errno.
+// Rewrites ports/1/gids, types and ndevs from the interface's current addresses (sync_gid_table). Returns 0
+// or an errno.
 int refresh_gids(const Paths& paths, const std::string& name, std::string& err);
+
+// The kernel's rules for updating a RoCE GID table (ib_cache): an address that stays keeps its slot, a
+// removed one leaves its slot empty, a new one takes the lowest free slot; slot 0 is the default GID's.
+// `current` as read_gid_table returns it, `live` as build_gid_table does (default GID first). The result
+// has gid_tbl_len entries (unused: zero GID, empty ndev); addresses that do not fit are left out.
+std::vector<GidEntry> merge_gid_table(const std::vector<std::pair<uint32_t, GidEntry>>& current,
+                                      const std::vector<GidEntry>& live, uint32_t gid_tbl_len);
+// Brings the device's GID files (ibdev_path/ports/1) up to date with the interface's addresses by
+// merge_gid_table, under a lock on that directory, rewriting only the slots that change. `table` receives
+// the merged table even when the files may not be written (then EACCES/EROFS, with a message in err).
+// Returns 0 or an errno.
+int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::vector<GidEntry>& table,
+                   std::string& err);
 
 // Reads ibdev_path/urxe.conf (what the provider does in alloc_device). Returns false if missing/invalid.
 bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg);

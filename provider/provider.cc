@@ -37,6 +37,7 @@
 #include "provider/abi34.h"
 #include "provider/capture_port.h"
 #include "provider/device_tree.h"
+#include "provider/gid_watch.h"
 #include "provider/log.h"
 #include "provider/ports.h"
 #include "provider/stats.h"
@@ -236,6 +237,12 @@ struct ContextState final : urxe::provider::LoggingSink {
   std::unordered_map<uint32_t, UrxeQp*> qps;
   std::unordered_map<uint32_t, UrxeCq*> cqs;
   std::unordered_map<uint32_t, UrxeSrq*> srqs;
+  // GIDs follow the interface's addresses (provider/gid_watch.h): its rtnetlink fd is in wait_fds' set.
+  urxe::provider::GidWatch gid_watch;
+  // One IBV_EVENT_GID_CHANGE (element: port 1) per changed entry, as the kernel raises them.
+  void gid_update() {
+    for (int n = gid_watch.handle(*engine); n > 0; --n) post_async(1, IBV_EVENT_GID_CHANGE);
+  }
 
   // Progress-thread statistics, printed at close with URXE_DEBUG=1.
   uint64_t n_sleeps = 0, n_wake_doorbell = 0, n_wake_port = 0, n_rounds = 0;
@@ -380,9 +387,11 @@ struct ContextState final : urxe::provider::LoggingSink {
 
   void wait_fds(bool with_port, int port_fd, uint64_t wait_ns) {
     timespec ts{static_cast<time_t>(wait_ns / 1000000000u), static_cast<long>(wait_ns % 1000000000u)};
-    pollfd fds[2] = {{doorbell_fd, POLLIN, 0}, {port_fd, POLLIN, 0}};
-    ::ppoll(fds, with_port && port_fd >= 0 ? 2 : 1, wait_ns == UINT64_MAX ? nullptr : &ts, nullptr);
-    if (with_port && port_fd >= 0 && (fds[1].revents & POLLIN)) ++n_wake_port;
+    pollfd fds[3] = {
+        {doorbell_fd, POLLIN, 0}, {with_port ? port_fd : -1, POLLIN, 0}, {gid_watch.fd(), POLLIN, 0}};
+    ::ppoll(fds, 3, wait_ns == UINT64_MAX ? nullptr : &ts, nullptr);
+    if (fds[1].revents & POLLIN) ++n_wake_port;
+    if (fds[2].revents & POLLIN) gid_update();
     if (fds[0].revents & POLLIN) {
       ++n_wake_doorbell;
       uint64_t v;
@@ -404,6 +413,7 @@ struct ContextState final : urxe::provider::LoggingSink {
     while (!stop.load(std::memory_order_relaxed)) {
       if (engine->progress()) {
         ++n_rounds;
+        if ((n_rounds & 1023) == 0 && gid_watch.due(clock.now_ns())) gid_update();  // busy: never sleeps
         idle_since = 0;
         continue;
       }
@@ -603,9 +613,7 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
     req.attr.mac = st->netdev.mac;
     req.attr.mtu = st->config.mtu ? st->config.mtu : st->netdev.mtu;
     // The port's GID table is the one the app sees in sysfs, slot for slot.
-    req.attr.gids.assign(st->config.gid_tbl_len, urxe::wire::Gid{} /* zero = unused */);
-    for (auto& [idx, e] : urxe::provider::read_gid_table(dev->ibdev_path, st->config.gid_tbl_len))
-      req.attr.gids[idx] = e.gid;
+    req.attr.gids = st->gid_watch.open(dev->ibdev_path, st->config, st->netdev.ifindex);
     st->port = urxe::provider::make_port(st->config.port, req, err);
     if (!st->port) return fail(ENODEV, err);
     st->capture = urxe::provider::open_capture(*st->port, st->config);
@@ -1416,7 +1424,7 @@ int resolve_dmac(ibv_context* ibctx, ContextState& st, ibv_ah_attr& ah, en::Addr
   av.sl = ah.sl;
   av.port_num = ah.port_num ? ah.port_num : 1;
   if (ah.grh.sgid_index >= st.config.gid_tbl_len) return EINVAL;
-  const auto& gids = st.port->attr().gids;
+  const auto gids = st.engine->gid_table();
   for (const auto& g : gids) {
     if (g != urxe::wire::Gid{} && g == av.dgid) {
       av.dmac = st.netdev.mac;

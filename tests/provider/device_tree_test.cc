@@ -191,4 +191,54 @@ TEST_F(DeviceTreeTest, AppEnvironment) {
   EXPECT_NE(provider_library_path().find("liburxe-rdmav34.so"), std::string::npos);
 }
 
+// GID table updates follow the kernel's slot rules: a kept address keeps its index (apps' sgid_index stays
+// valid), a removed one leaves a hole, a new one fills the lowest hole.
+GidEntry gid_entry(uint8_t last, const char* ndev = "eth0") {
+  GidEntry e;
+  e.gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, last};
+  e.ndev = ndev;
+  return e;
+}
+
+TEST(GidMerge, KeptAddressesKeepTheirSlotsNewOnesFillTheLowestHole) {
+  const GidEntry def = gid_entry(0), a = gid_entry(1), b = gid_entry(2), c = gid_entry(3), d = gid_entry(4);
+  // first table: as created (in order)
+  auto t = merge_gid_table({}, {def, a, b, c}, 8);
+  ASSERT_EQ(t.size(), 8u);
+  EXPECT_EQ(t[0].gid, def.gid);
+  EXPECT_EQ(t[1].gid, a.gid);
+  EXPECT_EQ(t[2].gid, b.gid);
+  EXPECT_EQ(t[3].gid, c.gid);
+  EXPECT_TRUE(t[4].ndev.empty());
+  auto as_current = [](const std::vector<GidEntry>& v) {
+    std::vector<std::pair<uint32_t, GidEntry>> cur;
+    for (uint32_t i = 0; i < v.size(); ++i)
+      if (!v[i].ndev.empty()) cur.emplace_back(i, v[i]);
+    return cur;
+  };
+  // a goes away: b and c stay at 2 and 3, slot 1 is empty
+  t = merge_gid_table(as_current(t), {def, b, c}, 8);
+  EXPECT_TRUE(t[1].ndev.empty());
+  EXPECT_EQ(t[1].gid, (std::array<uint8_t, 16>{}));
+  EXPECT_EQ(t[2].gid, b.gid);
+  EXPECT_EQ(t[3].gid, c.gid);
+  // d comes: it takes slot 1
+  t = merge_gid_table(as_current(t), {def, b, c, d}, 8);
+  EXPECT_EQ(t[1].gid, d.gid);
+  EXPECT_EQ(t[2].gid, b.gid);
+  EXPECT_EQ(t[3].gid, c.gid);
+  // the same input again changes nothing
+  EXPECT_EQ(merge_gid_table(as_current(t), {def, b, c, d}, 8).size(), 8u);
+  for (uint32_t i = 0; i < 8; ++i)
+    EXPECT_EQ(merge_gid_table(as_current(t), {def, b, c, d}, 8)[i].gid, t[i].gid);
+  // a full table drops what does not fit; the default GID is always slot 0
+  t = merge_gid_table({}, {def, a, b, c, d}, 3);
+  EXPECT_EQ(t[0].gid, def.gid);
+  EXPECT_EQ(t[1].gid, a.gid);
+  EXPECT_EQ(t[2].gid, b.gid);
+  // the interface vanished: everything empty
+  t = merge_gid_table(as_current(t), {}, 3);
+  for (auto& e : t) EXPECT_TRUE(e.ndev.empty());
+}
+
 }  // namespace

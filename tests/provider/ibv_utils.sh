@@ -1,6 +1,7 @@
 #!/bin/sh
 # Inside in_netns.sh: unmodified ibverbs-utils list and describe urxe0 from the fake tree, and see GID
-# changes once `link refresh` rewrote the table.
+# changes once `link refresh` rewrote the table. GID slots follow the kernel's rules: an address keeps its
+# index while it exists, a removed one leaves a hole, a new one fills the lowest hole.
 set -u
 fail=0
 check() {  # check DESCRIPTION PATTERN TEXT
@@ -37,7 +38,8 @@ check "new address as GID 2" "GID\[  2\]:[[:space:]]+::ffff:10\.77\.1\.5, RoCE v
 ip addr del 10.77.0.1/24 dev va
 "$URXE_DEVCTL" link refresh urxe0
 out=$(ibv_devinfo -v -d urxe0 2>&1)
-check "after removal GID 1 is the remaining address" "GID\[  1\]:[[:space:]]+::ffff:10\.77\.1\.5, RoCE v2" "$out"
+check "after removal the remaining address keeps GID 2" "GID\[  2\]:[[:space:]]+::ffff:10\.77\.1\.5, RoCE v2" "$out"
+if printf '%s\n' "$out" | grep -q "GID\[  1\]"; then echo "FAIL: GID 1 not left empty"; fail=1; fi
 if printf '%s\n' "$out" | grep -q "10\.77\.0\.1"; then echo "FAIL: removed address still listed"; fail=1; fi
 # The device kept its identity across refreshes (same device, still opens).
 check "still listed" "hca_id:[[:space:]]+urxe0" "$out"
@@ -50,7 +52,8 @@ ip addr add 10.77.2.7/24 dev va
 n=0
 until ibv_devinfo -v -d urxe0 2>&1 | grep -q "::ffff:10.77.2.7, RoCE v2" || [ $n -ge 50 ]; do sleep 0.1; n=$((n + 1)); done
 out=$(ibv_devinfo -v -d urxe0 2>&1)
-check "link watch picked up a new address" "GID\[  2\]:[[:space:]]+::ffff:10\.77\.2\.7, RoCE v2" "$out"
+check "link watch put a new address into the hole at GID 1" "GID\[  1\]:[[:space:]]+::ffff:10\.77\.2\.7, RoCE v2" "$out"
+check "and left GID 2 alone" "GID\[  2\]:[[:space:]]+::ffff:10\.77\.1\.5, RoCE v2" "$out"
 kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
 
 out=$("$URXE_DEVCTL" link show); echo "$out"
