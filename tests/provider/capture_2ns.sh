@@ -137,16 +137,20 @@ if pair ring "--pcap $tmp/ring --pcap-size 1 --pcap-files 3" "" ib_write_bw -d u
   done
 fi
 
-# 3. A client whose server vanished: the server is killed once connected; the client's QP fails with retry
-#    exhausted, logged once at the default level.
-side $a va "$tmp/dead.server" "" ibv_rc_pingpong -d urxe0 -g 1 -n 1000000 &
+# 3. A client whose server vanished: an ib_write_bw client always has WRITEs in flight, so once the server is
+#    killed its QP must fail with retry exhausted, logged once at the default level. Traffic is known to
+#    flow when the client's own capture (URXE_PCAP) has grown past 64 KB.
+mkdir -p "$tmp/dead.b"
+side $a va "$tmp/dead.server" "" ib_write_bw -d urxe0 -x 1 -D 30 &
 srv=$!
 sleep 1
-side $b vb "$tmp/dead.client" "" ibv_rc_pingpong -d urxe0 -g 1 -n 1000000 10.91.0.1 &
+side $b vb "$tmp/dead.client" "" env URXE_PCAP="$tmp/dead.b" ib_write_bw -d urxe0 -x 1 -D 30 10.91.0.1 &
 cli=$!
-i=0  # kill the server once the two have exchanged addresses and traffic flows
-while ! grep -q "remote address" "$tmp/dead.client" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-sleep 0.5
+i=0
+while [ "$(cat "$tmp/dead.b"/*.pcapng 2>/dev/null | wc -c)" -lt 65536 ] && [ $i -lt 200 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
 for p in $(ip netns pids $a); do kill -9 "$p" 2>/dev/null; done
 wait $srv
 wait $cli
