@@ -1,7 +1,7 @@
 #!/bin/sh
 # Both processes of each unmodified app in one network namespace on one urxe device (the first thing
 # users try): server and client share urxe0 on va; the client connects to va's own address.
-#   usage: apps_1ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]
+#   usage: apps_1ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]   (veth MTU: $URXE_TEST_MTU, default 1500)
 set -u
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
 if [ "${URXE_IN_NETNS:-}" != 1 ]; then
@@ -12,21 +12,43 @@ devctl=$1; so=$2; shift 2
 mount -t tmpfs urxe-test /dev/infiniband || exit 1
 ip link set lo up
 ip link add va type veth peer name vb
+ip link set va mtu "${URXE_TEST_MTU:-1500}"
+ip link set vb mtu "${URXE_TEST_MTU:-1500}"
 ip addr add 10.89.0.1/24 dev va
 ip link set va up
 ip link set vb up
+# `urxe link add` reads the port state from the interface: wait (at most 10 s) for the carrier.
+i=0
+while [ $i -lt 200 ] && ! ip -o link show va | grep -q "state UP"; do
+  sleep 0.05
+  i=$((i + 1))
+done
 tmp=$(mktemp -d /tmp/urxe-apps1.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so"
 "$devctl" link add urxe0 netdev va >/dev/null || exit 1
 eval "$("$devctl" env)"
+# The client starts once the server listens on the TCP port both ibverbs-utils and perftest use (18515).
+wait_listen() {  # wait_listen PID: at most 20 s, or until the server exits
+  i=0
+  while [ $i -lt 400 ] && kill -0 "$1" 2>/dev/null; do
+    [ -n "$(ss -Hltn 'sport = :18515')" ] && return
+    sleep 0.05
+    i=$((i + 1))
+  done
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
 fail=0
+t_all=$(now)
 for app in "$@"; do
+  t0=$(now)
   # shellcheck disable=SC2086
   timeout 60 $app >"$tmp/server" 2>&1 &
   srv=$!
-  sleep 1
+  wait_listen $srv
   # shellcheck disable=SC2086
   timeout 60 $app 10.89.0.1 >"$tmp/client" 2>&1
   crc=$?
@@ -38,8 +60,9 @@ for app in "$@"; do
     sed 's/^/  client: /' "$tmp/client"
     fail=1
   else
-    echo "ok: $app"
+    echo "ok: $app ($(elapsed "$t0"))"
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
   fi
 done
+echo "$# apps in $(elapsed "$t_all")"
 exit $fail

@@ -3,7 +3,7 @@
 # (each side with its own mount namespace: its own /dev/infiniband and run directory), over the port
 # `urxe link add` picks by default. Server in ns A, client in ns B; both must exit 0 and print their result.
 #   usage: apps_2ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]
-#   (the client gets the server's address appended)
+#   (the client gets the server's address appended; the veth MTU is $URXE_TEST_MTU, default 1500)
 set -u
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
 devctl=$1; so=$2; shift 2
@@ -14,11 +14,20 @@ cleanup() { ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$t
 tmp=$(mktemp -d /tmp/urxe-apps.XXXXXX)
 trap cleanup EXIT
 ip link add va netns $a type veth peer name vb netns $b
+ip -n $a link set va mtu "${URXE_TEST_MTU:-1500}"
+ip -n $b link set vb mtu "${URXE_TEST_MTU:-1500}"
 ip -n $a addr add 10.88.0.1/24 dev va
 ip -n $b addr add 10.88.0.2/24 dev vb
 for ns in $a $b; do ip -n $ns link set lo up; done
 ip -n $a link set va up
 ip -n $b link set vb up
+# `urxe link add` reads the port state from the interface: wait (at most 10 s) for both ends' carrier.
+i=0
+while [ $i -lt 200 ] && ! { ip -n $a -o link show va | grep -q "state UP" &&
+                            ip -n $b -o link show vb | grep -q "state UP"; }; do
+  sleep 0.05
+  i=$((i + 1))
+done
 
 side() {  # side NS IFACE OUTFILE CMD...
   ns=$1; ifc=$2; out=$3; shift 3
@@ -32,12 +41,26 @@ side() {  # side NS IFACE OUTFILE CMD...
     timeout 60 "$@"' side "$so" "$devctl" "$ifc" "$@" >"$out" 2>&1
 }
 
+# The client starts once the server listens on the TCP port both ibverbs-utils and perftest use (18515).
+wait_listen() {  # wait_listen PID: at most 20 s, or until the server exits
+  i=0
+  while [ $i -lt 400 ] && kill -0 "$1" 2>/dev/null; do
+    [ -n "$(ip netns exec $a ss -Hltn 'sport = :18515')" ] && return
+    sleep 0.05
+    i=$((i + 1))
+  done
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
 fail=0
+t_all=$(now)
 for app in "$@"; do
+  t0=$(now)
   # shellcheck disable=SC2086
   side $a va "$tmp/server" $app &
   srv=$!
-  sleep 1
+  wait_listen $srv
   side $b vb "$tmp/client" $app 10.88.0.1
   crc=$?
   wait $srv
@@ -48,8 +71,9 @@ for app in "$@"; do
     sed 's/^/  client: /' "$tmp/client"
     fail=1
   else
-    echo "ok: $app"
+    echo "ok: $app ($(elapsed "$t0"))"
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
   fi
 done
+echo "$# apps in $(elapsed "$t_all")"
 exit $fail
