@@ -50,6 +50,13 @@ constexpr char kUsage[] =
     "                  they change, and they go away with the QP)\n"
     "  --watch [SECS]  print again every SECS seconds (default 1) with each counter's change per second,\n"
     "                  until interrupted (Ctrl-C) or N times with --count N\n"
+    "  --count N       with --watch (implied): stop after N rounds\n"
+    "\n"
+    "examples:\n"
+    "  urxe stats urxe0                      # all counters of urxe0\n"
+    "  urxe stats urxe0 --json | jq .counters.rcvd_pkts\n"
+    "  urxe stats -p --watch 2               # every 2 s, with rates, per process and QP\n"
+    "  cat $URXE_RUN_DIR/sys/class/infiniband/urxe0/ports/1/hw_counters/sent_pkts\n"
     "\n"
     "exit status: 0, 1 no such device or its counters unreadable, 2 usage error\n";
 
