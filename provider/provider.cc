@@ -345,8 +345,9 @@ struct ContextState final : urxe::provider::LoggingSink {
   // Who drives the engine. An application thread that busy-polls its CQ runs the engine itself
   // (try_progress in poll_cq): on 2 cores, a progress thread per process competing with two polling apps
   // turns each packet's wait into a scheduler time slice. While the app drives, the progress thread naps
-  // (timer only, kNapNs) and posts ring no doorbell; when the app stops polling or arms a completion
-  // channel, the thread takes over: spin kIdleSpin, then sleep on the port's rx fd and the doorbell.
+  // (no spinning; woken by a frame or after kNapNs) and posts ring no doorbell; when the app stops polling
+  // or arms a completion channel, the thread takes over: spin, then sleep on the port's rx fd and the
+  // doorbell.
   enum SleepMode : int { kAwake = 0, kSleeping = 1, kNapping = 2 };
   static constexpr uint64_t kNapNs = 1000000;
   std::atomic<int> sleep_mode{kAwake};
@@ -431,7 +432,11 @@ struct ContextState final : urxe::provider::LoggingSink {
         if (armed_cqs.load(std::memory_order_seq_cst) != 0) wait_ns = 0;
         if (wait_ns) {
           ++n_naps;
-          wait_fds(false, port_fd, wait_ns);
+          // A frame still wakes the nap: an app may spin on memory a peer WRITEs (ib_write_lat) and
+          // make no poll that would run the engine for it.
+          port->rx_wait_arm(true);
+          wait_fds(true, port_fd, wait_ns);
+          port->rx_wait_arm(false);
         }
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
