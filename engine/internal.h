@@ -153,8 +153,8 @@ struct RespRes {
   uint32_t rkey = 0;
   uint64_t length = 0;
   uint64_t orig = 0;  // atomic: the value before the operation (replayed for duplicates)
-  // output state: still owes response packets from cur_psn / cur_offset
   uint32_t msn = 0;   // MSN once this request executed: its responses carry it, however late they go out
+  // output state: still owes response packets from cur_psn / cur_offset
   bool pending = false;
   uint32_t cur_psn = 0;
   uint32_t start_psn = 0;  // PSN of this (re)transmission's first response packet

@@ -662,7 +662,10 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, void* /*private
       en::QpState state;
       for (const auto& [qpn, type] : qps)
         if (st->engine->qp_counters(qpn, state, v) == 0)
-          text += st->counter_file.qp_line(qpn, type == en::QPT_RC ? "RC" : type == en::QPT_UC ? "UC" : "UD",
+          text += st->counter_file.qp_line(qpn,
+                                           type == en::QPT_RC   ? "RC"
+                                           : type == en::QPT_UC ? "UC"
+                                                                : "UD",
                                            en::qp_state_str(state), v);
       return text;
     });
