@@ -17,6 +17,8 @@ ok=$(grep -cE '\.\.\. ok$|^ok$' "$work/out")
 skip=$(grep -cE "\.\.\. skipped|^skipped " "$work/out")
 fail=$(grep -cE '^(FAIL|ERROR):' "$work/out")
 grep -E '^(FAIL|ERROR):' "$work/out"
+echo "why tests skipped (count, reason):"
+grep -oE "skipped ['\"].*['\"]$" "$work/out" | sed -E 's/^skipped .(.*).$/\1/; s/[0-9]+/N/g' | sort | uniq -c | sort -rn
 tail -3 "$work/out"
 echo "pyverbs suite on urxe0: ok=$ok skipped=$skip failed=$fail (rc $rc)"
 [ $rc -eq 0 ]
