@@ -4,6 +4,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <linux/if_link.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/file.h>
@@ -174,6 +177,49 @@ bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err) 
   return ok;
 }
 
+bool carrier_down_count(const std::string& netdev, uint64_t& out) {
+  if (netdev.empty() || netdev.size() >= IFNAMSIZ) return false;
+  const int s = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (s < 0) return false;
+  struct {
+    nlmsghdr h;
+    ifinfomsg ifi;
+    alignas(NLMSG_ALIGNTO) char attrs[RTA_SPACE(IFNAMSIZ)];
+  } req{};
+  req.h.nlmsg_type = RTM_GETLINK;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.h.nlmsg_seq = 1;
+  req.ifi.ifi_family = AF_UNSPEC;
+  auto* rta = reinterpret_cast<rtattr*>(req.attrs);
+  rta->rta_type = IFLA_IFNAME;
+  rta->rta_len = static_cast<unsigned short>(RTA_LENGTH(netdev.size() + 1));
+  std::memcpy(RTA_DATA(rta), netdev.c_str(), netdev.size() + 1);
+  req.h.nlmsg_len = static_cast<uint32_t>(NLMSG_LENGTH(sizeof(ifinfomsg)) + RTA_ALIGN(rta->rta_len));
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  bool found = false;
+  alignas(nlmsghdr) char buf[16384];
+  if (::sendto(s, &req, req.h.nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
+      static_cast<ssize_t>(req.h.nlmsg_len)) {
+    const ssize_t n = ::recv(s, buf, sizeof buf, 0);
+    auto* h = reinterpret_cast<nlmsghdr*>(buf);
+    if (n > 0 && NLMSG_OK(h, static_cast<uint32_t>(n)) && h->nlmsg_type == RTM_NEWLINK) {
+      auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
+      int left = static_cast<int>(IFLA_PAYLOAD(h));
+      for (rtattr* a = IFLA_RTA(ifi); RTA_OK(a, left); a = RTA_NEXT(a, left)) {
+        if (a->rta_type == IFLA_CARRIER_DOWN_COUNT && RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
+          uint32_t v;
+          std::memcpy(&v, RTA_DATA(a), sizeof v);
+          out = v;
+          found = true;
+        }
+      }
+    }
+  }
+  ::close(s);
+  return found;
+}
+
 uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& m) {
   const uint8_t b[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
   uint64_t g = 0;
@@ -308,7 +354,7 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
   ::chmod((dev_path + "/urxe.qpn").c_str(), 0666);
   write_gid_files(port_dir, cfg.gid_tbl_len, build_gid_table(cfg.netdev, nd.mac));
   // Counters (provider/stats.h): made now, since the device directory must not change once created.
-  if (!init_device_stats(dev_path, err)) return EIO;
+  if (!init_device_stats(dev_path, cfg.netdev, err)) return EIO;
 
   ok = write_file(class_verbs(paths) + "/abi_version", "6\n");
   const std::string vdir = class_verbs(paths) + "/" + uverbs;
@@ -489,9 +535,9 @@ int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::
   for (uint32_t i = 0; i < cfg.gid_tbl_len; ++i) {
     const GidEntry& e = table[i];
     const auto it = std::find_if(current.begin(), current.end(), [&](const auto& c) { return c.first == i; });
-    const bool same = it == current.end() ? e.ndev.empty()
-                                          : it->second.gid == e.gid && it->second.type == e.type &&
-                                                it->second.ndev == e.ndev;
+    const bool same = it == current.end()
+                          ? e.ndev.empty()
+                          : it->second.gid == e.gid && it->second.type == e.type && it->second.ndev == e.ndev;
     if (same) continue;
     const std::string idx = std::to_string(i);
     // An entry appears with its attributes before its GID and goes away GID first, so a reader never
@@ -500,7 +546,8 @@ int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::
     if (e.ndev.empty()) ok = write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
     ok = ok && write_atomic(port_dir + "/gid_attrs/types/" + idx,
                             std::string(e.type == GidType::roce_v1 ? kV1 : kV2) + "\n");
-    ok = ok && write_atomic(port_dir + "/gid_attrs/ndevs/" + idx, e.ndev.empty() ? std::string() : e.ndev + "\n");
+    ok = ok &&
+         write_atomic(port_dir + "/gid_attrs/ndevs/" + idx, e.ndev.empty() ? std::string() : e.ndev + "\n");
     if (!e.ndev.empty()) ok = ok && write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
     if (!ok && rc == 0) {
       rc = errno ? errno : EIO;

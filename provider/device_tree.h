@@ -68,6 +68,10 @@ struct DeviceInfo {
 // Interface facts from the current network namespace (ioctl on a socket, so it follows the netns).
 bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err = nullptr);
 
+// How many times the interface lost its carrier since it was created (the kernel's carrier_down_count,
+// IFLA_CARRIER_DOWN_COUNT over rtnetlink, so it follows the netns). false when the interface is not there.
+bool carrier_down_count(const std::string& netdev, uint64_t& out);
+
 // The RoCE GID table for an interface in the kernel's order (roce_gid_mgmt): the default GID
 // fe80::<EUI-64 of the MAC> first, then each IPv4 address (as ::ffff:a.b.c.d), then each IPv6 address not
 // already present. One RoCE v2 entry per address (urxe speaks RoCE v2 only; the kernel would add a v1 twin),

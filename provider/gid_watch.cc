@@ -35,6 +35,8 @@ std::vector<wire::Gid> GidWatch::open(const std::string& ibdev_path, const Devic
       fd_ = -1;
     }
   }
+  NetdevInfo nd;
+  port_up_ = query_netdev(cfg.netdev, nd) && nd.up;
   std::vector<GidEntry> table;
   std::string err;
   // EACCES/EROFS (an app that may only read the tree) still yields the table this context uses.
@@ -44,14 +46,14 @@ std::vector<wire::Gid> GidWatch::open(const std::string& ibdev_path, const Devic
 
 int GidWatch::handle(engine::Engine& engine) {
   if (fd_ < 0) return 0;
-  bool relevant = false;
+  bool relevant = false, link = false;
   alignas(nlmsghdr) char buf[8192];
   for (int reads = 0; reads < 64; ++reads) {  // bounded: a flood of other interfaces' changes waits
     const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == ENOBUFS) {  // the kernel dropped messages: ours may be among them
-        relevant = true;
+        relevant = link = true;
         continue;
       }
       break;  // EAGAIN: drained
@@ -60,14 +62,22 @@ int GidWatch::handle(engine::Engine& engine) {
     int len = static_cast<int>(n);
     for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
       if (h->nlmsg_type == NLMSG_OVERRUN) {
-        relevant = true;
+        relevant = link = true;
       } else if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR) {
         const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
         if (static_cast<int>(ifa->ifa_index) == ifindex_) relevant = true;
       } else if (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK) {
         const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
-        if (ifi->ifi_index == ifindex_) relevant = true;  // MAC (default GID) or the interface itself
+        if (ifi->ifi_index == ifindex_) relevant = link = true;  // MAC (default GID), state, or gone
       }
+    }
+  }
+  if (link) {
+    NetdevInfo nd;
+    const bool up = query_netdev(cfg_.netdev, nd) && nd.up;
+    if (up != port_up_) {
+      port_up_ = up;
+      port_changed_ = true;
     }
   }
   if (!relevant) return 0;
@@ -80,6 +90,13 @@ int GidWatch::handle(engine::Engine& engine) {
   for (uint32_t i = 0; i < want.size() && i < have.size(); ++i)
     if (want[i] != have[i] && engine.set_gid(i, want[i]) == 0) ++changed;
   return changed;
+}
+
+bool GidWatch::take_port_change(bool& up) {
+  if (!port_changed_) return false;
+  port_changed_ = false;
+  up = port_up_;
+  return true;
 }
 
 }  // namespace urxe::provider

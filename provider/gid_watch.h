@@ -5,6 +5,8 @@
 // app's sgid_index stays valid), the engine gets the new entries, and the caller raises one
 // IBV_EVENT_GID_CHANGE per changed entry. So ibv_query_gid in a running app and a newly started app both
 // see the new GIDs without `urxe link watch` (when the app may write the tree; else see README).
+// The same link messages tell when the port goes down or up (interface down, or carrier lost), for
+// IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE as rxe raises them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,6 +39,9 @@ class GidWatch {
   // Reads what rtnetlink sent (non-blocking); if anything concerned the interface, or messages were lost,
   // syncs again and sets every changed entry in the engine. Returns how many entries changed.
   int handle(engine::Engine& engine);
+  // After handle(): whether the port state (IFF_UP and IFF_RUNNING) changed since the last call that
+  // returned true or since open(); `up` = the new state.
+  bool take_port_change(bool& up);
 
  private:
   int fd_ = -1;
@@ -44,6 +49,7 @@ class GidWatch {
   std::string ibdev_path_;
   DeviceConfig cfg_;
   uint64_t last_check_ns_ = 0;
+  bool port_up_ = false, port_changed_ = false;
   std::vector<wire::Gid> table_as_gids(const std::vector<GidEntry>& t) const;
 };
 

@@ -240,8 +240,18 @@ struct ContextState final : urxe::provider::LoggingSink {
   // GIDs follow the interface's addresses (provider/gid_watch.h): its rtnetlink fd is in wait_fds' set.
   urxe::provider::GidWatch gid_watch;
   // One IBV_EVENT_GID_CHANGE (element: port 1) per changed entry, as the kernel raises them.
+  // The port follows the interface (up and carrier), as rxe's: IBV_EVENT_PORT_ERR / _ACTIVE, and sysfs's
+  // link_downed (counted from the kernel's carrier_down_count, provider/stats.h) mirrored at once.
   void gid_update() {
     for (int n = gid_watch.handle(*engine); n > 0; --n) post_async(1, IBV_EVENT_GID_CHANGE);
+    bool up = false;
+    if (gid_watch.take_port_change(up)) {
+      urxe::provider::log_printf(up ? en::LogLevel::info : en::LogLevel::warn, config.name,
+                                 "port 1 %s (interface %s %s)", up ? "ACTIVE" : "DOWN", config.netdev.c_str(),
+                                 up ? "up with carrier" : "down or without carrier");
+      post_async(1, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+      counter_file.poke();
+    }
   }
 
   // Progress-thread statistics, printed at close with URXE_DEBUG=1.

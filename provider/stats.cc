@@ -11,11 +11,14 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <system_error>
+
+#include "provider/device_tree.h"
 
 namespace fs = std::filesystem;
 
@@ -207,6 +210,22 @@ bool write_total(const std::string& dir, const CounterSet& s) {
   return true;
 }
 
+// link_downed from the kernel: carrier losses of the interface named in urxe.stats/carrier since then.
+bool link_downed_now(const std::string& dir, uint64_t& out) {
+  const int fd = ::open((dir + "/carrier").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string text;
+  const bool ok = read_whole(fd, text);
+  ::close(fd);
+  char netdev[64] = {};
+  unsigned long long base = 0;
+  uint64_t now = 0;
+  if (!ok || std::sscanf(text.c_str(), "%63s %llu", netdev, &base) != 2 || !carrier_down_count(netdev, now))
+    return false;
+  out = now >= base ? now - base : 0;  // below: the interface was made anew, so count none rather than wrap
+  return true;
+}
+
 std::string qps_path(const std::string& ctr_path) {
   return ctr_path.substr(0, ctr_path.size() - 4) + ".qps";
 }
@@ -286,6 +305,16 @@ uint64_t CounterSet::get(const std::string& name) const {
   return 0;
 }
 
+void CounterSet::set(const std::string& name, uint64_t v) {
+  for (auto& [n, x] : values) {
+    if (n == name) {
+      x = v;
+      return;
+    }
+  }
+  values.emplace_back(name, v);
+}
+
 void CounterSet::add(const std::string& name, uint64_t v) {
   for (auto& [n, x] : values) {
     if (n == name) {
@@ -303,7 +332,7 @@ std::string hw_counters_dir(const std::string& ibdev_path) {
   return ibdev_path + "/ports/1/hw_counters";
 }
 
-bool init_device_stats(const std::string& ibdev_path, std::string& err) {
+bool init_device_stats(const std::string& ibdev_path, const std::string& netdev, std::string& err) {
   std::error_code ec;
   for (const std::string& d : {stats_dir(ibdev_path), hw_counters_dir(ibdev_path)}) {
     fs::create_directories(d, ec);
@@ -322,6 +351,12 @@ bool init_device_stats(const std::string& ibdev_path, std::string& err) {
     return false;
   }
   ::close(fd);
+  uint64_t down = 0;
+  carrier_down_count(netdev, down);  // 0 when absent: counts from the interface's creation
+  if (!write_replace(stats_dir(ibdev_path) + "/carrier", netdev + " " + std::to_string(down) + "\n")) {
+    err = stats_dir(ibdev_path) + "/carrier: " + std::strerror(errno);
+    return false;
+  }
   return mirror_hw_counters(ibdev_path, with_rxe_names(), err);
 }
 
@@ -369,10 +404,16 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
     out.processes.push_back(std::move(pc));
   }
   ::closedir(d);
-  if (out.folded_dead) write_total(dir, out.exited);
+  uint64_t downed = 0;
+  const bool live_downed = link_downed_now(dir, downed);
+  // Kept in the total (monotonic) so a reader that cannot see the interface still shows the last count.
+  const bool keep_downed = live_downed && can_fold && downed > out.exited.get("link_downed");
+  if (keep_downed) out.exited.set("link_downed", downed);
+  if (out.folded_dead || keep_downed) write_total(dir, out.exited);
   out.total = out.exited;
   for (const ProcessCounters& p : out.processes)
     for (const auto& [n, v] : p.counters.values) out.total.add(n, v);
+  if (live_downed && downed > out.total.get("link_downed")) out.total.set("link_downed", downed);
   return true;
 }
 
@@ -458,15 +499,26 @@ void CounterFile::start_mirror(uint32_t period_ms) {
   }
 }
 
+void CounterFile::poke() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    poked_ = true;
+  }
+  cv_.notify_all();
+}
+
 void CounterFile::mirror_loop(uint32_t period_ms) {
   pthread_setname_np(pthread_self(), "urxe-stats");
   uint64_t last = 0;
   std::unique_lock<std::mutex> g(mu_);
-  while (!cv_.wait_for(g, std::chrono::milliseconds(period_ms), [this] { return stop_; })) {
+  for (;;) {
+    cv_.wait_for(g, std::chrono::milliseconds(period_ms), [this] { return stop_ || poked_; });
+    if (stop_) break;
     // Counters only grow, so their sum changes exactly when one of them does.
     uint64_t sum = 0;
     for (size_t i = 0; i < names_.size(); ++i) sum += load(values_ + i);
-    if (sum == last) continue;
+    if (sum == last && !poked_) continue;
+    poked_ = false;
     last = sum;
     g.unlock();
     DeviceCounters dc;

@@ -35,6 +35,7 @@ struct CounterSet {
   std::vector<std::pair<std::string, uint64_t>> values;
   uint64_t get(const std::string& name) const;  // 0 when absent
   void add(const std::string& name, uint64_t v);
+  void set(const std::string& name, uint64_t v);
 };
 
 // One QP's share of its process's counters (EngineImpl::cur_qp), as last published (≤ 1 s old).
@@ -65,11 +66,15 @@ std::string stats_dir(const std::string& ibdev_path);        // <ibdev_path>/urx
 std::string hw_counters_dir(const std::string& ibdev_path);  // <ibdev_path>/ports/1/hw_counters
 
 // Creates urxe.stats/ (world-writable, sticky: every user's apps add their own file) and
-// ports/1/hw_counters/ with rxe's names at 0 and `lifespan`. Called by create_device.
-bool init_device_stats(const std::string& ibdev_path, std::string& err);
+// ports/1/hw_counters/ with rxe's names at 0 and `lifespan`, and notes the interface's carrier_down_count
+// now (urxe.stats/carrier: "NETDEV COUNT"), from which link_downed counts. Called by create_device.
+bool init_device_stats(const std::string& ibdev_path, const std::string& netdev, std::string& err);
 
 // Reads the device's counters. fold_dead: fold the files of dead processes into the total (needs write
 // access to urxe.stats; silently skipped without it). Returns false (err set) when urxe.stats is missing.
+// link_downed is the device's, not a process's: how often the interface lost its carrier since
+// `link add` (as rxe counts NETDEV_CHANGE to no carrier), read from the kernel when the interface is
+// visible from this network namespace, else the last value a reader with write access kept in the total.
 bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceCounters& out,
                           std::string& err);
 
@@ -96,6 +101,8 @@ class CounterFile {
   // A thread that mirrors the device's counters into sysfs (and publishes per-QP counters) at most every
   // `period_ms` while this file's values change.
   void start_mirror(uint32_t period_ms = 1000);
+  // Makes that thread mirror now, changed values or not (the port went down or up: link_downed).
+  void poke();
   // Stops that thread (before what qp_source uses goes away). Idempotent.
   void stop_mirror();
   // Stops the thread, folds the values into the device total, removes the file and mirrors sysfs. Call
@@ -114,6 +121,7 @@ class CounterFile {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool poked_ = false;
   std::thread thread_;
 };
 

@@ -39,7 +39,7 @@ class StatsTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dev_ = tmpl;
     std::string err;
-    ASSERT_TRUE(init_device_stats(dev_, err)) << err;
+    ASSERT_TRUE(init_device_stats(dev_, "lo", err)) << err;
   }
   void TearDown() override {
     std::error_code ec;
