@@ -4,6 +4,9 @@
 # `urxe link add` picks by default. Server in ns A, client in ns B; both must exit 0 and print their result.
 #   usage: apps_2ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]
 #   (the client gets the server's address appended; the veth MTU is $URXE_TEST_MTU, default 1500)
+# URXE_TEST_FLAP=SECS: 1.5 s into each client run, the client's interface goes down for SECS (its carrier
+# and the server's); the flap must fall inside the run. URXE_TEST_CLIENT_FAILS=REGEX: the client must fail
+# instead, printing REGEX (e.g. a completion error), and the server may fail too.
 set -u
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
 devctl=$1; so=$2; shift 2
@@ -61,11 +64,37 @@ for app in "$@"; do
   side $a va "$tmp/server" $app &
   srv=$!
   wait_listen $srv
-  side $b vb "$tmp/client" $app 10.88.0.1
+  side $b vb "$tmp/client" $app 10.88.0.1 &
+  cli=$!
+  flap_missed=0
+  if [ -n "${URXE_TEST_FLAP:-}" ]; then
+    sleep 1.5
+    kill -0 $cli 2>/dev/null || flap_missed=1
+    ip -n $b link set vb down
+    sleep "$URXE_TEST_FLAP"
+    ip -n $b link set vb up
+    [ -n "${URXE_TEST_CLIENT_FAILS:-}" ] || kill -0 $cli 2>/dev/null || flap_missed=1
+  fi
+  wait $cli
   crc=$?
   wait $srv
   src=$?
-  if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+  if [ -n "${URXE_TEST_CLIENT_FAILS:-}" ]; then
+    if [ $crc -ne 0 ] && [ $crc -ne 124 ] && grep -qE "$URXE_TEST_CLIENT_FAILS" "$tmp/client" &&
+       [ $flap_missed = 0 ]; then
+      echo "ok: $app failed as expected (client rc $crc, server rc $src; $(elapsed "$t0"))"
+      grep -E "$URXE_TEST_CLIENT_FAILS" "$tmp/client" | head -3 | sed 's/^/  /'
+    else
+      echo "FAIL: $app should fail with /$URXE_TEST_CLIENT_FAILS/ (client rc $crc, server rc $src)"
+      sed 's/^/  client: /' "$tmp/client"
+      fail=1
+    fi
+    continue
+  fi
+  if [ $flap_missed = 1 ]; then
+    echo "FAIL: $app ended before the link came back up: the flap was not inside the run"
+    fail=1
+  elif [ $crc -ne 0 ] || [ $src -ne 0 ]; then
     echo "FAIL: $app (server rc $src, client rc $crc)"
     sed 's/^/  server: /' "$tmp/server"
     sed 's/^/  client: /' "$tmp/client"
