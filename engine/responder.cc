@@ -65,7 +65,7 @@ struct Responder {
   const uint8_t* frame;
 
   void complete_recv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uint32_t flags,
-                     uint32_t imm_or_rkey, uint32_t src_qp, bool solicited) {
+                     uint32_t imm_or_rkey, uint32_t src_qp, bool solicited, uint8_t sl = 0) {
     Wc wc;
     wc.wr_id = q.recv_wr_id;
     wc.status = status;
@@ -75,6 +75,7 @@ struct Responder {
     wc.imm_data = imm_or_rkey;
     wc.qp_num = q.qpn;
     wc.src_qp = src_qp;
+    wc.sl = sl;
     q.have_recv = false;
     e.cq_post(*q.rcq, wc, solicited);
     if (status == WC_SUCCESS) e.count(Counter::rdma_recvs);
@@ -476,19 +477,23 @@ struct Responder {
     }
     // 40-byte GRH area: the IPv6 header, or for IPv4 20 zero bytes then the IPv4 header (as rxe/mlx5)
     uint8_t grh[40] = {};
+    // RoCE has no SL on the wire; like ConnectX (mlx5's CQE), wc.sl tells which L3 header the GRH area
+    // holds: bit 3 = RoCEv2 (UDP), bits 2:0 = 1 IPv6, 2 IPv4. UCX's UD transport reads it to find the
+    // destination address in the GRH area, and drops every packet when it is 0.
+    const uint8_t sl = pkt.ip_version == 6 ? kWcSlRoceV2Ipv6 : kWcSlRoceV2Ipv4;
     if (pkt.ip_version == 6)
       std::memcpy(grh, frame + pkt.l3_offset, 40);
     else
       std::memcpy(grh + 20, frame + pkt.l3_offset, 20);
     const uint32_t len = pkt.payload_len;
     if (uint64_t{len} + 40 > recv_capacity(q)) {
-      complete_recv(WC_LOC_LEN_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false);
+      complete_recv(WC_LOC_LEN_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false, sl);
       return;
     }
     if (!sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, 0, grh, 40, true) ||
         (len && !sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, 40,
                           const_cast<uint8_t*>(pkt.payload.data()), len, true))) {
-      complete_recv(WC_LOC_PROT_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false);
+      complete_recv(WC_LOC_PROT_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false, sl);
       return;
     }
     uint32_t flags = WC_GRH, imm = 0;
@@ -498,7 +503,7 @@ struct Responder {
       wire::store_be32(b, pkt.imm);
       std::memcpy(&imm, b, 4);
     }
-    complete_recv(WC_SUCCESS, WC_RECV, len + 40, flags, imm, pkt.deth.src_qp, pkt.bth.se);
+    complete_recv(WC_SUCCESS, WC_RECV, len + 40, flags, imm, pkt.deth.src_qp, pkt.bth.se, sl);
   }
 };
 

@@ -70,9 +70,11 @@ struct Wc {
   uint32_t wc_flags = 0;
   uint16_t pkey_index = 0;
   uint16_t slid = 0;
-  uint8_t sl = 0;
+  uint8_t sl = 0;  // UD receives: kWcSlRoceV2Ipv4/Ipv6 (the L3 header type, as ConnectX reports it)
   uint8_t dlid_path_bits = 0;
 };
+inline constexpr uint8_t kWcSlRoceV2Ipv6 = 0x9;
+inline constexpr uint8_t kWcSlRoceV2Ipv4 = 0xa;
 
 // ---- work requests (ibv_wr_opcode, ibv_send_flags) ----
 enum WrOpcode : uint32_t {

@@ -102,6 +102,8 @@ TEST_F(Ud, SendCarriesGrhAndSourceQpn) {
   // IPv4: the header sits in the last 20 bytes of the GRH area
   EXPECT_EQ(lb.b().mem[20], 0x45);
   EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 20 + 12, lb.a().gid.data() + 12, 4));
+  // wc.sl says so, as ConnectX's CQE does (UCX's UD transport relies on it): RoCEv2, IPv4
+  EXPECT_EQ(wb[0].sl, 0xa);
   auto& [side, p] = lb.link.trace.at(0);
   EXPECT_EQ(p.bth.opcode, wire::make_opcode(wire::op::kUd, wire::op::send_only));
   EXPECT_EQ(p.deth.src_qp, qa);
@@ -262,6 +264,7 @@ TEST(Ipv6, RcAndUdOverIpv6Gids) {
   EXPECT_EQ(wb[0].byte_len, 140u);
   // the whole 40-byte IPv6 header is the GRH
   EXPECT_EQ(lb.b().mem[0x8000] >> 4, 6);
+  EXPECT_EQ(wb[0].sl, 0x9);  // RoCEv2, IPv6 (ConnectX's CQE convention)
   EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 0x8000 + 8, lb.a().gid.data(), 16));
   EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 0x8000 + 24, lb.b().gid.data(), 16));
   EXPECT_EQ(lb.link.trace.back().second.ip6.flow_label, 0x12345u);
