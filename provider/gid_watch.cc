@@ -1,12 +1,15 @@
 #include "provider/gid_watch.h"
 
+#include <linux/if_link.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <net/if.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 namespace urxe::provider {
 
@@ -36,7 +39,9 @@ std::vector<wire::Gid> GidWatch::open(const std::string& ibdev_path, const Devic
     }
   }
   NetdevInfo nd;
-  port_up_ = query_netdev(cfg.netdev, nd) && nd.up;
+  uint64_t down_count = 0;
+  const bool have_count = carrier_down_count(cfg.netdev, down_count);
+  port_.reset(query_netdev(cfg.netdev, nd) && nd.up, have_count, static_cast<uint32_t>(down_count));
   std::vector<GidEntry> table;
   std::string err;
   // EACCES/EROFS (an app that may only read the tree) still yields the table this context uses.
@@ -46,14 +51,14 @@ std::vector<wire::Gid> GidWatch::open(const std::string& ibdev_path, const Devic
 
 int GidWatch::handle(engine::Engine& engine) {
   if (fd_ < 0) return 0;
-  bool relevant = false, link = false;
+  bool relevant = false, lost = false;
   alignas(nlmsghdr) char buf[8192];
   for (int reads = 0; reads < 64; ++reads) {  // bounded: a flood of other interfaces' changes waits
     const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == ENOBUFS) {  // the kernel dropped messages: ours may be among them
-        relevant = link = true;
+        relevant = lost = true;
         continue;
       }
       break;  // EAGAIN: drained
@@ -62,23 +67,34 @@ int GidWatch::handle(engine::Engine& engine) {
     int len = static_cast<int>(n);
     for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
       if (h->nlmsg_type == NLMSG_OVERRUN) {
-        relevant = link = true;
+        relevant = lost = true;
       } else if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR) {
         const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
         if (static_cast<int>(ifa->ifa_index) == ifindex_) relevant = true;
       } else if (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK) {
         const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
-        if (ifi->ifi_index == ifindex_) relevant = link = true;  // MAC (default GID), state, or gone
+        if (ifi->ifi_index != ifindex_) continue;
+        relevant = true;  // MAC (default GID), state, or gone
+        // Each message's own state, in order (provider/port_tracker.h), not a query after the batch.
+        bool have_count = false;
+        uint32_t down_count = 0;
+        int alen = static_cast<int>(IFLA_PAYLOAD(h));
+        for (auto* a = IFLA_RTA(ifi); RTA_OK(a, alen); a = RTA_NEXT(a, alen))
+          if (a->rta_type == IFLA_CARRIER_DOWN_COUNT && RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
+            std::memcpy(&down_count, RTA_DATA(a), sizeof down_count);
+            have_count = true;
+          }
+        const bool up =
+            h->nlmsg_type == RTM_NEWLINK && (ifi->ifi_flags & IFF_UP) && (ifi->ifi_flags & IFF_RUNNING);
+        port_.on_link(up, have_count, down_count);
       }
     }
   }
-  if (link) {
+  if (lost) {  // messages were dropped: take the state as it is now
     NetdevInfo nd;
-    const bool up = query_netdev(cfg_.netdev, nd) && nd.up;
-    if (up != port_up_) {
-      port_up_ = up;
-      port_changed_ = true;
-    }
+    uint64_t down_count = 0;
+    const bool have_count = carrier_down_count(cfg_.netdev, down_count);
+    port_.on_link(query_netdev(cfg_.netdev, nd) && nd.up, have_count, static_cast<uint32_t>(down_count));
   }
   if (!relevant) return 0;
   std::vector<GidEntry> table;
@@ -93,10 +109,7 @@ int GidWatch::handle(engine::Engine& engine) {
 }
 
 bool GidWatch::take_port_change(bool& up) {
-  if (!port_changed_) return false;
-  port_changed_ = false;
-  up = port_up_;
-  return true;
+  return port_.take(up);
 }
 
 }  // namespace urxe::provider

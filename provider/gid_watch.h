@@ -6,7 +6,8 @@
 // IBV_EVENT_GID_CHANGE per changed entry. So ibv_query_gid in a running app and a newly started app both
 // see the new GIDs without `urxe link watch` (when the app may write the tree; else see README).
 // The same link messages tell when the port goes down or up (interface down, or carrier lost), for
-// IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE as rxe raises them.
+// IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE as rxe raises them, each flap even when it was quicker than
+// our reads (provider/port_tracker.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "provider/device_tree.h"
+#include "provider/port_tracker.h"
 
 namespace urxe::provider {
 
@@ -39,8 +41,8 @@ class GidWatch {
   // Reads what rtnetlink sent (non-blocking); if anything concerned the interface, or messages were lost,
   // syncs again and sets every changed entry in the engine. Returns how many entries changed.
   int handle(engine::Engine& engine);
-  // After handle(): whether the port state (IFF_UP and IFF_RUNNING) changed since the last call that
-  // returned true or since open(); `up` = the new state.
+  // After handle(): the next port state change (IFF_UP and IFF_RUNNING) not yet taken, oldest first;
+  // `up` = the state it enters. A quick flap gives a down and an up (provider/port_tracker.h).
   bool take_port_change(bool& up);
 
  private:
@@ -49,7 +51,7 @@ class GidWatch {
   std::string ibdev_path_;
   DeviceConfig cfg_;
   uint64_t last_check_ns_ = 0;
-  bool port_up_ = false, port_changed_ = false;
+  PortTracker port_;
   std::vector<wire::Gid> table_as_gids(const std::vector<GidEntry>& t) const;
 };
 

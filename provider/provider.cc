@@ -245,7 +245,7 @@ struct ContextState final : urxe::provider::LoggingSink {
   void gid_update() {
     for (int n = gid_watch.handle(*engine); n > 0; --n) post_async(1, IBV_EVENT_GID_CHANGE);
     bool up = false;
-    if (gid_watch.take_port_change(up)) {
+    while (gid_watch.take_port_change(up)) {
       urxe::provider::log_printf(up ? en::LogLevel::info : en::LogLevel::warn, config.name,
                                  "port 1 %s (interface %s %s)", up ? "ACTIVE" : "DOWN", config.netdev.c_str(),
                                  up ? "up with carrier" : "down or without carrier");

@@ -1,6 +1,7 @@
 /* The port follows its interface while an app has the device open, as with kernel rxe: losing the carrier
  * (the veth peer goes down) or taking the interface down raises IBV_EVENT_PORT_ERR (port 1) on the async fd
- * and ibv_query_port says IBV_PORT_DOWN; back up, IBV_EVENT_PORT_ACTIVE and IBV_PORT_ACTIVE. Each loss
+ * and ibv_query_port says IBV_PORT_DOWN; back up, IBV_EVENT_PORT_ACTIVE and IBV_PORT_ACTIVE, also for a flap
+ * of microseconds (both events, in order). Each loss
  * counts once in link_downed, in sysfs hw_counters and `urxe stats --json`, also after the app closed the
  * device and for losses while no app has it open. Run by in_netns.sh as root (it changes va and vb).
  * Usage: port_state_test DEVICE NETDEV PEER_NETDEV */
@@ -154,18 +155,35 @@ int main(int argc, char** argv) {
 
   flap(ctx, dev, peer, 1);   /* carrier lost: the other end of the veth went down */
   flap(ctx, dev, netdev, 2); /* the interface itself taken down */
+  /* A flap quicker than anything reads the link state (the kernel may even report only the final state):
+   * still one PORT_ERR then one PORT_ACTIVE, in that order, and one more link_downed, as rxe, which sees
+   * every carrier change. */
+  for (int i = 0; i < 3; ++i) {
+    char cmd[160];
+    /* one ip process for both: microseconds apart, so the messages tend to arrive in one batch */
+    snprintf(cmd, sizeof cmd, "printf 'link set %s down\\nlink set %s up\\n' | ip -batch -", peer, peer);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    int ev = port_event(ctx, 3000);
+    CHECK(ev == IBV_EVENT_PORT_ERR, "quick flap %d: event %d, want IBV_EVENT_PORT_ERR", i, ev);
+    ev = port_event(ctx, 3000);
+    CHECK(ev == IBV_EVENT_PORT_ACTIVE, "quick flap %d: event %d, want IBV_EVENT_PORT_ACTIVE", i, ev);
+    CHECK(port_event(ctx, 300) == -1, "quick flap %d: one more event", i);
+    CHECK(port_state(ctx) == IBV_PORT_ACTIVE, "quick flap %d: port state %d", i, port_state(ctx));
+    const long v = sysfs_link_downed(ibdev_path, 3 + i, 3000);
+    CHECK(v == 3 + i, "quick flap %d: sysfs link_downed %ld, want %d", i, v, 3 + i);
+  }
 
   ibv_close_device(ctx);
   ibv_free_device_list(list);
   /* After the app: the sysfs mirror keeps the count; a loss with no app open counts too. */
-  CHECK(sysfs_link_downed(ibdev_path, 2, 0) == 2, "after close: sysfs link_downed %ld",
-        sysfs_link_downed(ibdev_path, 2, 0));
+  CHECK(sysfs_link_downed(ibdev_path, 5, 0) == 5, "after close: sysfs link_downed %ld",
+        sysfs_link_downed(ibdev_path, 5, 0));
   CHECK(ip_link(peer, "down") == 0 && ip_link(peer, "up") == 0, "flap %s", peer);
   usleep(100 * 1000);
-  CHECK(stats_link_downed(dev) == 3, "no app open: urxe stats link_downed %ld, want 3",
+  CHECK(stats_link_downed(dev) == 6, "no app open: urxe stats link_downed %ld, want 6",
         stats_link_downed(dev));
-  CHECK(sysfs_link_downed(ibdev_path, 3, 0) == 3, "urxe stats did not mirror into sysfs: %ld",
-        sysfs_link_downed(ibdev_path, 3, 0));
+  CHECK(sysfs_link_downed(ibdev_path, 6, 0) == 6, "urxe stats did not mirror into sysfs: %ld",
+        sysfs_link_downed(ibdev_path, 6, 0));
   if (failures) {
     fprintf(stderr, "%d failure(s)\n", failures);
     return 1;
