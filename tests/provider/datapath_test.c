@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
+
 /* ---- allocations on this thread (the executable's malloc family wins over libc's for every library) ---- */
 extern void* __libc_malloc(size_t);
 extern void* __libc_calloc(size_t, size_t);
@@ -71,27 +73,6 @@ void free(void* p) {
   __libc_free(p);
 }
 
-static int failures;
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-    }                                                                 \
-  } while (0)
-#define REQUIRE(cond, ...)                                            \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, "\nfatal, stopping\n");                         \
-      return 1;                                                       \
-    }                                                                 \
-  } while (0)
-
 /* ---- syscalls on this thread ---- */
 static int sys_fd = -1;
 static uint64_t sys_read_cost; /* what one read of the counter adds (its own syscall) */
@@ -124,9 +105,7 @@ static const char* open_syscall_counter(void) {
 }
 
 static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no syscall */
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  return now_ms() / 1e3;
 }
 
 /* Measured totals of one phase. */
@@ -146,47 +125,13 @@ static struct tally t;
     r_;                                           \
   })
 
-static int to_init(struct ibv_qp* qp, enum ibv_qp_type type) {
+static int ud_to_init(struct ibv_qp* qp) {
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
-  if (type == IBV_QPT_UD) {
-    a.qkey = 0x11111111;
-    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
-  }
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-static int rc_connect(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* gid, int sgid_index) {
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = 7;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = *gid;
-  a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    return -1;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 7;
-  a.max_rd_atomic = 4;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
+  a.qkey = 0x11111111;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
 }
 
 static int ud_ready(struct ibv_qp* qp) {
@@ -246,9 +191,7 @@ int main(int argc, char** argv) {
   int num = 0;
   struct ibv_device** list = ibv_get_device_list(&num);
   REQUIRE(list, "ibv_get_device_list: %s", strerror(errno));
-  struct ibv_device* dev = NULL;
-  for (int i = 0; i < num; i++)
-    if (!strcmp(ibv_get_device_name(list[i]), argv[1])) dev = list[i];
+  struct ibv_device* dev = find_device(list, num, argv[1]);
   REQUIRE(dev, "no device %s", argv[1]);
   struct ibv_context* ctx = ibv_open_device(dev);
   REQUIRE(ctx, "ibv_open_device: %s", strerror(errno));
@@ -292,11 +235,10 @@ int main(int argc, char** argv) {
   struct ibv_qp* c = ibv_create_qp_ex(ctx, &qa);
   struct ibv_qp* d = ibv_create_qp_ex(ctx, &qa);
   REQUIRE(a && b && c && d, "create_qp_ex: %s", strerror(errno));
-  REQUIRE(!to_init(a, IBV_QPT_RC) && !to_init(b, IBV_QPT_RC) && !rc_connect(a, b->qp_num, &gid, sgid) &&
-              !rc_connect(b, a->qp_num, &gid, sgid),
+  REQUIRE(!rc_to_init(a) && !rc_to_init(b) && !rc_to_rts(a, b->qp_num, &gid, sgid) &&
+              !rc_to_rts(b, a->qp_num, &gid, sgid),
           "RC QPs to RTS");
-  REQUIRE(!to_init(c, IBV_QPT_UD) && !to_init(d, IBV_QPT_UD) && !ud_ready(c) && !ud_ready(d),
-          "UD QPs to RTS");
+  REQUIRE(!ud_to_init(c) && !ud_to_init(d) && !ud_ready(c) && !ud_ready(d), "UD QPs to RTS");
   struct ibv_ah_attr aha;
   memset(&aha, 0, sizeof aha);
   aha.is_global = 1;

@@ -16,31 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-    }                                                                 \
-  } while (0)
-#define REQUIRE(cond, ...)                                            \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, "\nfatal, stopping\n");                         \
-      return 1;                                                       \
-    }                                                                 \
-  } while (0)
+#include "check.h"
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+/* RESET -> RTS looped back to itself from sgid_index; the RTR step's result when it fails. */
+static int rc_connect_self(struct ibv_qp* qp, int sgid_index, const union ibv_gid* dgid) {
+  return rc_to_init(qp) ? -1 : rc_to_rts(qp, qp->qp_num, dgid, sgid_index);
 }
 
 static int sh(const char* fmt, const char* a, const char* b) {
@@ -86,42 +66,6 @@ static int find_v4(struct ibv_context* ctx, const char* ip) {
   return -1;
 }
 
-/* RESET -> INIT -> RTR with sgid_index; returns ibv_modify_qp's result for RTR. */
-static int connect_self(struct ibv_qp* qp, int sgid_index, const union ibv_gid* dgid) {
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return -1;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = qp->qp_num;
-  a.rq_psn = 1;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = *dgid;
-  a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  int rc = ibv_modify_qp(qp, &a,
-                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc) return rc;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 1;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
 /* An RDMA WRITE from the QP to itself; 1 when it completed and the bytes arrived. */
 static int write_self(struct ibv_qp* qp, struct ibv_cq* cq, struct ibv_mr* mr, char* mem, int seed) {
   for (int i = 0; i < 64; i++) mem[i] = (char)(i + seed);
@@ -154,9 +98,7 @@ int main(int argc, char** argv) {
   const char *devname = argv[1], *netdev = argv[2], *other = argv[3];
   int num = 0;
   struct ibv_device** list = ibv_get_device_list(&num);
-  struct ibv_device* dev = NULL;
-  for (int i = 0; list && i < num; i++)
-    if (!strcmp(ibv_get_device_name(list[i]), devname)) dev = list[i];
+  struct ibv_device* dev = find_device(list, num, devname);
   REQUIRE(dev, "%s not found", devname);
   struct ibv_context* ctx = ibv_open_device(dev);
   REQUIRE(ctx, "open: %s", strerror(errno));
@@ -190,7 +132,7 @@ int main(int argc, char** argv) {
   REQUIRE(qp_new, "create_qp");
   union ibv_gid gid_new;
   ibv_query_gid(ctx, 1, added > 0 ? added : 2, &gid_new);
-  CHECK(connect_self(qp_new, added > 0 ? added : 2, &gid_new) == 0, "QP with the new sgid_index: %s",
+  CHECK(rc_connect_self(qp_new, added > 0 ? added : 2, &gid_new) == 0, "QP with the new sgid_index: %s",
         strerror(errno));
   CHECK(write_self(qp_new, cq, mr, mem, 1), "WRITE over the new GID");
   {
@@ -220,11 +162,11 @@ int main(int argc, char** argv) {
   struct ibv_qp* qp_gone = ibv_create_qp(pd, &ia);
   REQUIRE(qp_gone, "create_qp");
   errno = 0;
-  const int rc = connect_self(qp_gone, added > 0 ? added : 2, &gid_base);
+  const int rc = rc_connect_self(qp_gone, added > 0 ? added : 2, &gid_base);
   CHECK(rc == EINVAL, "RTR with a removed GID's index: %d", rc);
   CHECK(write_self(qp_new, cq, mr, mem, 2), "the QP connected before keeps working");
   struct ibv_qp* qp_base = ibv_create_qp(pd, &ia);
-  CHECK(qp_base && connect_self(qp_base, base, &gid_base) == 0 && write_self(qp_base, cq, mr, mem, 3),
+  CHECK(qp_base && rc_connect_self(qp_base, base, &gid_base) == 0 && write_self(qp_base, cq, mr, mem, 3),
         "a QP on the remaining GID");
 
   ibv_destroy_qp(qp_base);

@@ -16,32 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-    }                                                                 \
-  } while (0)
-#define REQUIRE(cond, ...)                                            \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, "\nfatal, stopping\n");                         \
-      return 1;                                                       \
-    }                                                                 \
-  } while (0)
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+#include "check.h"
 
 static int ip_link(const char* dev, const char* state) {
   char cmd[128];
@@ -138,9 +113,7 @@ int main(int argc, char** argv) {
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
   REQUIRE(list, "ibv_get_device_list: %s", strerror(errno));
-  struct ibv_device* d = NULL;
-  for (int i = 0; i < n; ++i)
-    if (strcmp(ibv_get_device_name(list[i]), dev) == 0) d = list[i];
+  struct ibv_device* d = find_device(list, n, dev);
   REQUIRE(d, "no device %s", dev);
   char ibdev_path[512];
   snprintf(ibdev_path, sizeof ibdev_path, "%s", d->ibdev_path);

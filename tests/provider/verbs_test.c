@@ -20,28 +20,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "provider/abi34.h"
+#include "check.h"
 
-static int failures;
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fputc('\n', stderr);                                            \
-    }                                                                 \
-  } while (0)
-#define REQUIRE(cond, ...)                                            \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                   \
-      fprintf(stderr, "\nfatal, stopping\n");                         \
-      return 1;                                                       \
-    }                                                                 \
-  } while (0)
+#include "provider/abi34.h"
 
 static int netdev_mac(const char* ifname, uint8_t mac[6]) {
   struct ifreq ifr;
@@ -63,46 +44,6 @@ static int wait_cq(struct ibv_cq* cq, struct ibv_wc* wc, int n) {
     if (got < n) usleep(1000);
   }
   return got;
-}
-
-static int to_init(struct ibv_qp* qp) {
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-static int to_rtr_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* dgid, int sgid_index) {
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = *dgid;
-  a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  int rc = ibv_modify_qp(qp, &a,
-                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc) return rc;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 100;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 /* Reads one async event if one is queued within timeout_ms; returns 1 and fills ev, else 0. */
@@ -156,7 +97,7 @@ static int srq_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr
   struct ibv_recv_wr r, *bad_r;
   memset(&r, 0, sizeof r);
   CHECK(ibv_post_recv(qp, &r, &bad_r) != 0, "post_recv on a QP with an SRQ accepted");
-  REQUIRE(to_init(qp) == 0 && to_rtr_rts(qp, qp->qp_num, gid, 1) == 0, "srq qp to RTS");
+  REQUIRE(rc_to_init(qp) == 0 && rc_to_rts(qp, qp->qp_num, gid, 1) == 0, "srq qp to RTS");
   for (int i = 0; i < 2; i++) {
     struct ibv_sge sg = {(uintptr_t)mem, 100, mr->lkey};
     struct ibv_send_wr w, *bad;
@@ -343,7 +284,7 @@ static int qpex_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_m
   ia.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
   errno = 0;
   CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EOPNOTSUPP, "bind-mw send ops accepted");
-  REQUIRE(to_init(qp) == 0 && to_rtr_rts(qp, qp->qp_num, gid, 1) == 0, "qpex to RTS");
+  REQUIRE(rc_to_init(qp) == 0 && rc_to_rts(qp, qp->qp_num, gid, 1) == 0, "qpex to RTS");
 
   struct ibv_sge rs = {(uintptr_t)(mem + 6144), 64, mr->lkey};
   struct ibv_recv_wr r, *bad_r;
@@ -436,7 +377,7 @@ static int rereg_resize_section(struct ibv_context* ctx, struct ibv_pd* pd, stru
   ia.cap.max_recv_wr = 1;
   ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
   struct ibv_qp* qp = ibv_create_qp(pd, &ia);
-  REQUIRE(qp && to_init(qp) == 0 && to_rtr_rts(qp, qp->qp_num, gid, 1) == 0, "rereg qp");
+  REQUIRE(qp && rc_to_init(qp) == 0 && rc_to_rts(qp, qp->qp_num, gid, 1) == 0, "rereg qp");
   for (int i = 0; i < 3; i++) {
     for (int j = 0; j < 256; j++) src[j] = (char)(j * 3 + i);
     struct ibv_sge sge = {(uintptr_t)src, 256, src_mr->lkey};
@@ -487,9 +428,7 @@ int main(int argc, char** argv) {
   int num = 0;
   struct ibv_device** list = ibv_get_device_list(&num);
   REQUIRE(list != NULL, "ibv_get_device_list: %s", strerror(errno));
-  struct ibv_device* dev = NULL;
-  for (int i = 0; i < num; i++)
-    if (!strcmp(ibv_get_device_name(list[i]), devname)) dev = list[i];
+  struct ibv_device* dev = find_device(list, num, devname);
   REQUIRE(dev != NULL, "%s not listed (%d devices)", devname, num);
   CHECK(dev->node_type == IBV_NODE_CA, "node_type %d", dev->node_type);
   CHECK(dev->transport_type == IBV_TRANSPORT_IB, "transport %d", dev->transport_type);
@@ -651,11 +590,11 @@ int main(int argc, char** argv) {
   CHECK(qia.send_cq == cq && qia.qp_context == (void*)0x5678 && qia.qp_type == IBV_QPT_RC, "query init_attr");
 
   /* ---- loopback SEND to itself (port=loop), completion event through the channel ---- */
-  REQUIRE(to_init(qp) == 0, "RESET->INIT");
+  REQUIRE(rc_to_init(qp) == 0, "RESET->INIT");
   CHECK(qp->state == IBV_QPS_INIT, "state after INIT %d", qp->state);
   CHECK(ibv_post_send(qp, &swr, &bad_s) == EINVAL, "post_send in INIT");
   REQUIRE(ibv_post_recv(qp, &rwr, &bad_r) == 0, "post_recv in INIT");
-  REQUIRE(to_rtr_rts(qp, qp->qp_num, &gid1, 1) == 0, "INIT->RTR->RTS: %s", strerror(errno));
+  REQUIRE(rc_to_rts(qp, qp->qp_num, &gid1, 1) == 0, "INIT->RTR->RTS: %s", strerror(errno));
   CHECK(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_RTS &&
             qa.dest_qp_num == qp->qp_num,
         "query RTS");

@@ -1,0 +1,85 @@
+/* What the C programs of tests/provider share: CHECK (count a failure and go on), REQUIRE (count it and
+ * return 1 from the calling function: use in main, or in a helper whose caller stops on non-zero), a
+ * monotonic clock, and finding a device by name. */
+#pragma once
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static int failures;
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      failures++;                                                     \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fputc('\n', stderr);                                            \
+    }                                                                 \
+  } while (0)
+#define REQUIRE(cond, ...)                                            \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      failures++;                                                     \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, "\nfatal, stopping\n");                         \
+      return 1;                                                       \
+    }                                                                 \
+  } while (0)
+
+/* CLOCK_MONOTONIC in milliseconds (vDSO: no syscall). */
+static inline double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The device called `name` in a list from ibv_get_device_list, or NULL. */
+static inline struct ibv_device* find_device(struct ibv_device** list, int n, const char* name) {
+  for (int i = 0; list && i < n; i++)
+    if (strcmp(ibv_get_device_name(list[i]), name) == 0) return list[i];
+  return NULL;
+}
+
+/* RESET -> INIT of an RC QP on port 1, remote write, read and atomic access. */
+static inline int rc_to_init(struct ibv_qp* qp) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+/* INIT -> RTR -> RTS of an RC QP towards dest_qpn at dgid from sgid_index: path MTU 1024, PSNs 1, up to 4
+ * RDMA READs/atomics each way, timeout 14, retries 7. Returns the first failing ibv_modify_qp's result. */
+static inline int rc_to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* dgid, int sgid_index) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = 1;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = *dgid;
+  a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  int rc = ibv_modify_qp(qp, &a,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc) return rc;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = 1;
+  a.max_rd_atomic = 4;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                           IBV_QP_MAX_QP_RD_ATOMIC);
+}
