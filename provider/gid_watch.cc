@@ -42,6 +42,7 @@ std::vector<wire::Gid> GidWatch::open(const std::string& ibdev_path, const Devic
   uint64_t down_count = 0;
   const bool have_count = carrier_down_count(cfg.netdev, down_count);
   port_.reset(query_netdev(cfg.netdev, nd) && nd.up, have_count, static_cast<uint32_t>(down_count));
+  mac_ = nd.mac;
   std::vector<GidEntry> table;
   std::string err;
   // EACCES/EROFS (an app that may only read the tree) still yields the table this context uses.
@@ -74,16 +75,24 @@ int GidWatch::handle(engine::Engine& engine) {
       } else if (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK) {
         const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
         if (ifi->ifi_index != ifindex_) continue;
-        relevant = true;  // MAC (default GID), state, or gone
+        // The GIDs depend on the addresses and the MAC (the default GID): a link message matters to them
+        // only when the interface is gone or its MAC changed, not for the flag changes that come often
+        // (promiscuous mode when DPDK starts, carrier), whose sync would write files and allocate.
+        if (h->nlmsg_type == RTM_DELLINK) relevant = true;
         // Each message's own state, in order (provider/port_tracker.h), not a query after the batch.
         bool have_count = false;
         uint32_t down_count = 0;
         int alen = static_cast<int>(IFLA_PAYLOAD(h));
-        for (auto* a = IFLA_RTA(ifi); RTA_OK(a, alen); a = RTA_NEXT(a, alen))
+        for (auto* a = IFLA_RTA(ifi); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
           if (a->rta_type == IFLA_CARRIER_DOWN_COUNT && RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
             std::memcpy(&down_count, RTA_DATA(a), sizeof down_count);
             have_count = true;
+          } else if (a->rta_type == IFLA_ADDRESS && RTA_PAYLOAD(a) == mac_.size() &&
+                     std::memcmp(RTA_DATA(a), mac_.data(), mac_.size()) != 0) {
+            std::memcpy(mac_.data(), RTA_DATA(a), mac_.size());
+            relevant = true;
           }
+        }
         const bool up =
             h->nlmsg_type == RTM_NEWLINK && (ifi->ifi_flags & IFF_UP) && (ifi->ifi_flags & IFF_RUNNING);
         port_.on_link(up, have_count, down_count);

@@ -9,6 +9,7 @@
 // IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE as rxe raises them, each flap even when it was quicker than
 // our reads (provider/port_tracker.h).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,6 +53,7 @@ class GidWatch {
   DeviceConfig cfg_;
   uint64_t last_check_ns_ = 0;
   PortTracker port_;
+  std::array<uint8_t, 6> mac_{};  // as the last link message said: a change means a new default GID
   std::vector<wire::Gid> table_as_gids(const std::vector<GidEntry>& t) const;
 };
 

@@ -169,6 +169,19 @@ int main(int argc, char** argv) {
   CHECK(qp_base && rc_connect_self(qp_base, base, &gid_base) == 0 && write_self(qp_base, cq, mr, mem, 3),
         "a QP on the remaining GID");
 
+  /* ---- link messages: a flag change (promiscuous mode, as DPDK sets it) raises nothing; a new MAC moves
+   * the default GID (index 0, fe80::EUI-64 of the MAC) ---- */
+  REQUIRE(sh("ip link set %s promisc on%s", netdev, "") == 0, "promisc on");
+  CHECK(gid_events(ctx, 500) == 0, "GID_CHANGE for a flag change");
+  CHECK(sh("ip link set %s promisc off%s", netdev, "") == 0, "promisc off");
+  REQUIRE(sh("ip link set %s address 02:11:22:33:44:55%s", netdev, "") == 0, "ip link set address");
+  ev = gid_events(ctx, 3000);
+  CHECK(ev >= 1, "no IBV_EVENT_GID_CHANGE after a new MAC");
+  static const uint8_t want0[16] = {0xfe, 0x80, 0,    0,    0,    0,    0,    0,
+                                    0x00, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55};
+  CHECK(ibv_query_gid(ctx, 1, 0, &g) == 0 && !memcmp(g.raw, want0, 16), "GID 0 does not follow the new MAC");
+  CHECK(find_v4(ctx, "10.77.0.1") == base, "10.77.0.1 moved with the MAC");
+
   ibv_destroy_qp(qp_base);
   ibv_destroy_qp(qp_gone);
   ibv_destroy_qp(qp_new);
