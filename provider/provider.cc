@@ -41,6 +41,7 @@
 #include "provider/log.h"
 #include "provider/ports.h"
 #include "provider/stats.h"
+#include "provider/user_memory.h"
 
 namespace en = urxe::engine;
 using urxe::provider::DeviceConfig;
@@ -874,13 +875,23 @@ int urxe_dealloc_pd(ibv_pd* ibpd) {
   });
 }
 
+// Access that makes the kernel pin for writing (ib_access_writable).
+constexpr int kWritableAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+
 ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
   return guarded<ibv_mr*>(nullptr, [&]() -> ibv_mr* {
     en::MrInfo info;
     const uint64_t iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : hca_va;
-    if (int rc = state_of(ibpd->context)
-                     .engine->reg_mr(to_pd(ibpd)->handle, addr, length, iova, static_cast<uint32_t>(access),
-                                     info)) {
+    en::Engine& engine = *state_of(ibpd->context).engine;
+    if (int rc =
+            engine.reg_mr(to_pd(ibpd)->handle, addr, length, iova, static_cast<uint32_t>(access), info)) {
+      errno = rc;
+      return nullptr;
+    }
+    // After the access checks (EINVAL first, as the kernel), the range as pinning would find it.
+    if (int rc = urxe::provider::check_user_range(addr, length, (access & kWritableAccess) != 0)) {
+      engine.dereg_mr(info.lkey);
       errno = rc;
       return nullptr;
     }
@@ -907,6 +918,14 @@ int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t len
     if (flags & IBV_REREG_MR_CHANGE_PD) {
       if (!ibpd || ibpd->context != mr.context) return EINVAL;
       pd = to_pd(ibpd)->handle;
+    }
+    // A new range, or new rights on the old one, must pass what pinning would check (as in reg_mr).
+    if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
+      const bool moved = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+      const int acc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
+      if (int r = urxe::provider::check_user_range(moved ? addr : mr.addr, moved ? length : mr.length,
+                                                   (acc & kWritableAccess) != 0))
+        return r;
     }
     if (int r = state_of(mr.context)
                     .engine->rereg_mr(mr.lkey, static_cast<uint32_t>(flags), pd, addr, length,

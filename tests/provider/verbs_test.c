@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -335,6 +336,52 @@ static int qpex_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_m
 /* ibv_rereg_mr and ibv_resize_cq as libibverbs reports them: the fields the core updates, keys kept (as
  * rxe), IBV_REREG_MR_ERR_* with errno, the re-registered MR used by traffic, and a resize that keeps the
  * completions waiting in order and refuses to shrink below them. */
+/* ibv_reg_mr / ibv_rereg_mr check the range as the kernel's pinning does: EFAULT for memory that is not
+ * mapped, and for read-only memory when the access writes (local write, remote write, atomic); read-only
+ * memory registered for remote reads is fine. Without the check the app would crash at the first access. */
+static int user_memory_section(struct ibv_pd* pd) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char* m = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED, "mmap");
+  REQUIRE(munmap(m + 2 * page, page) == 0, "munmap");            /* the third page: not mapped */
+  REQUIRE(mprotect(m + page, page, PROT_READ) == 0, "mprotect"); /* the second page: read-only */
+  errno = 0;
+  CHECK(!ibv_reg_mr(pd, m + 2 * page, page, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT, "unmapped: errno %d",
+        errno);
+  errno = 0;
+  CHECK(!ibv_reg_mr(pd, m, 3 * page, 0) && errno == EFAULT, "partly unmapped: errno %d", errno);
+  errno = 0;
+  CHECK(!ibv_reg_mr(pd, m, 2 * page, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT,
+        "read-only page for local write: errno %d", errno);
+  errno = 0;
+  CHECK(!ibv_reg_mr(pd, m + page, 8, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC) && errno == EFAULT,
+        "read-only page for atomics: errno %d", errno);
+  errno = 0;
+  CHECK(!ibv_reg_mr(pd, m + page, 8, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
+        "access checked before the range (REMOTE_WRITE without LOCAL_WRITE): errno %d", errno);
+  struct ibv_mr* ro = ibv_reg_mr(pd, m, 2 * page, IBV_ACCESS_REMOTE_READ);
+  CHECK(ro != NULL, "read-only memory for remote reads: errno %d", errno);
+  if (ro) {
+    errno = 0;
+    int rc = ibv_rereg_mr(ro, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EFAULT, "rereg for writing read-only memory: %d errno %d",
+          rc, errno);
+    errno = 0;
+    rc = ibv_rereg_mr(ro, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, m + page, 2 * page, 0);
+    CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EFAULT, "rereg onto unmapped memory: %d errno %d", rc,
+          errno);
+    rc = ibv_rereg_mr(ro, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, NULL, m, page,
+                      IBV_ACCESS_LOCAL_WRITE);
+    CHECK(rc == 0, "rereg onto the writable page: %d errno %d", rc, errno);
+    CHECK(ibv_dereg_mr(ro) == 0, "dereg");
+  }
+  struct ibv_mr* rw = ibv_reg_mr(pd, m, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  CHECK(rw != NULL, "writable page for writing: errno %d", errno);
+  if (rw) CHECK(ibv_dereg_mr(rw) == 0, "dereg");
+  munmap(m, 2 * page);
+  return 0;
+}
+
 static int rereg_resize_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr* src_mr, char* src,
                                 const union ibv_gid* gid) {
   static char first[4096], second[8192];
@@ -661,6 +708,7 @@ int main(int argc, char** argv) {
   if (ud_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (qpex_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (rereg_resize_section(ctx, pd, mr, mem, &gid1)) return 1;
+  if (user_memory_section(pd)) return 1;
 
   /* ---- teardown, with the documented EBUSY ordering ---- */
   CHECK(ibv_destroy_cq(cq) == EBUSY, "destroy_cq with a QP");
