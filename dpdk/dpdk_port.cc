@@ -9,6 +9,7 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include <mutex>
 #include <set>
 
+#include "dpdk/port_factory.h"
 #include "dpdk/socket_port.h"
 #include "wire/bytes.h"
 #include "wire/opcode.h"
@@ -242,8 +244,18 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
   if (vdevs.empty() && !names_pci_device(eal_extra)) {
     af_packet = true;
     p->dev_name_ = "net_af_packet_urxe" + std::to_string(g_seq.fetch_add(1));
+    // The receive ring's byte budget as the socket port's (the PMD sizes rx and tx alike), in whole blocks.
+    // The PMD maps its rings MAP_LOCKED: without CAP_IPC_LOCK they must fit RLIMIT_MEMLOCK (Debian's
+    // default 8 MiB; Docker's may be 64 KiB), so they take at most a quarter of it, else the old 512.
+    uint64_t budget = kRxRingBytes;
+    rlimit rl{};
+    if (!have_cap_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      budget = std::min<uint64_t>(budget, rl.rlim_cur / 4);
+    const uint32_t per_block = blocksz / framesz;
+    const uint32_t want = std::max<uint32_t>(512, static_cast<uint32_t>(budget / framesz));
+    const uint32_t framecnt = (want + per_block - 1) / per_block * per_block;
     vdev_args = "iface=" + cfg.ifname + ",qpairs=1,qdisc_bypass=1,blocksz=" + std::to_string(blocksz) +
-                ",framesz=" + std::to_string(framesz) + ",framecnt=512";
+                ",framesz=" + std::to_string(framesz) + ",framecnt=" + std::to_string(framecnt);
   } else if (!vdevs.empty()) {
     auto comma = vdevs[0].find(',');
     p->dev_name_ = vdevs[0].substr(0, comma);

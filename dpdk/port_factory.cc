@@ -25,6 +25,9 @@ bool have_cap_net_admin() {
 bool have_cap_net_raw() {
   return have_cap(CAP_NET_RAW);
 }
+bool have_cap_ipc_lock() {
+  return have_cap(CAP_IPC_LOCK);
+}
 
 bool set_rx_qpn_range(engine::Port& port, uint32_t first, uint32_t end) {
   if (auto* s = dynamic_cast<SocketPort*>(&port)) return s->set_rx_qpn_range({first, end});

@@ -24,6 +24,7 @@ struct PortOptions {
 // Whether the process has CAP_NET_ADMIN / CAP_NET_RAW in its effective set.
 bool have_cap_net_admin();
 bool have_cap_net_raw();
+bool have_cap_ipc_lock();  // locked memory beyond RLIMIT_MEMLOCK (DPDK's af_packet rings are MAP_LOCKED)
 
 // Tells a port from open_port which destination QPNs this process owns, [first, end): frames for other
 // QPNs (another process's on the same device) are dropped by the port. False for other Port types.

@@ -134,8 +134,11 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
   p->frame_size_ = (p->max_frame_ + 128 + 2047) / 2048 * 2048;
   const uint32_t block_size = std::lcm(p->frame_size_, static_cast<uint32_t>(getpagesize()));
   const uint32_t per_block = block_size / p->frame_size_;
-  const uint32_t blocks = (std::max(cfg.ring_frames, 16u) + per_block - 1) / per_block;
-  p->frame_nr_ = blocks * per_block;
+  const uint32_t tx_blocks = (std::max(cfg.ring_frames, 16u) + per_block - 1) / per_block;
+  const uint32_t rx_want = std::max(std::max(cfg.ring_frames, 16u), cfg.rx_ring_bytes / p->frame_size_);
+  const uint32_t rx_blocks = (rx_want + per_block - 1) / per_block;
+  p->tx_frame_nr_ = tx_blocks * per_block;
+  p->rx_frame_nr_ = rx_blocks * per_block;
 
   // Protocol 0: nothing is queued until bind(), by which time the filter and rings are in place.
   p->fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -153,17 +156,19 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
   // Malformed tx frames are skipped instead of stalling the ring.
   setsockopt(p->fd_, SOL_PACKET, PACKET_LOSS, &one, sizeof one);
   if (cfg.qdisc_bypass) setsockopt(p->fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
-  tpacket_req req{block_size, blocks, p->frame_size_, p->frame_nr_};
-  if (setsockopt(p->fd_, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) != 0) {
+  tpacket_req rx_req{block_size, rx_blocks, p->frame_size_, p->rx_frame_nr_};
+  if (setsockopt(p->fd_, SOL_PACKET, PACKET_RX_RING, &rx_req, sizeof rx_req) != 0) {
     if (err) *err = errno_msg("PACKET_RX_RING");
     return nullptr;
   }
-  if (setsockopt(p->fd_, SOL_PACKET, PACKET_TX_RING, &req, sizeof req) != 0) {
+  tpacket_req tx_req{block_size, tx_blocks, p->frame_size_, p->tx_frame_nr_};
+  if (setsockopt(p->fd_, SOL_PACKET, PACKET_TX_RING, &tx_req, sizeof tx_req) != 0) {
     if (err) *err = errno_msg("PACKET_TX_RING");
     return nullptr;
   }
-  p->rx_bytes_ = static_cast<size_t>(block_size) * blocks;
-  p->ring_bytes_ = 2 * p->rx_bytes_;
+  // One mapping: the rx ring, then the tx ring.
+  p->rx_bytes_ = static_cast<size_t>(block_size) * rx_blocks;
+  p->ring_bytes_ = p->rx_bytes_ + static_cast<size_t>(block_size) * tx_blocks;
   void* m = mmap(nullptr, p->ring_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, p->fd_, 0);
   if (m == MAP_FAILED) {
     if (err) *err = errno_msg("mmap(packet ring)");
@@ -179,10 +184,10 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     return nullptr;
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
-  p->rx_held_.assign(p->frame_nr_, 0);
-  p->pool_.resize(static_cast<size_t>(p->frame_nr_) * p->max_frame_);
-  p->pool_free_.reserve(p->frame_nr_);
-  for (uint32_t i = p->frame_nr_; i-- > 0;) p->pool_free_.push_back(i);
+  p->rx_held_.assign(p->rx_frame_nr_, 0);
+  p->pool_.resize(static_cast<size_t>(p->tx_frame_nr_) * p->max_frame_);
+  p->pool_free_.reserve(p->tx_frame_nr_);
+  for (uint32_t i = p->tx_frame_nr_; i-- > 0;) p->pool_free_.push_back(i);
   if (cfg.guard_udp_port) {
     std::string gerr;
     if (!p->guard_.open(&gerr)) {
@@ -237,7 +242,7 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
     std::memcpy(reinterpret_cast<uint8_t*>(h) + kTxDataOffset, b.data, len);
     h->tp_len = len;
     status_store(h, TP_STATUS_SEND_REQUEST);
-    tx_head_ = tx_head_ + 1 == frame_nr_ ? 0 : tx_head_ + 1;
+    tx_head_ = tx_head_ + 1 == tx_frame_nr_ ? 0 : tx_head_ + 1;
     tx_free(b);
   }
   stats_.tx_frames += done;
@@ -259,7 +264,7 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
     uint32_t st = status_load(h);
     if (!(st & TP_STATUS_USER)) break;
     const uint32_t slot = rx_head_;
-    rx_head_ = rx_head_ + 1 == frame_nr_ ? 0 : rx_head_ + 1;
+    rx_head_ = rx_head_ + 1 == rx_frame_nr_ ? 0 : rx_head_ + 1;
     if (h->tp_snaplen != h->tp_len || (st & TP_STATUS_COPY)) {  // larger than a slot: not deliverable whole
       ++stats_.rx_truncated;
       status_store(h, TP_STATUS_KERNEL);

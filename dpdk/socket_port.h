@@ -19,9 +19,15 @@
 
 namespace urxe::dpdk {
 
+// Bytes of receive ring per port (socket port and DPDK's af_packet vdev): 4096 frames at MTU 1500.
+inline constexpr uint32_t kRxRingBytes = 8u << 20;
+
 struct SocketPortConfig {
   std::string ifname;
-  uint32_t ring_frames = 512;   // per ring (rx and tx)
+  uint32_t ring_frames = 512;  // tx ring, and the least the rx ring holds
+  // The rx ring holds this many bytes of frames (~20 ms at 3 Gbit/s): a receiver descheduled for a few
+  // milliseconds (2 shared cores) must not lose frames, which UC/UD never resend and RC resends slowly.
+  uint32_t rx_ring_bytes = kRxRingBytes;
   uint32_t max_frame = 0;       // largest Ethernet frame handled; 0 = interface MTU + 18 (Ethernet + VLAN)
   bool qdisc_bypass = true;     // ~10 % faster; other packet sockets (tcpdump) then do not see our tx frames
   bool guard_udp_port = true;   // hold a UdpPortGuard so the kernel does not answer RoCE with ICMP
@@ -102,7 +108,7 @@ class SocketPort final : public engine::Port {
   int fd_ = -1;
   uint8_t* ring_ = nullptr;
   size_t ring_bytes_ = 0, rx_bytes_ = 0;
-  uint32_t frame_size_ = 0, frame_nr_ = 0, max_frame_ = 0;
+  uint32_t frame_size_ = 0, rx_frame_nr_ = 0, tx_frame_nr_ = 0, max_frame_ = 0;
   uint32_t rx_head_ = 0, tx_head_ = 0;
   // tx buffers handed to the engine by tx_alloc: a fixed pool with a free stack (no allocation per packet).
   std::vector<uint8_t> pool_;
