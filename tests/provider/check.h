@@ -83,3 +83,13 @@ static inline int rc_to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ib
                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                            IBV_QP_MAX_QP_RD_ATOMIC);
 }
+
+/* main's exit status: 1 after naming how many checks failed, else 0 after printing ok_line (if any). */
+static inline int test_result(const char* ok_line) {
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  if (ok_line) printf("%s\n", ok_line);
+  return 0;
+}

@@ -384,10 +384,5 @@ int main(int argc, char** argv) {
   ibv_close_device(ctx);
   ibv_free_device_list(list);
   free(mem);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("data path: no allocation and no syscall in posts, no allocation in polls\n");
-  return 0;
+  return test_result("data path: no allocation and no syscall in posts, no allocation in polls");
 }

@@ -190,10 +190,5 @@ int main(int argc, char** argv) {
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   ibv_free_device_list(list);
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("gid_watch_test: all checks passed\n");
-  return 0;
+  return test_result("gid_watch_test: all checks passed");
 }

@@ -157,10 +157,8 @@ int main(int argc, char** argv) {
         stats_link_downed(dev));
   CHECK(sysfs_link_downed(ibdev_path, 6, 0) == 6, "urxe stats did not mirror into sysfs: %ld",
         sysfs_link_downed(ibdev_path, 6, 0));
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("port state: events, ibv_query_port and link_downed follow %s (carrier and admin state)\n", netdev);
-  return 0;
+  if (!failures)
+    printf("port state: events, ibv_query_port and link_downed follow %s (carrier and admin state)\n",
+           netdev);
+  return test_result(NULL);
 }

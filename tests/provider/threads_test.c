@@ -246,9 +246,5 @@ int main(int argc, char** argv) {
   ibv_close_device(ctx);
   ibv_free_device_list(list);
   free(mem);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  return 0;
+  return test_result(NULL);
 }

@@ -722,10 +722,5 @@ int main(int argc, char** argv) {
   CHECK(ibv_dealloc_pd(pd) == 0, "dealloc_pd");
   CHECK(ibv_close_device(ctx) == 0, "close_device");
   ibv_free_device_list(list);
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("verbs_test: all checks passed\n");
-  return 0;
+  return test_result("verbs_test: all checks passed");
 }
