@@ -875,23 +875,28 @@ int urxe_dealloc_pd(ibv_pd* ibpd) {
   });
 }
 
-// Access that makes the kernel pin for writing (ib_access_writable).
-constexpr int kWritableAccess =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+// reg_mr/rereg_mr's range check (provider/user_memory.h): what the kernel's pinning would find, for writing
+// when the access writes (ib_access_writable). Done before any key exists that a peer could aim at; skipped
+// when the kernel's access rule (remote write or atomic needs local write) fails first: the engine's EINVAL.
+int pin_check(const void* addr, size_t length, int access) {
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+    return 0;
+  constexpr int kWritable =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+  return urxe::provider::check_user_range(addr, length, (access & kWritable) != 0);
+}
 
 ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
   return guarded<ibv_mr*>(nullptr, [&]() -> ibv_mr* {
     en::MrInfo info;
     const uint64_t iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : hca_va;
-    en::Engine& engine = *state_of(ibpd->context).engine;
-    if (int rc =
-            engine.reg_mr(to_pd(ibpd)->handle, addr, length, iova, static_cast<uint32_t>(access), info)) {
+    if (int rc = pin_check(addr, length, access)) {
       errno = rc;
       return nullptr;
     }
-    // After the access checks (EINVAL first, as the kernel), the range as pinning would find it.
-    if (int rc = urxe::provider::check_user_range(addr, length, (access & kWritableAccess) != 0)) {
-      engine.dereg_mr(info.lkey);
+    if (int rc = state_of(ibpd->context)
+                     .engine->reg_mr(to_pd(ibpd)->handle, addr, length, iova, static_cast<uint32_t>(access),
+                                     info)) {
       errno = rc;
       return nullptr;
     }
@@ -923,9 +928,7 @@ int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t len
     if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
       const bool moved = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
       const int acc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
-      if (int r = urxe::provider::check_user_range(moved ? addr : mr.addr, moved ? length : mr.length,
-                                                   (acc & kWritableAccess) != 0))
-        return r;
+      if (int r = pin_check(moved ? addr : mr.addr, moved ? length : mr.length, acc)) return r;
     }
     if (int r = state_of(mr.context)
                     .engine->rereg_mr(mr.lkey, static_cast<uint32_t>(flags), pd, addr, length,
