@@ -849,6 +849,12 @@ def cmd_run(groups):
         verdict = "ok" if res["ok"] else "FAILED"
         log(f"  {verdict} in {res['seconds']}s, {res['frames']} frames" +
             "".join(f"\n    - {p}" for p in res["problems"]) + "".join(f"\n    . {n}" for n in res["notes"]))
+        if not res["ok"]:  # keep the evidence: tools/test reruns a failed test, which reuses the case's directory
+            src = os.path.join(RESULTS, c["name"])
+            dst = os.path.join(RESULTS, "failed", f"{c['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+            if os.path.isdir(src):
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("urxe-run"), dirs_exist_ok=True)
+                log(f"    (results kept in {dst})")
     json.dump(st, open(STATE_FILE, "w"), indent=1)
     with open(os.path.join(RESULTS, "summary.tsv"), "a") as f:
         for r in results:
