@@ -177,6 +177,8 @@ def transfer(pair, probe, tmp, src, dst, ipver, tx_port, rx_port, caps=(), captu
     rx = Receiver(pair, dst, probe, rx_port, count, SIZES, caps)
     if not check(rx.wait_ready(), f"{what}: receiver ready"):
         print(rx.finish())
+        if cap:
+            cap.stop()  # else dumpcap outlives the test
         return
     tx = pair.exec(src, list(caps) + [probe, "--port", tx_port, "--if", pair.ifname[src], "send", "--dst-ip",
                                       dst_ip, "--count", str(count), "--sizes", ",".join(map(str, SIZES))],
