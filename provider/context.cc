@@ -1,0 +1,466 @@
+// The device and its contexts: match/alloc of the device libibverbs found in sysfs, alloc/free of a context
+// (ContextState: port, engine, progress thread, async fd), query_device/query_port, and the engine's events
+// turned into the records libibverbs reads (async fd, completion channels).
+#include <endian.h>
+#include <fcntl.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
+
+#include "provider/capture_port.h"
+#include "provider/internal.h"
+#include "provider/ports.h"
+
+namespace urxe::provider {
+
+void log_line(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::fputs("urxe: ", stderr);
+  std::vfprintf(stderr, fmt, ap);
+  std::fputc('\n', stderr);
+  va_end(ap);
+}
+
+// A context is ours when its device's ops are urxe's (provider.cc), known by their alloc_device.
+bool is_urxe_context(ibv_context* c) {
+  if (!c || !c->device) return false;
+  const verbs_device_ops* ops = reinterpret_cast<verbs_device*>(c->device)->ops;
+  return ops && ops->alloc_device == urxe_alloc_device;
+}
+
+ContextState::~ContextState() {
+  counter_file.stop_mirror();  // its per-QP source uses the engine
+  stop.store(true);
+  wake();
+  if (progress_thread.joinable()) progress_thread.join();
+  URXE_DEBUG("progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu",
+             (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
+             (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port);
+  if (debug_on() && engine) {
+    std::string line;
+    for (uint32_t c = 0; c < static_cast<uint32_t>(en::Counter::num_counters); ++c) {
+      const uint64_t v = engine->counter(static_cast<en::Counter>(c));
+      if (v)
+        line += std::string(" ") + en::counter_name(static_cast<en::Counter>(c)) + "=" + std::to_string(v);
+    }
+    URXE_DEBUG("counters:%s", line.c_str());
+  }
+  engine.reset();
+  port.reset();
+  if (async_wr >= 0) ::close(async_wr);
+  if (doorbell_fd >= 0) ::close(doorbell_fd);
+  if (qpn_lock_fd >= 0) ::close(qpn_lock_fd);
+  // async_rd is the context's async_fd: verbs_uninit_context closes it.
+}
+
+void ContextState::post_async(uint64_t element, uint32_t type) {
+  struct {
+    uint64_t element;
+    uint32_t event_type;
+    uint32_t reserved;
+  } rec{element, type, 0};
+  static_assert(sizeof rec == 16);
+  if (::write(async_wr, &rec, sizeof rec) != sizeof rec)
+    URXE_DEBUG("async pipe full, event %u dropped", type);
+}
+
+void ContextState::async_event(const en::AsyncEvent& ev) {
+  std::lock_guard g(map_mu);
+  switch (ev.type) {
+    case en::EVENT_CQ_ERR: {
+      auto it = cqs.find(ev.element);
+      if (it == cqs.end()) return;
+      it->second->async_reported++;
+      post_async(reinterpret_cast<uintptr_t>(&it->second->vcq.cq), ev.type);
+      return;
+    }
+    case en::EVENT_SRQ_ERR:
+    case en::EVENT_SRQ_LIMIT_REACHED: {
+      auto it = srqs.find(ev.element);
+      if (it == srqs.end()) return;
+      it->second->async_reported++;
+      post_async(reinterpret_cast<uintptr_t>(&it->second->vsrq.srq), ev.type);
+      return;
+    }
+    case en::EVENT_DEVICE_FATAL:
+    case en::EVENT_PORT_ACTIVE:
+    case en::EVENT_PORT_ERR:
+    case en::EVENT_LID_CHANGE:
+    case en::EVENT_PKEY_CHANGE:
+    case en::EVENT_SM_CHANGE:
+    case en::EVENT_CLIENT_REREGISTER:
+    case en::EVENT_GID_CHANGE:
+      post_async(ev.element, ev.type);
+      return;
+    default: {  // QP events
+      auto it = qps.find(ev.element);
+      if (it == qps.end()) return;
+      it->second->async_reported++;
+      post_async(reinterpret_cast<uintptr_t>(&it->second->vqp.qp), ev.type);
+      return;
+    }
+  }
+}
+
+void ContextState::comp_event(uint32_t cq_handle) {
+  std::lock_guard g(map_mu);
+  auto it = cqs.find(cq_handle);
+  if (it == cqs.end()) return;
+  UrxeCq* cq = it->second;
+  auto* ch = reinterpret_cast<UrxeChannel*>(cq->vcq.cq.channel);
+  if (!ch) return;
+  uint64_t ptr = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
+  cq_disarmed(cq);
+  if (::write(ch->write_fd, &ptr, sizeof ptr) == sizeof ptr)
+    cq->comp_reported++;
+  else
+    URXE_DEBUG("completion channel full, event dropped");
+}
+
+// Event fds are SOCK_SEQPACKET socket pairs rather than pipes: libibverbs reads one record per read()
+// either way, but a socket lets a destroy take back, with MSG_DONTWAIT and whatever the app set on its end,
+// the records about the destroyed object that the app has not read. That is the kernel's rule (uverbs
+// counts an event as reported when it is read, and drops unread ones at destroy), and it keeps
+// ibv_destroy_qp from waiting forever in apps that never read async events (perftest and COMM_EST).
+bool record_pair(int& rd, int& wr) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return false;
+  ::shutdown(sv[0], SHUT_WR);
+  ::shutdown(sv[1], SHUT_RD);
+  rd = sv[0];
+  wr = sv[1];
+  return true;
+}
+
+// Removes the queued records whose first 8 bytes are `element`; returns how many.
+uint32_t purge_records(int rd, int wr, size_t rec_size, uint64_t element) {
+  std::vector<std::array<unsigned char, 16>> keep;
+  uint32_t removed = 0;
+  for (;;) {
+    std::array<unsigned char, 16> rec{};
+    if (::recv(rd, rec.data(), rec_size, MSG_DONTWAIT) != static_cast<ssize_t>(rec_size)) break;
+    uint64_t el;
+    std::memcpy(&el, rec.data(), 8);
+    if (el == element)
+      ++removed;
+    else
+      keep.push_back(rec);
+  }
+  for (auto& rec : keep) [[maybe_unused]] auto n = ::send(wr, rec.data(), rec_size, MSG_DONTWAIT);
+  return removed;
+}
+
+// Waits (on the object's own mutex/cond, which the ack verbs signal) until the app acknowledged every event
+// reported for it, as the kernel did before destroy returned.
+void wait_acked(pthread_mutex_t* mu, pthread_cond_t* cond, const uint32_t* done_a, uint32_t want_a,
+                const uint32_t* done_b, uint32_t want_b) {
+  pthread_mutex_lock(mu);
+  while (*done_a != want_a || (done_b && *done_b != want_b)) pthread_cond_wait(cond, mu);
+  pthread_mutex_unlock(mu);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// device
+
+bool urxe_match_device(verbs_sysfs_dev* sysfs_dev) {
+  return guarded(false, [&] {
+    DeviceConfig cfg;
+    return urxe::provider::read_device_config(sysfs_dev->ibdev_path, cfg);
+  });
+}
+
+verbs_device* urxe_alloc_device(verbs_sysfs_dev* sysfs_dev) {
+  return guarded<verbs_device*>(nullptr, [&]() -> verbs_device* {
+    auto cfg = std::make_unique<DeviceConfig>();
+    if (!urxe::provider::read_device_config(sysfs_dev->ibdev_path, *cfg)) return nullptr;
+    auto* dev = static_cast<UrxeDevice*>(std::calloc(1, sizeof(UrxeDevice)));
+    if (!dev) return nullptr;
+    dev->config = cfg.release();
+    std::snprintf(dev->ibdev_path, sizeof dev->ibdev_path, "%s", sysfs_dev->ibdev_path);
+    URXE_DEBUG("alloc_device(%s via %s, netdev %s)", sysfs_dev->ibdev_name, sysfs_dev->sysfs_name,
+               dev->config->netdev.c_str());
+    return &dev->vdev;
+  });
+}
+
+void urxe_uninit_device(verbs_device* vdev) {
+  auto* dev = reinterpret_cast<UrxeDevice*>(vdev);
+  delete dev->config;
+  std::free(dev);
+}
+
+// ops: the context verbs (provider.cc's table).
+verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_context_ops& ops) {
+  return guarded<verbs_context*>(nullptr, [&]() -> verbs_context* {
+    UrxeDevice* dev = to_dev(ibdev);
+    // libibverbs writes legacy commands to cmd_fd (notably CREATE_COMP_CHANNEL when our interposer is not
+    // preloaded). /dev/null opened read-only makes those fail cleanly with EBADF instead of "succeeding".
+    int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    ::close(cmd_fd);
+    auto* ctx = static_cast<UrxeContext*>(_verbs_init_and_alloc_context(
+        ibdev, fd, sizeof(UrxeContext), reinterpret_cast<verbs_context*>(offsetof(UrxeContext, vctx)), 0));
+    if (!ctx) {
+      ::close(fd);
+      return nullptr;
+    }
+    auto fail = [&](int err, const std::string& why) -> verbs_context* {
+      std::fprintf(stderr, "urxe: %s: %s\n", dev->config->name.c_str(), why.c_str());
+      delete ctx->state;
+      ctx->state = nullptr;
+      verbs_uninit_context(&ctx->vctx);
+      std::free(ctx);
+      errno = err;
+      return nullptr;
+    };
+    auto st = new ContextState;
+    ctx->state = st;
+    st->config = *dev->config;
+    if (const char* p = std::getenv("URXE_PORT"); p && *p) st->config.port = p;
+    if (!record_pair(st->async_rd, st->async_wr)) return fail(errno, "socketpair");
+    ::fcntl(st->async_wr, F_SETFL, O_NONBLOCK);  // the progress thread must never block on a slow reader
+    ctx->vctx.context.async_fd = st->async_rd;   // from here on verbs_uninit_context closes it
+    st->doorbell_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (st->doorbell_fd < 0) return fail(errno, "eventfd");
+
+    std::string err;
+    if (!urxe::provider::query_netdev(st->config.netdev, st->netdev, &err)) return fail(ENODEV, err);
+    urxe::provider::PortRequest req;
+    req.config = st->config;
+    req.netdev = st->netdev;
+    req.attr.mac = st->netdev.mac;
+    req.attr.mtu = st->config.mtu ? st->config.mtu : st->netdev.mtu;
+    // The port's GID table is the one the app sees in sysfs, slot for slot.
+    req.attr.gids = st->gid_watch.open(dev->ibdev_path, st->config, st->netdev.ifindex);
+    st->port = urxe::provider::make_port(st->config.port, req, err);
+    if (!st->port) return fail(ENODEV, err);
+    st->capture = urxe::provider::open_capture(*st->port, st->config);
+    st->set_log_name(st->config.name);
+
+    en::EngineConfig ecfg;
+    int block = claim_qpn_block(dev->ibdev_path, ecfg.device.max_qp, st->qpn_lock_fd);
+    if (block < 0) {
+      // No lock file we may write: pick a block from the pid; processes could then collide, so say so.
+      const uint32_t blocks = ((1u << 24) - 0x11) / ecfg.device.max_qp;
+      block = static_cast<int>(static_cast<uint32_t>(::getpid()) % blocks);
+      std::fprintf(
+          stderr,
+          "urxe: %s: cannot lock %s/urxe.qpn (%s); QPNs from block %d may clash with another process\n",
+          dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
+    }
+    ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
+    urxe::provider::restrict_rx_qpns(*st->port, ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
+    {
+      const char* names[static_cast<size_t>(en::Counter::num_counters)];
+      for (size_t c = 0; c < std::size(names); ++c) names[c] = en::counter_name(static_cast<en::Counter>(c));
+      if (st->counter_file.open(dev->ibdev_path, names, ecfg.qpn_base, err))
+        ecfg.counter_storage = st->counter_file.values();
+      else
+        URXE_DEBUG("counters stay private to this process: %s", err.c_str());
+    }
+    try {
+      st->engine = std::make_unique<en::Engine>(st->capture ? *st->capture : *st->port, st->clock, ecfg);
+    } catch (const std::exception& ex) {
+      return fail(ENOMEM, std::string("engine: ") + ex.what());
+    }
+    st->engine->set_event_sink(st);
+    st->counter_file.set_qp_source([st] {  // on the stats thread, once a second at most
+      std::vector<std::pair<uint32_t, en::QpType>> qps;
+      {
+        std::lock_guard<std::mutex> g(st->map_mu);
+        for (const auto& [qpn, qp] : st->qps) qps.emplace_back(qpn, qp->type);
+      }
+      std::string text;
+      uint64_t v[static_cast<size_t>(en::Counter::num_counters)];
+      en::QpState state;
+      for (const auto& [qpn, type] : qps)
+        if (st->engine->qp_counters(qpn, state, v) == 0)
+          text += st->counter_file.qp_line(qpn,
+                                           type == en::QPT_RC   ? "RC"
+                                           : type == en::QPT_UC ? "UC"
+                                                                : "UD",
+                                           en::qp_state_str(state), v);
+      return text;
+    });
+    st->counter_file.start_mirror();
+
+    verbs_set_ops(&ctx->vctx, &ops);
+    ctx->vctx.context.num_comp_vectors = 1;
+    try {
+      st->progress_thread = std::thread([st] {
+        pthread_setname_np(pthread_self(), "urxe-progress");
+        request_short_slice();
+        try {
+          st->run();
+        } catch (...) {
+          std::fprintf(stderr, "urxe: progress thread stopped by an exception\n");
+        }
+      });
+    } catch (const std::system_error& ex) {
+      return fail(EAGAIN, std::string("progress thread: ") + ex.what());
+    }
+    URXE_DEBUG("alloc_context(%s): port %s, async_fd %d, qpn_base 0x%x", dev->config->name.c_str(),
+               st->config.port.c_str(), st->async_rd, ecfg.qpn_base);
+    return &ctx->vctx;
+  });
+}
+
+void urxe_free_context(ibv_context* ibctx) {
+  UrxeContext* ctx = to_ctx(ibctx);
+  guarded(0, [&] {
+    delete ctx->state;
+    return 0;
+  });
+  ctx->state = nullptr;
+  verbs_uninit_context(&ctx->vctx);
+  std::free(ctx);
+}
+
+void urxe_async_event(ibv_context*, ibv_async_event*) {}  // nothing to do once the core has read it
+
+int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                         size_t attr_size) {
+  return guarded(EIO, [&] {
+    if (input && input->comp_mask) return EINVAL;
+    if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+    ContextState& st = state_of(ibctx);
+    const en::DeviceAttr& d = st.engine->device_attr();
+    ibv_device_attr_ex a{};
+    std::snprintf(a.orig_attr.fw_ver, sizeof a.orig_attr.fw_ver, "0.1.0");
+    const uint64_t guid = urxe::provider::node_guid_from_mac(st.netdev.mac);
+    a.orig_attr.node_guid = htobe64(guid);
+    a.orig_attr.sys_image_guid = htobe64(guid);
+    a.orig_attr.max_mr_size = d.max_mr_size;
+    a.orig_attr.page_size_cap = 0xfffff000;
+    a.orig_attr.vendor_id = 0xffffff;
+    a.orig_attr.vendor_part_id = 0;
+    a.orig_attr.hw_ver = 0;
+    a.orig_attr.max_qp = static_cast<int>(d.max_qp);
+    a.orig_attr.max_qp_wr = static_cast<int>(d.max_qp_wr);
+    a.orig_attr.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
+                                   IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ;
+    a.orig_attr.max_sge = static_cast<int>(d.max_sge);
+    a.orig_attr.max_sge_rd = static_cast<int>(d.max_sge_rd);
+    a.orig_attr.max_cq = static_cast<int>(d.max_cq);
+    a.orig_attr.max_cqe = static_cast<int>(d.max_cqe);
+    a.orig_attr.max_mr = static_cast<int>(d.max_mr);
+    a.orig_attr.max_pd = static_cast<int>(d.max_pd);
+    a.orig_attr.max_qp_rd_atom = static_cast<int>(d.max_qp_rd_atom);
+    a.orig_attr.max_res_rd_atom = static_cast<int>(d.max_qp_rd_atom * d.max_qp);
+    a.orig_attr.max_qp_init_rd_atom = static_cast<int>(d.max_qp_init_rd_atom);
+    a.orig_attr.atomic_cap = IBV_ATOMIC_HCA;
+    a.orig_attr.max_srq = static_cast<int>(d.max_srq);
+    a.orig_attr.max_srq_wr = static_cast<int>(d.max_srq_wr);
+    a.orig_attr.max_srq_sge = static_cast<int>(d.max_srq_sge);
+    a.orig_attr.max_ah = static_cast<int>(d.max_ah);
+    a.orig_attr.max_pkeys = 1;
+    a.orig_attr.local_ca_ack_delay = 15;
+    a.orig_attr.phys_port_cnt = 1;
+    a.max_dm_size = 0;
+    a.phys_port_cnt_ex = 1;
+    std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+    return 0;
+  });
+}
+
+namespace {
+
+// rxe's mapping of the netdev speed to IB width/speed (ib_get_eth_speed), for what ibv_devinfo prints.
+// IB width / speed codes of ibv_port_attr (rdma-core 44 has no names for them in verbs.h).
+enum : uint8_t { IBV_WIDTH_1X = 1, IBV_WIDTH_4X = 2 };
+enum : uint8_t {
+  IBV_SPEED_SDR = 1,
+  IBV_SPEED_DDR = 2,
+  IBV_SPEED_FDR10 = 8,
+  IBV_SPEED_EDR = 32,
+  IBV_SPEED_HDR = 64
+};
+void eth_speed(const std::string& netdev, uint8_t& width, uint8_t& speed) {
+  // ETHTOOL_GSET through the socket API answers for the caller's network namespace (sysfs may not).
+  long mbps = 0;
+  if (int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0); s >= 0) {
+    ethtool_cmd cmd{};
+    cmd.cmd = ETHTOOL_GSET;
+    ifreq ifr{};
+    std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", netdev.c_str());
+    ifr.ifr_data = reinterpret_cast<char*>(&cmd);
+    if (::ioctl(s, SIOCETHTOOL, &ifr) == 0) {
+      const uint32_t v = ethtool_cmd_speed(&cmd);
+      if (v != static_cast<uint32_t>(SPEED_UNKNOWN)) mbps = v;
+    }
+    ::close(s);
+  }
+  width = IBV_WIDTH_1X;
+  speed = IBV_SPEED_SDR;
+  if (mbps <= 0) return;  // unknown (veth, lo): as the kernel, 1X SDR
+  if (mbps <= 2500) {
+    speed = IBV_SPEED_SDR;
+  } else if (mbps <= 5000) {
+    speed = IBV_SPEED_DDR;
+  } else if (mbps <= 10000) {
+    speed = IBV_SPEED_FDR10;
+  } else if (mbps <= 20000) {
+    width = IBV_WIDTH_4X;
+    speed = IBV_SPEED_DDR;
+  } else if (mbps <= 25000) {
+    speed = IBV_SPEED_EDR;
+  } else if (mbps <= 40000) {
+    width = IBV_WIDTH_4X;
+    speed = IBV_SPEED_FDR10;
+  } else if (mbps <= 50000) {
+    speed = IBV_SPEED_HDR;
+  } else if (mbps <= 100000) {
+    width = IBV_WIDTH_4X;
+    speed = IBV_SPEED_EDR;
+  } else {
+    width = IBV_WIDTH_4X;
+    speed = IBV_SPEED_HDR;
+  }
+}
+
+}  // namespace
+
+int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa) {
+  return guarded(EIO, [&] {
+    if (port_num != 1) return EINVAL;
+    ContextState& st = state_of(ibctx);
+    urxe::provider::NetdevInfo nd;
+    const bool up = urxe::provider::query_netdev(st.config.netdev, nd) && nd.up;
+    std::memset(pa, 0, sizeof *pa);
+    pa->state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+    pa->max_mtu = IBV_MTU_4096;
+    pa->active_mtu = static_cast<ibv_mtu>(st.engine->active_mtu());
+    pa->gid_tbl_len = static_cast<int>(st.config.gid_tbl_len);
+    pa->port_cap_flags = IBV_PORT_CM_SUP;
+    pa->max_msg_sz = st.engine->device_attr().max_msg_sz;
+    pa->bad_pkey_cntr = 0;
+    pa->qkey_viol_cntr = 0;
+    pa->pkey_tbl_len = 1;
+    pa->lid = 0;
+    pa->sm_lid = 0;
+    pa->lmc = 0;
+    pa->max_vl_num = 1;
+    pa->sm_sl = 0;
+    pa->subnet_timeout = 0;
+    pa->init_type_reply = 0;
+    eth_speed(st.config.netdev, pa->active_width, pa->active_speed);
+    pa->phys_state = up ? 5 /* LinkUp */ : 3 /* Disabled */;
+    pa->link_layer = IBV_LINK_LAYER_ETHERNET;
+    return 0;
+  });
+}
+
+}  // namespace urxe::provider

@@ -1,0 +1,214 @@
+// CQ verbs: create (plain and ibv_cq_ex), poll, arm, resize, destroy.
+#include <algorithm>
+#include <cstring>
+
+#include "provider/internal.h"
+
+namespace urxe::provider {
+
+bool is_our_channel(ibv_comp_channel* ch) {
+  return ch && is_urxe_context(ch->context) && reinterpret_cast<UrxeChannel*>(ch)->magic == kChannelMagic;
+}
+
+namespace {
+int cq_poll_into(UrxeCq* cq, int n, ibv_wc* wc) {
+  cq->ctx->app_poll();
+  en::Engine& e = *cq->ctx->engine;
+  constexpr int kChunk = 16;
+  en::Wc buf[kChunk];
+  int total = 0;
+  while (total < n) {
+    const int want = std::min(kChunk, n - total);
+    const int got = e.poll_cq(cq->handle, want, buf);
+    if (got < 0) return total ? total : got;
+    std::memcpy(wc + total, buf, sizeof(en::Wc) * static_cast<size_t>(got));
+    total += got;
+    if (got < want) break;
+  }
+  return total;
+}
+}  // namespace
+
+int urxe_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
+  return guarded(-EIO, [&] { return cq_poll_into(to_cq(ibcq), n, wc); });
+}
+
+int urxe_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
+  return guarded(EIO, [&] {
+    UrxeCq* cq = to_cq(ibcq);
+    const int rc = cq->ctx->engine->req_notify_cq(cq->handle, solicited_only != 0);
+    if (rc == 0 && ibcq->channel) cq->ctx->cq_armed(cq);
+    return rc;
+  });
+}
+
+void urxe_cq_event(ibv_cq*) {}
+
+// ibv_resize_cq: completions not yet polled are kept; EINVAL below their number (as rxe). Returns the errno.
+int urxe_resize_cq(ibv_cq* ibcq, int cqe) {
+  const int rc = guarded(EIO, [&] {
+    UrxeCq* cq = to_cq(ibcq);
+    if (cqe < 1) return EINVAL;
+    uint32_t actual = 0;
+    if (int r = cq->ctx->engine->resize_cq(cq->handle, static_cast<uint32_t>(cqe), &actual)) return r;
+    ibcq->cqe = static_cast<int>(actual);
+    return 0;
+  });
+  if (rc) errno = rc;
+  return rc;
+}
+
+namespace {
+
+UrxeCq* create_cq_common(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  ContextState& st = state_of(ibctx);
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > st.engine->device_attr().max_cqe || comp_vector < 0 ||
+      comp_vector >= ibctx->num_comp_vectors || (channel && !is_our_channel(channel))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  uint32_t h, actual = 0;
+  if (int rc = st.engine->create_cq(static_cast<uint32_t>(cqe), h, &actual)) {
+    errno = rc;
+    return nullptr;
+  }
+  auto* cq = zalloc<UrxeCq>();
+  cq->handle = h;
+  cq->ctx = &st;
+  cq->vcq.cq.context = ibctx;
+  cq->vcq.cq.channel = channel;
+  cq->vcq.cq.cqe = static_cast<int>(actual ? actual : static_cast<uint32_t>(cqe));
+  cq->vcq.cq.handle = h;
+  std::lock_guard g(st.map_mu);
+  st.cqs[h] = cq;
+  return cq;
+}
+
+}  // namespace
+
+ibv_cq* urxe_create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  return guarded<ibv_cq*>(nullptr, [&]() -> ibv_cq* {
+    UrxeCq* cq = create_cq_common(ibctx, cqe, channel, comp_vector);
+    return cq ? &cq->vcq.cq : nullptr;
+  });
+}
+
+namespace {
+
+// ---- ibv_cq_ex: one completion at a time through start_poll / next_poll ----
+UrxeCq* cqx(ibv_cq_ex* c) {
+  return reinterpret_cast<UrxeCq*>(c);
+}
+
+int cqx_fetch(ibv_cq_ex* c) {
+  UrxeCq* cq = cqx(c);
+  const int got = cq->ctx->engine->poll_cq(cq->handle, 1, &cq->cur);
+  if (got < 0) return -got;
+  if (got == 0) return ENOENT;
+  c->wr_id = cq->cur.wr_id;
+  c->status = static_cast<ibv_wc_status>(cq->cur.status);
+  return 0;
+}
+int cqx_start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
+  if (attr && attr->comp_mask) return EINVAL;
+  return guarded(EIO, [&] {
+    cqx(c)->ctx->app_poll();
+    return cqx_fetch(c);
+  });
+}
+int cqx_next_poll(ibv_cq_ex* c) {
+  return guarded(EIO, [&] { return cqx_fetch(c); });
+}
+void cqx_end_poll(ibv_cq_ex*) {}
+ibv_wc_opcode cqx_read_opcode(ibv_cq_ex* c) {
+  return static_cast<ibv_wc_opcode>(cqx(c)->cur.opcode);
+}
+uint32_t cqx_read_vendor_err(ibv_cq_ex* c) {
+  return cqx(c)->cur.vendor_err;
+}
+uint32_t cqx_read_byte_len(ibv_cq_ex* c) {
+  return cqx(c)->cur.byte_len;
+}
+__be32 cqx_read_imm_data(ibv_cq_ex* c) {
+  return cqx(c)->cur.imm_data;
+}
+uint32_t cqx_read_qp_num(ibv_cq_ex* c) {
+  return cqx(c)->cur.qp_num;
+}
+uint32_t cqx_read_src_qp(ibv_cq_ex* c) {
+  return cqx(c)->cur.src_qp;
+}
+unsigned int cqx_read_wc_flags(ibv_cq_ex* c) {
+  return cqx(c)->cur.wc_flags;
+}
+uint32_t cqx_read_slid(ibv_cq_ex* c) {
+  return cqx(c)->cur.slid;
+}
+uint8_t cqx_read_sl(ibv_cq_ex* c) {
+  return cqx(c)->cur.sl;
+}
+uint8_t cqx_read_dlid_path_bits(ibv_cq_ex* c) {
+  return cqx(c)->cur.dlid_path_bits;
+}
+
+}  // namespace
+
+ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
+  return guarded<ibv_cq_ex*>(nullptr, [&]() -> ibv_cq_ex* {
+    constexpr uint64_t kWcFlags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+                                  IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
+                                  IBV_WC_EX_WITH_DLID_PATH_BITS;
+    if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+      errno = EOPNOTSUPP;
+      return nullptr;
+    }
+    if ((attr->wc_flags & ~kWcFlags) || ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+                                         (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))) {
+      errno = EOPNOTSUPP;  // timestamps, ignore-overrun: not supported
+      return nullptr;
+    }
+    UrxeCq* cq = create_cq_common(ibctx, static_cast<int>(attr->cqe), attr->channel,
+                                  static_cast<int>(attr->comp_vector));
+    if (!cq) return nullptr;
+    ibv_cq_ex& x = cq->vcq.cq_ex;
+    x.start_poll = cqx_start_poll;
+    x.next_poll = cqx_next_poll;
+    x.end_poll = cqx_end_poll;
+    x.read_opcode = cqx_read_opcode;
+    x.read_vendor_err = cqx_read_vendor_err;
+    x.read_wc_flags = cqx_read_wc_flags;
+    if (attr->wc_flags & IBV_WC_EX_WITH_BYTE_LEN) x.read_byte_len = cqx_read_byte_len;
+    if (attr->wc_flags & IBV_WC_EX_WITH_IMM) x.read_imm_data = cqx_read_imm_data;
+    if (attr->wc_flags & IBV_WC_EX_WITH_QP_NUM) x.read_qp_num = cqx_read_qp_num;
+    if (attr->wc_flags & IBV_WC_EX_WITH_SRC_QP) x.read_src_qp = cqx_read_src_qp;
+    if (attr->wc_flags & IBV_WC_EX_WITH_SLID) x.read_slid = cqx_read_slid;
+    if (attr->wc_flags & IBV_WC_EX_WITH_SL) x.read_sl = cqx_read_sl;
+    if (attr->wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS) x.read_dlid_path_bits = cqx_read_dlid_path_bits;
+    return &x;
+  });
+}
+
+int urxe_destroy_cq(ibv_cq* ibcq) {
+  return guarded(EIO, [&] {
+    UrxeCq* cq = to_cq(ibcq);
+    ContextState& st = *cq->ctx;
+    if (int rc = st.engine->destroy_cq(cq->handle)) return rc;
+    uint32_t comp, async;
+    {
+      std::lock_guard g(st.map_mu);
+      st.cqs.erase(cq->handle);
+      st.cq_disarmed(cq);
+      const uint64_t self = reinterpret_cast<uintptr_t>(ibcq);
+      comp = cq->comp_reported;
+      if (auto* ch = reinterpret_cast<UrxeChannel*>(ibcq->channel))
+        comp -= purge_records(ch->channel.fd, ch->write_fd, 8, self);
+      async = cq->async_reported - purge_records(st.async_rd, st.async_wr, 16, self);
+    }
+    wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, comp, &ibcq->async_events_completed,
+               async);
+    zfree(cq);
+    return 0;
+  });
+}
+
+}  // namespace urxe::provider

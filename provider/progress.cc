@@ -1,0 +1,152 @@
+// The progress thread: who drives the engine (the thread, or an app thread that busy-polls), when the thread
+// spins, naps or sleeps, and how posts wake it (ContextState's policy in internal.h). Also the QPN block lock
+// that keeps processes sharing a device from handing out the same QPN.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "provider/internal.h"
+
+namespace urxe::provider {
+
+void ContextState::gid_update() {
+  for (int n = gid_watch.handle(*engine); n > 0; --n) post_async(1, IBV_EVENT_GID_CHANGE);
+  bool up = false;
+  while (gid_watch.take_port_change(up)) {
+    urxe::provider::log_printf(up ? en::LogLevel::info : en::LogLevel::warn, config.name,
+                               "port 1 %s (interface %s %s)", up ? "ACTIVE" : "DOWN", config.netdev.c_str(),
+                               up ? "up with carrier" : "down or without carrier");
+    post_async(1, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+    counter_file.poke();
+  }
+}
+
+void ContextState::wait_fds(bool with_port, int port_fd, uint64_t wait_ns) {
+  timespec ts{static_cast<time_t>(wait_ns / 1000000000u), static_cast<long>(wait_ns % 1000000000u)};
+  pollfd fds[3] = {
+      {doorbell_fd, POLLIN, 0}, {with_port ? port_fd : -1, POLLIN, 0}, {gid_watch.fd(), POLLIN, 0}};
+  ::ppoll(fds, 3, wait_ns == UINT64_MAX ? nullptr : &ts, nullptr);
+  if (fds[1].revents & POLLIN) ++n_wake_port;
+  if (fds[2].revents & POLLIN) gid_update();
+  if (fds[0].revents & POLLIN) {
+    ++n_wake_doorbell;
+    uint64_t v;
+    [[maybe_unused]] auto r = ::read(doorbell_fd, &v, sizeof v);
+  }
+}
+
+void ContextState::run() {
+  const int port_fd = port->rx_wait_fd();
+  // How long to keep polling without work before sleeping ($URXE_IDLE_SPIN_US, default 20 us). Polling
+  // uses the pause instruction, not sched_yield: on a busy machine a yield hands the core to a spinning
+  // application thread for a whole time slice.
+  uint64_t spin_ns = 20000;
+  if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
+    spin_ns = std::strtoull(e, nullptr, 10) * 1000;
+  uint64_t idle_since = 0, idle_polls = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (engine->progress()) {
+      ++n_rounds;
+      if ((n_rounds & 1023) == 0 && gid_watch.due(clock.now_ns())) gid_update();  // busy: never sleeps
+      idle_since = 0;
+      continue;
+    }
+    const uint64_t t = clock.now_ns();
+    if (idle_since == 0) {
+      idle_since = t;
+      idle_polls = app_polls.load(std::memory_order_relaxed);
+    }
+    if (app_driving(idle_polls)) {
+      sleep_mode.store(kNapping, std::memory_order_seq_cst);
+      const uint64_t deadline = engine->next_deadline_ns(), now = clock.now_ns();
+      uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
+      // Re-check after announcing the nap: a req_notify_cq that armed a CQ before seeing kNapping must
+      // not leave its app waiting for a nap to end (pairs with cq_armed).
+      if (armed_cqs.load(std::memory_order_seq_cst) != 0) wait_ns = 0;
+      if (wait_ns) {
+        ++n_naps;
+        // A frame still wakes the nap: an app may spin on memory a peer WRITEs (ib_write_lat) and
+        // make no poll that would run the engine for it.
+        port->rx_wait_arm(true);
+        wait_fds(true, port_fd, wait_ns);
+        port->rx_wait_arm(false);
+      }
+      sleep_mode.store(kAwake, std::memory_order_relaxed);
+      idle_since = 0;
+      continue;
+    }
+    if (t - idle_since < spin_ns) {
+      for (int i = 0; i < 32; ++i) __builtin_ia32_pause();
+      continue;
+    }
+    port->rx_wait_arm(true);
+    sleep_mode.store(kSleeping, std::memory_order_seq_cst);
+    if (engine->progress() || stop.load() || app_driving(idle_polls)) {
+      sleep_mode.store(kAwake);
+      port->rx_wait_arm(false);
+      idle_since = 0;
+      continue;
+    }
+    const uint64_t deadline = engine->next_deadline_ns();
+    const uint64_t now = clock.now_ns();
+    // Sleep until the engine's next deadline (forever if none); without a port fd, at most 20 us.
+    uint64_t wait_ns = deadline == UINT64_MAX ? UINT64_MAX : (deadline > now ? deadline - now : 0);
+    if (port_fd < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);
+    wait_fds(true, port_fd, wait_ns);
+    ++n_sleeps;
+    sleep_mode.store(kAwake);
+    port->rx_wait_arm(false);
+    idle_since = 0;
+  }
+}
+
+// Asks the scheduler (EEVDF, Linux >= 6.12) for a short time slice for the calling thread, so that when it
+// wakes for a packet or a doorbell it preempts a busy-polling application thread at once instead of waiting
+// out that thread's slice (measured: ~6 ms per wakeup with two pingpong processes on two cores).
+// Unprivileged; ignored by older kernels.
+void request_short_slice() {
+  struct {
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime;
+    uint64_t sched_deadline;
+    uint64_t sched_period;
+  } attr{};
+  attr.size = sizeof attr;
+  attr.sched_policy = 0;        // SCHED_OTHER
+  attr.sched_runtime = 100000;  // 100 us: the minimum slice
+  if (const char* e = std::getenv("URXE_SLICE_US"); e && *e)
+    attr.sched_runtime = std::strtoull(e, nullptr, 10) * 1000;
+  if (attr.sched_runtime) ::syscall(SYS_sched_setattr, 0, &attr, 0u);
+}
+
+// Claims a block of QPNs for this context (byte i of urxe.qpn locked → QPNs 0x11 + i*max_qp ...), so
+// several processes on one device never hand out the same QPN. The lock goes away with the fd.
+int claim_qpn_block(const std::string& ibdev_path, uint32_t block_size, int& fd_out) {
+  int fd = ::open((ibdev_path + "/urxe.qpn").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const uint32_t blocks = ((1u << 24) - 0x11) / block_size;
+  for (uint32_t i = 0; i < blocks; ++i) {
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(i);
+    fl.l_len = 1;
+    if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+      fd_out = fd;
+      return static_cast<int>(i);
+    }
+  }
+  ::close(fd);
+  return -1;
+}
+
+}  // namespace urxe::provider

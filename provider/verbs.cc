@@ -1,0 +1,257 @@
+// PD, MR, AH and SRQ verbs.
+#include <cstring>
+
+#include "provider/internal.h"
+#include "provider/user_memory.h"
+
+// ibv_resolve_eth_l2_from_gid (IBVERBS_1.1) is exported but declared only in driver.h.
+extern "C" int ibv_resolve_eth_l2_from_gid(struct ibv_context* context, struct ibv_ah_attr* attr,
+                                           uint8_t eth_mac[6], uint16_t* vid);
+
+namespace urxe::provider {
+
+// ---------------------------------------------------------------------------------------------------
+// PD, MR
+
+ibv_pd* urxe_alloc_pd(ibv_context* ibctx) {
+  return guarded<ibv_pd*>(nullptr, [&]() -> ibv_pd* {
+    uint32_t h;
+    if (int rc = state_of(ibctx).engine->alloc_pd(h)) {
+      errno = rc;
+      return nullptr;
+    }
+    auto* pd = zalloc<UrxePd>();
+    pd->pd.context = ibctx;
+    pd->pd.handle = h;
+    pd->handle = h;
+    return &pd->pd;
+  });
+}
+
+int urxe_dealloc_pd(ibv_pd* ibpd) {
+  return guarded(EIO, [&] {
+    auto* pd = to_pd(ibpd);
+    if (int rc = state_of(ibpd->context).engine->dealloc_pd(pd->handle)) return rc;
+    zfree(pd);
+    return 0;
+  });
+}
+
+namespace {
+
+// reg_mr/rereg_mr's range check (provider/user_memory.h): what the kernel's pinning would find, for writing
+// when the access writes (ib_access_writable). Done before any key exists that a peer could aim at; skipped
+// when the kernel's access rule (remote write or atomic needs local write) fails first: the engine's EINVAL.
+int pin_check(const void* addr, size_t length, int access) {
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+    return 0;
+  constexpr int kWritable =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+  return urxe::provider::check_user_range(addr, length, (access & kWritable) != 0);
+}
+
+}  // namespace
+
+ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
+  return guarded<ibv_mr*>(nullptr, [&]() -> ibv_mr* {
+    en::MrInfo info;
+    const uint64_t iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : hca_va;
+    if (int rc = pin_check(addr, length, access)) {
+      errno = rc;
+      return nullptr;
+    }
+    if (int rc = state_of(ibpd->context)
+                     .engine->reg_mr(to_pd(ibpd)->handle, addr, length, iova, static_cast<uint32_t>(access),
+                                     info)) {
+      errno = rc;
+      return nullptr;
+    }
+    auto* mr = zalloc<UrxeMr>();
+    mr->vmr.ibv_mr.context = ibpd->context;
+    mr->vmr.ibv_mr.pd = ibpd;
+    mr->vmr.ibv_mr.addr = addr;
+    mr->vmr.ibv_mr.length = length;
+    mr->vmr.ibv_mr.handle = info.lkey;
+    mr->vmr.ibv_mr.lkey = info.lkey;
+    mr->vmr.ibv_mr.rkey = info.rkey;
+    mr->vmr.mr_type = URXE_IBV_MR_TYPE_MR;
+    mr->vmr.access = access;
+    return &mr->vmr.ibv_mr;
+  });
+}
+
+// ibv_rereg_mr: in place, lkey/rkey kept (as kernel rxe); libibverbs itself then updates mr->pd, addr and
+// length. A failure returns the errno value (the core turns it into IBV_REREG_MR_ERR_CMD) with errno set.
+int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t length, int access) {
+  const int rc = guarded(EIO, [&] {
+    ibv_mr& mr = vmr->ibv_mr;
+    uint32_t pd = 0;
+    if (flags & IBV_REREG_MR_CHANGE_PD) {
+      if (!ibpd || ibpd->context != mr.context) return EINVAL;
+      pd = to_pd(ibpd)->handle;
+    }
+    // A new range, or new rights on the old one, must pass what pinning would check (as in reg_mr).
+    if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
+      const bool moved = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+      const int acc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
+      if (int r = pin_check(moved ? addr : mr.addr, moved ? length : mr.length, acc)) return r;
+    }
+    if (int r = state_of(mr.context)
+                    .engine->rereg_mr(mr.lkey, static_cast<uint32_t>(flags), pd, addr, length,
+                                      static_cast<uint32_t>(access)))
+      return r;
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) vmr->access = access;
+    return 0;
+  });
+  if (rc) errno = rc;
+  return rc;
+}
+
+int urxe_dereg_mr(verbs_mr* vmr) {
+  return guarded(EIO, [&] {
+    if (int rc = state_of(vmr->ibv_mr.context).engine->dereg_mr(vmr->ibv_mr.lkey)) return rc;
+    zfree(reinterpret_cast<UrxeMr*>(vmr));
+    return 0;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// AH
+
+// The destination MAC of a RoCE address vector: our own MAC for our own GIDs (two QPs on one device),
+// the multicast mapping for multicast GIDs, else the kernel's neighbour table (libibverbs' resolver).
+int resolve_dmac(ibv_context* ibctx, ContextState& st, ibv_ah_attr& ah, en::AddressVector& av) {
+  if (!ah.is_global) return EINVAL;  // RoCE needs a GRH
+  std::memcpy(av.dgid.data(), ah.grh.dgid.raw, 16);
+  av.sgid_index = ah.grh.sgid_index;
+  av.hop_limit = ah.grh.hop_limit;
+  av.traffic_class = ah.grh.traffic_class;
+  av.flow_label = ah.grh.flow_label;
+  av.sl = ah.sl;
+  av.port_num = ah.port_num ? ah.port_num : 1;
+  if (ah.grh.sgid_index >= st.config.gid_tbl_len) return EINVAL;
+  const auto gids = st.engine->gid_table();
+  for (const auto& g : gids) {
+    if (g != urxe::wire::Gid{} && g == av.dgid) {
+      av.dmac = st.netdev.mac;
+      return 0;
+    }
+  }
+  if (av.dgid[0] == 0xff) {  // IPv6 multicast → 33:33:xx:xx:xx:xx
+    av.dmac = {0x33, 0x33, av.dgid[12], av.dgid[13], av.dgid[14], av.dgid[15]};
+    return 0;
+  }
+  if (urxe::wire::gid_is_ipv4_mapped(av.dgid) && (av.dgid[12] & 0xf0) == 0xe0) {  // IPv4 multicast
+    av.dmac = {0x01, 0x00, 0x5e, static_cast<uint8_t>(av.dgid[13] & 0x7f), av.dgid[14], av.dgid[15]};
+    return 0;
+  }
+  uint16_t vid = 0xffff;
+  if (ibv_resolve_eth_l2_from_gid(ibctx, &ah, av.dmac.data(), &vid) != 0) return errno ? errno : EHOSTUNREACH;
+  return 0;
+}
+
+ibv_ah* urxe_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
+  return guarded<ibv_ah*>(nullptr, [&]() -> ibv_ah* {
+    ContextState& st = state_of(ibpd->context);
+    en::AddressVector av;
+    if (int rc = resolve_dmac(ibpd->context, st, *attr, av)) {
+      errno = rc;
+      return nullptr;
+    }
+    uint32_t h;
+    if (int rc = st.engine->create_ah(to_pd(ibpd)->handle, av, h)) {
+      errno = rc;
+      return nullptr;
+    }
+    auto* ah = zalloc<UrxeAh>();
+    ah->ah.context = ibpd->context;
+    ah->ah.pd = ibpd;
+    ah->ah.handle = h;
+    ah->handle = h;
+    return &ah->ah;
+  });
+}
+
+int urxe_destroy_ah(ibv_ah* ibah) {
+  return guarded(EIO, [&] {
+    auto* ah = reinterpret_cast<UrxeAh*>(ibah);
+    if (int rc = state_of(ibah->context).engine->destroy_ah(ah->handle)) return rc;
+    zfree(ah);
+    return 0;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// SRQ
+
+ibv_srq* urxe_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr) {
+  return guarded<ibv_srq*>(nullptr, [&]() -> ibv_srq* {
+    ContextState& st = state_of(ibpd->context);
+    en::SrqAttr in{attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit}, actual;
+    uint32_t h;
+    if (int rc = st.engine->create_srq(to_pd(ibpd)->handle, in, h, &actual)) {
+      errno = rc;
+      return nullptr;
+    }
+    attr->attr.max_wr = actual.max_wr;
+    attr->attr.max_sge = actual.max_sge;
+    auto* srq = zalloc<UrxeSrq>();
+    srq->handle = h;
+    srq->ctx = &st;
+    srq->vsrq.srq.context = ibpd->context;
+    srq->vsrq.srq.srq_context = attr->srq_context;
+    srq->vsrq.srq.pd = ibpd;
+    srq->vsrq.srq.handle = h;
+    srq->vsrq.srq_type = IBV_SRQT_BASIC;
+    std::lock_guard g(st.map_mu);
+    st.srqs[h] = srq;
+    return &srq->vsrq.srq;
+  });
+}
+
+int urxe_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
+  return guarded(EIO, [&] {
+    UrxeSrq* srq = to_srq(ibsrq);
+    en::SrqAttr a{attr->max_wr, attr->max_sge, attr->srq_limit};
+    return srq->ctx->engine->modify_srq(srq->handle, a, static_cast<uint32_t>(mask));
+  });
+}
+
+int urxe_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
+  return guarded(EIO, [&] {
+    UrxeSrq* srq = to_srq(ibsrq);
+    en::SrqAttr a;
+    if (int rc = srq->ctx->engine->query_srq(srq->handle, a)) return rc;
+    attr->max_wr = a.max_wr;
+    attr->max_sge = a.max_sge;
+    attr->srq_limit = a.srq_limit;
+    return 0;
+  });
+}
+
+int urxe_destroy_srq(ibv_srq* ibsrq) {
+  return guarded(EIO, [&] {
+    UrxeSrq* srq = to_srq(ibsrq);
+    ContextState& st = *srq->ctx;
+    if (int rc = st.engine->destroy_srq(srq->handle)) return rc;
+    uint32_t async;
+    {
+      std::lock_guard g(st.map_mu);
+      st.srqs.erase(srq->handle);
+      async = srq->async_reported -
+              purge_records(st.async_rd, st.async_wr, 16, reinterpret_cast<uintptr_t>(ibsrq));
+    }
+    wait_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, async, nullptr, 0);
+    zfree(srq);
+    return 0;
+  });
+}
+
+int urxe_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  UrxeSrq* srq = to_srq(ibsrq);
+  return post_recv_list(*srq->ctx, wr, bad_wr, [&](const en::RecvWr* w, const en::RecvWr** bad) {
+    return srq->ctx->engine->post_srq_recv(srq->handle, w, bad);
+  });
+}
+
+}  // namespace urxe::provider
