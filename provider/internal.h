@@ -253,14 +253,15 @@ struct ContextState final : urxe::provider::LoggingSink {
     if (cq->armed.exchange(false)) armed_cqs.fetch_sub(1, std::memory_order_relaxed);
   }
 
+  // The doorbell. The engine rings it on the posting thread, once per post_send/post_recv/post_srq_recv
+  // call that queued work; the post verbs here ring nothing themselves, so a post crosses it once.
   // The queued work (a release store inside the engine) must be visible before we read `sleep_mode`, or
   // both sides can miss each other (x86 lets a load pass an earlier store): hence the full fence. It
   // costs a few nanoseconds; the eventfd write happens only when the thread really sleeps on the port.
-  void doorbell_ring() {
+  void doorbell() override {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleep_mode.load(std::memory_order_relaxed) == kSleeping) wake();
   }
-  void doorbell() override { doorbell_ring(); }
 
   // Whether the app is busy-polling: at least kDrivingPolls poll_cq calls since `since` (the start of
   // this idle spell, at most the spin time ago), and no CQ armed for events (an app may be blocked).
@@ -311,7 +312,7 @@ bool is_our_channel(ibv_comp_channel* ch);
 constexpr int kWrChunk = 16;
 
 template <class PostFn>
-int post_recv_list(ContextState& st, ibv_recv_wr* wr, ibv_recv_wr** bad_wr, PostFn&& post) {
+int post_recv_list(ibv_recv_wr* wr, ibv_recv_wr** bad_wr, PostFn&& post) {
   try {
     while (wr) {
       en::RecvWr ew[kWrChunk];
@@ -323,8 +324,7 @@ int post_recv_list(ContextState& st, ibv_recv_wr* wr, ibv_recv_wr** bad_wr, Post
         if (n) ew[n - 1].next = &ew[n];
       }
       const en::RecvWr* bad = nullptr;
-      int rc = post(ew, &bad);
-      st.doorbell_ring();
+      int rc = post(ew, &bad);  // rings the doorbell if it queued work
       if (rc) {
         *bad_wr = bad ? src[bad - ew] : wr;
         return rc;

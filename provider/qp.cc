@@ -226,11 +226,10 @@ int wrx_complete(ibv_qp_ex* x) {
     b.wrs[b.n - 1].next = nullptr;
     const en::SendWr* bad = nullptr;
     try {
-      rc = qp->ctx->engine->post_send(qp->vqp.qp.qp_num, b.wrs.data(), &bad);
+      rc = qp->ctx->engine->post_send(qp->vqp.qp.qp_num, b.wrs.data(), &bad);  // rings the doorbell
     } catch (...) {
       rc = ENOMEM;
     }
-    qp->ctx->doorbell_ring();
   }
   b.n = 0;
   b.err = 0;
@@ -448,8 +447,7 @@ int urxe_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         if (n) ew[n - 1].next = &e;
       }
       const en::SendWr* bad = nullptr;
-      int rc = eng.post_send(ibqp->qp_num, ew, &bad);
-      qp->ctx->doorbell_ring();
+      int rc = eng.post_send(ibqp->qp_num, ew, &bad);  // rings the doorbell if it queued work
       if (rc) {
         URXE_DEBUG("post_send on QP 0x%x failed: %s", ibqp->qp_num, std::strerror(rc));
         *bad_wr = bad ? src[bad - ew] : wr;
@@ -466,7 +464,7 @@ int urxe_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int urxe_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   ContextState& st = *to_qp(ibqp)->ctx;
-  return post_recv_list(st, wr, bad_wr, [&](const en::RecvWr* w, const en::RecvWr** bad) {
+  return post_recv_list(wr, bad_wr, [&](const en::RecvWr* w, const en::RecvWr** bad) {
     return st.engine->post_recv(ibqp->qp_num, w, bad);
   });
 }

@@ -249,7 +249,7 @@ int urxe_destroy_srq(ibv_srq* ibsrq) {
 
 int urxe_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   UrxeSrq* srq = to_srq(ibsrq);
-  return post_recv_list(*srq->ctx, wr, bad_wr, [&](const en::RecvWr* w, const en::RecvWr** bad) {
+  return post_recv_list(wr, bad_wr, [&](const en::RecvWr* w, const en::RecvWr** bad) {
     return srq->ctx->engine->post_srq_recv(srq->handle, w, bad);
   });
 }
