@@ -45,12 +45,24 @@ URXE_SAME(en::EVENT_GID_CHANGE, IBV_EVENT_GID_CHANGE);
 URXE_SAME(en::SEND_IP_CSUM, IBV_SEND_IP_CSUM);
 URXE_SAME(en::ACCESS_RELAXED_ORDERING, IBV_ACCESS_RELAXED_ORDERING);
 #undef URXE_SAME
-// engine::Wc is ibv_wc field for field, so completions are copied as bytes.
-static_assert(sizeof(en::Wc) == sizeof(ibv_wc) && offsetof(en::Wc, status) == offsetof(ibv_wc, status) &&
-              offsetof(en::Wc, imm_data) == offsetof(ibv_wc, imm_data) &&
-              offsetof(en::Wc, wc_flags) == offsetof(ibv_wc, wc_flags) &&
-              offsetof(en::Wc, pkey_index) == offsetof(ibv_wc, pkey_index) &&
-              offsetof(en::Wc, dlid_path_bits) == offsetof(ibv_wc, dlid_path_bits));
+// engine::Wc is ibv_wc field for field, so poll_cq polls straight into the caller's ibv_wc array.
+static_assert(sizeof(en::Wc) == sizeof(ibv_wc) && alignof(en::Wc) == alignof(ibv_wc));
+#define URXE_SAME_WC(f) \
+  static_assert(offsetof(en::Wc, f) == offsetof(ibv_wc, f) && sizeof(en::Wc::f) == sizeof(ibv_wc::f), #f)
+URXE_SAME_WC(wr_id);
+URXE_SAME_WC(status);
+URXE_SAME_WC(opcode);
+URXE_SAME_WC(vendor_err);
+URXE_SAME_WC(byte_len);
+URXE_SAME_WC(imm_data);
+URXE_SAME_WC(qp_num);
+URXE_SAME_WC(src_qp);
+URXE_SAME_WC(wc_flags);
+URXE_SAME_WC(pkey_index);
+URXE_SAME_WC(slid);
+URXE_SAME_WC(sl);
+URXE_SAME_WC(dlid_path_bits);
+#undef URXE_SAME_WC
 // engine::Sge is ibv_sge: SGE lists are passed through untouched.
 static_assert(sizeof(en::Sge) == sizeof(ibv_sge) && offsetof(en::Sge, lkey) == offsetof(ibv_sge, lkey));
 
