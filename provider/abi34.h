@@ -1,6 +1,6 @@
 // The libibverbs provider ABI of rdma-core v36..v56 (symbol version IBVERBS_PRIVATE_34), declared here
-// because Debian ships no driver.h. Layouts are from research/provider-without-kernel.md §4 (measured against
-// the Debian 12 library's disassembly); every size and offset the core relies on is pinned by a
+// because Debian ships no driver.h. Layouts follow rdma-core's driver.h, measured against the Debian 12
+// library's disassembly; every size and offset the core relies on is pinned by a
 // static_assert, so a layout slip fails the build instead of corrupting a running application.
 #pragma once
 
