@@ -295,17 +295,10 @@ inline ContextState& state_of(ibv_context* c) {
   return *to_ctx(c)->state;
 }
 
-// ---- event records (context.cc) ----
-// Event fds are SOCK_SEQPACKET socket pairs rather than pipes: libibverbs reads one record per read()
-// either way, but a socket lets a destroy take back, with MSG_DONTWAIT and whatever the app set on its end,
-// the records about the destroyed object that the app has not read. That is the kernel's rule (uverbs
-// counts an event as reported when it is read, and drops unread ones at destroy), and it keeps
-// ibv_destroy_qp from waiting forever in apps that never read async events (perftest and COMM_EST).
+// ---- event records (context.cc, where the why is): the async fd's and the channels' socket pairs, taking
+// back a destroyed object's unread records, and waiting until the app acknowledged the read ones ----
 bool record_pair(int& rd, int& wr);
-// Removes the queued records whose first 8 bytes are `element`; returns how many.
 uint32_t purge_records(int rd, int wr, size_t rec_size, uint64_t element);
-// Waits (on the object's own mutex/cond, which the ack verbs signal) until the app acknowledged every event
-// reported for it, as the kernel did before destroy returned.
 void wait_acked(pthread_mutex_t* mu, pthread_cond_t* cond, const uint32_t* done_a, uint32_t want_a,
                 const uint32_t* done_b, uint32_t want_b);
 
