@@ -5,14 +5,6 @@
 
 namespace urxe::engine {
 
-namespace {
-
-uint64_t timeout_ns(uint8_t t) {
-  return t ? (uint64_t{4096} << t) : 0;
-}
-
-}  // namespace
-
 bool EngineImpl::send_completion(const Qp& q, const SendWqe& w, Wc& wc) const {
   const bool signaled = q.sq_sig_all || (w.send_flags & SEND_SIGNALED);
   if (!signaled && w.status == WC_SUCCESS) return false;
@@ -26,6 +18,17 @@ bool EngineImpl::send_completion(const Qp& q, const SendWqe& w, Wc& wc) const {
   return true;
 }
 
+void EngineImpl::retire_send(Qp& q, SendWqe& w, uint32_t& cons) {
+  // Free the slot before the completion is visible: an app that polls it may post again at once into a
+  // queue it sized to exactly its outstanding WRs (ibv_rc_pingpong -e with max_send_wr 1).
+  Wc wc;
+  const bool post = send_completion(q, w, wc);
+  w.started = w.sent_all = w.done = false;
+  cons++;
+  q.sq.cons.store(cons, std::memory_order_release);
+  if (post) cq_post(*q.scq, wc, false);
+}
+
 namespace {
 
 // The timeout grows with each retry spent since the last progress, up to 4x (IBTA lets the transport timer
@@ -33,7 +36,7 @@ namespace {
 // retries run out, instead of another window of resends every nominal timeout.
 uint64_t backoff_ns(const Qp& q) {
   const uint32_t spent = q.attr.retry_cnt > q.retry_left ? q.attr.retry_cnt - q.retry_left : 0u;
-  return timeout_ns(q.attr.timeout) << (spent < 2 ? spent : 2u);
+  return retransmit_timeout_ns(q.attr.timeout) << (spent < 2 ? spent : 2u);
 }
 
 void restart_timer(EngineImpl& e, Qp& q) {
@@ -191,7 +194,8 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
               q.nak_pending = true;
               q.nak_psn = psn;
               q.nak_status = st;
-              q.timer_deadline = now + (q.attr.timeout ? timeout_ns(q.attr.timeout) : timeout_ns(14));
+              q.timer_deadline =
+                  now + (q.attr.timeout ? retransmit_timeout_ns(q.attr.timeout) : retransmit_timeout_ns(14));
               return;
             }
             fail_wqe(*this, q, st, psn);
@@ -310,14 +314,7 @@ bool EngineImpl::completer_run(Qp& q) {
       qp_flush(q);
       return true;
     }
-    // Free the slot before the completion is visible: an app that polls it may post again at once
-    // into a queue it sized to exactly its outstanding WRs (ibv_rc_pingpong -e with max_send_wr 1).
-    Wc wc;
-    const bool post = send_completion(q, w, wc);
-    w.started = w.sent_all = w.done = false;
-    cons++;
-    q.sq.cons.store(cons, std::memory_order_release);
-    if (post) cq_post(*q.scq, wc, false);
+    retire_send(q, w, cons);
     did = true;
   }
   if (static_cast<int32_t>(q.req_idx - cons) < 0) {

@@ -174,7 +174,8 @@ struct Qp {
   QpCap cap;
   uint32_t mtu = 1024;   // effective path MTU in bytes
   wire::FrameSpec spec;  // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
-  std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};  // this QP's share; engine lock
+  std::array<uint64_t, static_cast<size_t>(Counter::num_counters)>
+      counters{};  // this QP's share; engine lock
   bool comm_est = false;
 
   // send queue (app produces, progress consumes)
@@ -330,6 +331,8 @@ struct EngineImpl {
   void completer_rx(Qp& qp, const wire::Packet& pkt);
   // The completion a finished send WQE reports; false when it is unsignaled and successful.
   bool send_completion(const Qp& qp, const SendWqe& w, Wc& wc) const;
+  // Frees the finished WQE w at index `cons` of qp's send queue (cons moves on) and posts its completion.
+  void retire_send(Qp& qp, SendWqe& w, uint32_t& cons);
 
   // responder.cc
   void responder_rx(Qp& qp, const wire::Packet& pkt, const uint8_t* frame);
@@ -348,16 +351,29 @@ struct EngineImpl {
   wire::FrameLayout cur_layout{};
 };
 
-// Per-WR-opcode behaviour (the requester's and completer's one table).
+// Per-WR-opcode behaviour (the requester's and completer's one table, engine.cc), indexed by WrOpcode.
 struct WrInfo {
+  WrOpcode opcode = WR_RDMA_WRITE;  // this row's index in the table
   bool valid = false;
-  bool rc = false, uc = false, ud = false;
+  bool rc = false, uc = false, ud = false;  // QP types that take it
   WcOpcode wc_opcode = WC_SEND;
-  uint8_t op_first = 0, op_middle = 0, op_last = 0, op_only = 0;  // low 5 bits of the BTH opcode
+  wire::MsgOpcodes ops{};  // low 5 bits of the BTH opcode by position (a READ or atomic has only `only`)
   bool is_read = false, is_atomic = false, is_local = false, has_imm = false, has_inv = false;
   bool is_write = false, is_send = false;
 };
 const WrInfo& wr_info(WrOpcode op);
+
+// Packets a message of `len` bytes takes at path MTU `mtu` (a zero-length message is one packet): the
+// requester's segmentation and the responder's READ responses.
+inline uint32_t packets_for(uint64_t len, uint32_t mtu) {
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+// The local ACK timeout of QP attribute `timeout` (IBTA 9.7.6.1.3: 4.096 µs × 2^timeout; 0 = infinite,
+// returned as 0).
+inline uint64_t retransmit_timeout_ns(uint8_t timeout) {
+  return timeout ? (uint64_t{4096} << timeout) : 0;
+}
 
 inline uint8_t transport_base(QpType t) {
   return t == QPT_RC ? wire::op::kRc : t == QPT_UC ? wire::op::kUc : wire::op::kUd;

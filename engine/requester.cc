@@ -7,14 +7,6 @@
 
 namespace urxe::engine {
 
-namespace {
-
-uint32_t packets_for(uint64_t len, uint32_t mtu) {
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
-}
-
-}  // namespace
-
 bool EngineImpl::requester_blocked(const Qp& q) const {
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTS && st != QPS_SQD) return true;
@@ -158,12 +150,12 @@ bool EngineImpl::requester_run(Qp& q) {
     const uint8_t* inline_src = nullptr;
     if (info.is_read) {
       const uint64_t rest = w.length - q.req_offset;
-      spec.bth.opcode = wire::make_opcode(base, info.op_only);
+      spec.bth.opcode = wire::make_opcode(base, info.ops.only);
       spec.reth = wire::Reth{w.remote_addr + q.req_offset, w.rkey, static_cast<uint32_t>(rest)};
       psn_used = packets_for(rest, q.mtu);
       spec.bth.ack_req = true;
     } else if (info.is_atomic) {
-      spec.bth.opcode = wire::make_opcode(base, info.op_only);
+      spec.bth.opcode = wire::make_opcode(base, info.ops.only);
       spec.atomic_eth =
           wire::AtomicEth{w.remote_addr, w.rkey, w.opcode == WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add,
                           w.opcode == WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0};
@@ -173,11 +165,7 @@ bool EngineImpl::requester_run(Qp& q) {
       payload = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
       const bool first = q.req_offset == 0;
       last = q.req_offset + payload >= w.length;
-      const uint8_t low = first && last ? info.op_only
-                          : first       ? info.op_first
-                          : last        ? info.op_last
-                                        : info.op_middle;
-      spec.bth.opcode = wire::make_opcode(base, low);
+      spec.bth.opcode = wire::make_opcode(base, info.ops.pick(first, last));
       if (info.is_write && first)
         spec.reth = wire::Reth{w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
       if (last) {
@@ -225,7 +213,7 @@ bool EngineImpl::requester_run(Qp& q) {
       q.req_offset = 0;
     }
     if (q.type == QPT_RC && !q.timer_deadline && q.attr.timeout)
-      q.timer_deadline = now + (uint64_t{4096} << q.attr.timeout);
+      q.timer_deadline = now + retransmit_timeout_ns(q.attr.timeout);
   }
   return did;
 }

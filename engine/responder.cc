@@ -11,10 +11,6 @@ namespace urxe::engine {
 
 namespace {
 
-uint32_t packets_for(uint64_t len, uint32_t mtu) {
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
-}
-
 uint64_t recv_capacity(const Qp& q) {
   uint64_t c = 0;
   for (uint32_t i = 0; i < q.recv_num_sge; i++) c += q.recv_sges[i].length;
@@ -110,6 +106,22 @@ struct Responder {
     fatal(code, recv_status);
   }
 
+  // No receive WQE for a SEND or WRITE with immediate: RC answers RNR NAK (the requester retries after
+  // min_rnr_timer), UC drops the rest of the message. Returns false (not accepted).
+  bool no_recv() {
+    if (q.type == QPT_RC) {
+      e.count(Counter::send_rnr_err);
+      e.note(Note::rnr_nak_sent, q.qpn);
+      queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
+      q.nak_sent = true;
+    } else {
+      e.count(Counter::rx_drop_other);
+      q.in_msg = 0;  // (a SEND's first packet already found none in progress)
+      q.uc_dropping = true;
+    }
+    return false;
+  }
+
   // Returns false when the packet is not the position it should be in the current message.
   bool sequence_ok(uint8_t kind) const {
     const wire::OpcodeInfo& info = *pkt.info;
@@ -134,18 +146,7 @@ struct Responder {
       return false;
     }
     if (info.is_first()) {
-      if (!e.pop_recv(q)) {
-        if (q.type == QPT_RC) {
-          e.count(Counter::send_rnr_err);
-          e.note(Note::rnr_nak_sent, q.qpn);
-          queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
-          q.nak_sent = true;
-        } else {
-          e.count(Counter::rx_drop_other);
-          q.uc_dropping = true;
-        }
-        return false;
-      }
+      if (!e.pop_recv(q)) return no_recv();
       q.msg_offset = 0;
     }
     const uint32_t len = pkt.payload_len;
@@ -213,19 +214,7 @@ struct Responder {
       return false;
     }
     // WRITE with immediate needs a receive WQE: check before touching memory so an RNR retry is clean
-    if (info.with_imm && !e.pop_recv(q)) {
-      if (q.type == QPT_RC) {
-        e.count(Counter::send_rnr_err);
-        e.note(Note::rnr_nak_sent, q.qpn);
-        queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
-        q.nak_sent = true;
-      } else {
-        e.count(Counter::rx_drop_other);
-        q.in_msg = 0;
-        q.uc_dropping = true;
-      }
-      return false;
-    }
+    if (info.with_imm && !e.pop_recv(q)) return no_recv();
     if (len) {
       MrError err;
       uint8_t* p = e.mr_resolve(q.write_rkey, q.pd, ACCESS_REMOTE_WRITE, q.write_va + q.msg_offset, len, err);
@@ -552,10 +541,6 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
       const uint32_t len = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
       const bool first = r.cur_psn == r.start_psn;
       const bool last = r.cur_offset + len >= r.length;
-      uint8_t low = first && last ? wire::op::read_response_only
-                    : first       ? wire::op::read_response_first
-                    : last        ? wire::op::read_response_last
-                                  : wire::op::read_response_middle;
       MrError err;
       const uint8_t* src =
           len ? mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
@@ -570,7 +555,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
         return true;
       }
       wire::FrameSpec spec = q.spec;
-      spec.bth.opcode = wire::make_opcode(wire::op::kRc, low);
+      spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::kReadResponseOpcodes.pick(first, last));
       spec.bth.psn = r.cur_psn;
       spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       uint8_t* dst = begin_frame(spec, len);
