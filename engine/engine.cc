@@ -464,15 +464,15 @@ uint64_t Engine::next_deadline_ns() const {
     if (st == QPS_ERR && !qp->srq &&
         qp->rq.ring.cons.load(std::memory_order_relaxed) != qp->rq.ring.prod.load(std::memory_order_acquire))
       return 0;
-    if (qp->ack_pending) return 0;
-    for (const RespRes& r : qp->res)
+    if (qp->resp.ack_pending) return 0;
+    for (const RespRes& r : qp->resp.res)
       if (r.pending) return 0;
-    if (qp->rnr_until) {
-      best = std::min(best, qp->rnr_until);
+    if (qp->comp.rnr_until) {
+      best = std::min(best, qp->comp.rnr_until);
     } else if (!e.requester_blocked(*qp)) {
       return 0;
     }
-    if (qp->timer_deadline) best = std::min(best, qp->timer_deadline);
+    if (qp->comp.timer_deadline) best = std::min(best, qp->comp.timer_deadline);
   }
   return best;
 }

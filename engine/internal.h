@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -15,12 +16,21 @@
 
 namespace urxe::engine {
 
+// Tells the CPU this is a spin-wait (x86 PAUSE: less power, no memory-order mis-speculation on exit, and
+// the sibling hyperthread runs); elsewhere it gives the time slice away.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 class SpinLock {
  public:
   void lock() {
     while (flag_.test_and_set(std::memory_order_acquire))
-      while (flag_.test(std::memory_order_relaxed)) {
-      }
+      while (flag_.test(std::memory_order_relaxed)) cpu_relax();
   }
   void unlock() { flag_.clear(std::memory_order_release); }
 
@@ -34,11 +44,15 @@ inline uint32_t round_up_pow2(uint32_t v) {
   return p;
 }
 
-// Single-producer/single-consumer ring. Indices run freely (mod 2^32); slots are preallocated. The
-// producer fills slot(prod) then publishes with a release store; the consumer reads after an acquire load
-// and frees with a release store of cons. `lock` serialises several threads on the application side.
+// A work or completion queue: single-producer/single-consumer ring whose slots are preallocated and addressed
+// by index. Indices run freely (mod 2^32). The producer fills slot(prod) then publishes with a release
+// store; the consumer reads after an acquire load and frees with a release store of cons. `lock` serialises
+// several threads on the application side (posters of a SQ/RQ/SRQ, pollers of a CQ), so either side may be
+// the locked one. Not a Boost.Lockfree queue: the engine reads and rewrites WQEs in place by index (go-back-N
+// resends from the middle, the completer scans what is outstanding, the SGE pools are laid out by slot),
+// and the CQ is resized and cleaned in place (engine/README.md).
 template <class T>
-struct Ring {
+struct LockedRing {
   std::vector<T> slots;
   uint32_t mask = 0;
   uint32_t capacity = 0;  // usable entries (≤ slots.size())
@@ -78,7 +92,7 @@ enum class MrError : uint8_t { ok, bad_key, bad_pd, bad_access, bad_bounds, inva
 struct Cq {
   uint32_t handle = 0;
   uint32_t cqe = 0;
-  Ring<Wc> ring;
+  LockedRing<Wc> ring;
   std::atomic<int> armed{0};  // 0 no, 1 solicited only, 2 any
   bool overflowed = false;
   uint32_t refs = 0;
@@ -92,7 +106,7 @@ struct RecvWqe {
 
 // A receive queue (a QP's own RQ or an SRQ's).
 struct RecvQueue {
-  Ring<RecvWqe> ring;
+  LockedRing<RecvWqe> ring;
   std::vector<Sge> sges;
   uint32_t max_sge = 0;
   void init(uint32_t cap, uint32_t max_sge_) {
@@ -161,6 +175,9 @@ struct RespRes {
   uint64_t cur_offset = 0;
 };
 
+// What a multi-packet message in progress at the responder is.
+enum class InMsg : uint8_t { none, send, write };
+
 struct Qp {
   uint32_t qpn = 0;
   QpType type = QPT_RC;
@@ -179,55 +196,60 @@ struct Qp {
   bool comm_est = false;
 
   // send queue (app produces, progress consumes)
-  Ring<SendWqe> sq;
+  LockedRing<SendWqe> sq;
   std::vector<Sge> sq_sges;
   std::vector<uint8_t> sq_inline;
   // own receive queue (unused with an SRQ)
   RecvQueue rq;
 
-  // requester
-  uint32_t req_idx = 0;     // next WQE to (re)send
-  uint64_t req_offset = 0;  // bytes of it already sent
-  uint32_t next_psn = 0;    // PSN of the next packet to send
-  uint32_t sent_end = 0;    // one past the highest PSN ever sent
-  uint32_t rnr_psn = 0;
-  uint32_t noack_pkts = 0;
-  bool nak_pending = false;  // an error NAK waits for answers to earlier READs/atomics
-  uint32_t nak_psn = 0;
-  WcStatus nak_status = WC_SUCCESS;  // request packets sent since the last one with AckReq
-  bool sqd_notified = false;
+  // Per-role state, as rxe's qp->req / qp->comp / qp->resp: each is written by its role (progress thread),
+  // and modify_qp / qp_reset set it while no role runs (engine lock).
+  struct Requester {
+    uint32_t idx = 0;         // next WQE to (re)send
+    uint64_t offset = 0;      // bytes of it already sent
+    uint32_t next_psn = 0;    // PSN of the next packet to send
+    uint32_t sent_end = 0;    // one past the highest PSN ever sent
+    uint32_t noack_pkts = 0;  // request packets sent since the last one with AckReq
+  } req;
 
-  // completer
-  uint32_t una_psn = 0;         // oldest unacknowledged PSN
-  uint64_t timer_deadline = 0;  // 0 = retransmit timer stopped
-  uint8_t retry_left = 0, rnr_left = 0;
-  uint64_t rnr_until = 0;     // RNR wait: no sending before this time (0 = not waiting)
-  bool retry_marker = false;  // a go-back-N for a read-response gap was already issued at marker_psn
-  uint32_t marker_psn = 0;
+  struct Completer {
+    uint32_t una_psn = 0;         // oldest unacknowledged PSN
+    uint64_t timer_deadline = 0;  // 0 = retransmit timer stopped
+    uint8_t retry_left = 0, rnr_left = 0;
+    uint64_t rnr_until = 0;     // RNR wait: no sending before this time (0 = not waiting)
+    uint32_t rnr_psn = 0;       // the request the RNR NAK named: resent from there when the wait ends
+    bool retry_marker = false;  // a go-back-N for a read-response gap was already issued at marker_psn
+    uint32_t marker_psn = 0;
+    bool nak_pending = false;  // an error NAK waits for answers to earlier READs/atomics
+    uint32_t nak_psn = 0;
+    WcStatus nak_status = WC_SUCCESS;
+    bool sqd_notified = false;
+  } comp;
 
-  // responder
-  uint32_t epsn = 0;  // expected request PSN
-  uint32_t msn = 0;
-  bool nak_sent = false;     // a PSN-seq or RNR NAK is outstanding: drop silently until epsn arrives
-  uint8_t in_msg = 0;        // 0 none, 1 send, 2 write: a multi-packet message is in progress
-  bool uc_dropping = false;  // UC: rest of a message with a lost packet is being dropped
-  uint64_t msg_offset = 0;
-  // current receive WQE (copied out of the RQ/SRQ at the first packet of a SEND)
-  bool have_recv = false;
-  uint64_t recv_wr_id = 0;
-  uint32_t recv_num_sge = 0;
-  std::vector<Sge> recv_sges;
-  // current WRITE target
-  uint64_t write_va = 0;
-  uint32_t write_rkey = 0;
-  uint64_t write_len = 0;
-  // responses owed (ACK coalescing): the newest ACK/NAK not yet sent
-  bool ack_pending = false;
-  uint8_t ack_syndrome = 0;
-  uint32_t ack_psn = 0, ack_msn = 0;
-  uint32_t pkts_since_ack = 0;
-  std::vector<RespRes> res;
-  uint32_t res_next = 0;  // allocation counter; slot = res_next % res.size()
+  struct Responder {
+    uint32_t epsn = 0;  // expected request PSN
+    uint32_t msn = 0;
+    bool nak_sent = false;  // a PSN-seq or RNR NAK is outstanding: drop silently until epsn arrives
+    InMsg in_msg = InMsg::none;
+    bool uc_dropping = false;  // UC: rest of a message with a lost packet is being dropped
+    uint64_t msg_offset = 0;
+    // current receive WQE (copied out of the RQ/SRQ at the first packet of a SEND)
+    bool have_recv = false;
+    uint64_t recv_wr_id = 0;
+    uint32_t recv_num_sge = 0;
+    std::vector<Sge> recv_sges;
+    // current WRITE target
+    uint64_t write_va = 0;
+    uint32_t write_rkey = 0;
+    uint64_t write_len = 0;
+    // responses owed (ACK coalescing): the newest ACK/NAK not yet sent
+    bool ack_pending = false;
+    uint8_t ack_syndrome = 0;
+    uint32_t ack_psn = 0, ack_msn = 0;
+    uint32_t pkts_since_ack = 0;
+    std::vector<RespRes> res;
+    uint32_t res_next = 0;  // allocation counter; slot = res_next % res.size()
+  } resp;
 
   bool flush_needed = false;  // in ERR/SQE: complete what remains with WR_FLUSH_ERR
   bool flushing = false;      // the failed WQE was reported: every later one is flushed

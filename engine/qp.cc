@@ -193,12 +193,12 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
     q->sq.slots[i].inline_base = i * cap.max_inline_data;
   }
   if (!srq) q->rq.init(cap.max_recv_wr, cap.max_recv_sge);
-  q->recv_sges.assign(srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
+  q->resp.recv_sges.assign(srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
   q->attr.qp_state = QPS_RESET;
   q->attr.cap = cap;
   q->attr.path_mtu = active_mtu();
   q->mtu = mtu_to_bytes(q->attr.path_mtu);
-  q->res.resize(1);
+  q->resp.res.resize(1);
   p->refs++;
   scq->refs++;
   rcq->refs++;
@@ -227,27 +227,27 @@ void EngineImpl::qp_reset(Qp& q) {
     w.started = w.sent_all = w.done = false;
     w.status = WC_SUCCESS;
   }
-  q.req_idx = 0;
-  q.req_offset = 0;
-  q.next_psn = q.una_psn = q.sent_end = 0;
-  q.sqd_notified = false;
-  q.timer_deadline = 0;
-  q.rnr_until = 0;
-  q.retry_marker = false;
-  q.epsn = q.msn = 0;
-  q.nak_sent = false;
-  q.in_msg = 0;
-  q.uc_dropping = false;
-  q.msg_offset = 0;
-  q.have_recv = false;
-  q.ack_pending = false;
-  q.pkts_since_ack = 0;
-  for (auto& r : q.res) r = RespRes{};
-  q.res_next = 0;
+  q.req.idx = 0;
+  q.req.offset = 0;
+  q.req.next_psn = q.comp.una_psn = q.req.sent_end = 0;
+  q.comp.sqd_notified = false;
+  q.comp.timer_deadline = 0;
+  q.comp.rnr_until = 0;
+  q.comp.retry_marker = false;
+  q.resp.epsn = q.resp.msn = 0;
+  q.resp.nak_sent = false;
+  q.resp.in_msg = InMsg::none;
+  q.resp.uc_dropping = false;
+  q.resp.msg_offset = 0;
+  q.resp.have_recv = false;
+  q.resp.ack_pending = false;
+  q.resp.pkts_since_ack = 0;
+  for (auto& r : q.resp.res) r = RespRes{};
+  q.resp.res_next = 0;
   q.flush_needed = false;
   q.flushing = false;
   q.flush_gap = false;
-  q.nak_pending = false;
+  q.comp.nak_pending = false;
   q.error_event_sent = false;
   q.comm_est = false;
 }
@@ -257,10 +257,10 @@ void EngineImpl::qp_set_error(Qp& q, bool event, EventType type) {
   q.state.store(QPS_ERR, std::memory_order_release);
   q.attr.qp_state = QPS_ERR;
   q.flush_needed = true;
-  q.timer_deadline = 0;
-  q.rnr_until = 0;
-  q.ack_pending = false;
-  for (auto& r : q.res) r.pending = false;
+  q.comp.timer_deadline = 0;
+  q.comp.rnr_until = 0;
+  q.resp.ack_pending = false;
+  for (auto& r : q.resp.res) r.pending = false;
   if (event && !q.error_event_sent) {
     q.error_event_sent = true;
     async_event(type, q.qpn);
@@ -295,22 +295,22 @@ void EngineImpl::qp_flush(Qp& q) {
     cons++;
     q.sq.cons.store(cons, std::memory_order_release);
   }
-  q.req_idx = cons;
-  q.req_offset = 0;
+  q.req.idx = cons;
+  q.req.offset = 0;
   if (st != QPS_ERR) return;
   // receive side
-  if (q.have_recv) {
+  if (q.resp.have_recv) {
     Wc wc;
-    wc.wr_id = q.recv_wr_id;
+    wc.wr_id = q.resp.recv_wr_id;
     wc.status = WC_WR_FLUSH_ERR;
     wc.opcode = WC_RECV;
     wc.qp_num = q.qpn;
-    if (cq_post(*q.rcq, wc, false)) q.have_recv = false;
+    if (cq_post(*q.rcq, wc, false)) q.resp.have_recv = false;
   }
   if (q.srq) {
     if (q.flush_needed) async_event(EVENT_QP_LAST_WQE_REACHED, q.qpn);
   } else {
-    Ring<RecvWqe>& r = q.rq.ring;
+    LockedRing<RecvWqe>& r = q.rq.ring;
     const uint32_t rp = r.prod.load(std::memory_order_acquire);
     uint32_t rc = r.cons.load(std::memory_order_relaxed);
     while (rc != rp) {
@@ -328,17 +328,17 @@ void EngineImpl::qp_flush(Qp& q) {
 }
 
 bool EngineImpl::pop_recv(Qp& q) {
-  if (q.have_recv) return true;
+  if (q.resp.have_recv) return true;
   RecvQueue& rq = q.srq ? q.srq->rq : q.rq;
-  Ring<RecvWqe>& r = rq.ring;
+  LockedRing<RecvWqe>& r = rq.ring;
   const uint32_t c = r.cons.load(std::memory_order_relaxed);
   if (r.prod.load(std::memory_order_acquire) == c) return false;
   const RecvWqe& w = r.at(c);
-  q.recv_wr_id = w.wr_id;
-  q.recv_num_sge = w.num_sge;
-  for (uint32_t i = 0; i < w.num_sge; i++) q.recv_sges[i] = rq.sges[w.sge_base + i];
+  q.resp.recv_wr_id = w.wr_id;
+  q.resp.recv_num_sge = w.num_sge;
+  for (uint32_t i = 0; i < w.num_sge; i++) q.resp.recv_sges[i] = rq.sges[w.sge_base + i];
   r.cons.store(c + 1, std::memory_order_release);
-  q.have_recv = true;
+  q.resp.have_recv = true;
   if (q.srq) srq_check_limit(*q.srq);
   return true;
 }
@@ -393,11 +393,11 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   if (mask & QP_EN_SQD_ASYNC_NOTIFY) s.en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & QP_PATH_MIG_STATE) s.path_mig_state = a.path_mig_state;
 
-  if (mask & QP_RQ_PSN) q.epsn = s.rq_psn;
-  if (mask & QP_SQ_PSN) q.next_psn = q.una_psn = q.sent_end = s.sq_psn;
+  if (mask & QP_RQ_PSN) q.resp.epsn = s.rq_psn;
+  if (mask & QP_SQ_PSN) q.req.next_psn = q.comp.una_psn = q.req.sent_end = s.sq_psn;
   if (mask & QP_MAX_DEST_RD_ATOMIC) {
-    q.res.assign(s.max_dest_rd_atomic ? s.max_dest_rd_atomic : 1, RespRes{});
-    q.res_next = 0;
+    q.resp.res.assign(s.max_dest_rd_atomic ? s.max_dest_rd_atomic : 1, RespRes{});
+    q.resp.res_next = 0;
   }
   if (mask & (QP_PATH_MTU | QP_AV | QP_DEST_QPN | QP_STATE)) {
     const Mtu eff = q.type == QPT_UD ? active_mtu() : (s.path_mtu < active_mtu() ? s.path_mtu : active_mtu());
@@ -420,8 +420,8 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
     f.bth.dqpn = s.dest_qp_num;
   }
   if (mask & (QP_RETRY_CNT | QP_RNR_RETRY)) {
-    q.retry_left = s.retry_cnt;
-    q.rnr_left = s.rnr_retry;
+    q.comp.retry_left = s.retry_cnt;
+    q.comp.rnr_left = s.rnr_retry;
   }
 
   if (next != cur) {
@@ -435,9 +435,9 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
       qp_set_error(q, false, EVENT_QP_FATAL);
       qp_flush(q);
     } else {
-      if (next == QPS_SQD) q.sqd_notified = false;
+      if (next == QPS_SQD) q.comp.sqd_notified = false;
       if (cur == QPS_SQE) {  // SQE → RTS: the send queue restarts where it was flushed
-        q.req_idx = q.sq.cons.load(std::memory_order_relaxed);
+        q.req.idx = q.sq.cons.load(std::memory_order_relaxed);
         q.flushing = false;
         q.flush_gap = false;
       }
@@ -454,9 +454,9 @@ int EngineImpl::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
   attr = q->attr;
   attr.qp_state = attr.cur_qp_state = q->state.load(std::memory_order_relaxed);
   attr.cap = q->cap;
-  attr.sq_psn = q->next_psn;  // like rxe: the PSN the requester will use next
-  attr.rq_psn = q->epsn;
-  attr.sq_draining = (attr.qp_state == QPS_SQD && q->una_psn != q->next_psn) ? 1 : 0;
+  attr.sq_psn = q->req.next_psn;  // like rxe: the PSN the requester will use next
+  attr.rq_psn = q->resp.epsn;
+  attr.sq_draining = (attr.qp_state == QPS_SQD && q->comp.una_psn != q->req.next_psn) ? 1 : 0;
   if (init) {
     init->send_cq = q->scq->handle;
     init->recv_cq = q->rcq->handle;
