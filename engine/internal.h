@@ -333,6 +333,8 @@ struct EngineImpl {
   void qp_reset(Qp& qp);
   void qp_set_error(Qp& qp, bool event, EventType type);
   void qp_flush(Qp& qp);
+  // post_recv / post_srq_recv (application thread): queues the WRs on rq under its lock, rings the doorbell.
+  int post_recv_wrs(RecvQueue& rq, const RecvWr* wr, const RecvWr** bad_wr);
   bool pop_recv(Qp& qp);  // copies the next receive WQE into qp's current-recv slot; false if none
   void async_event(EventType t, uint32_t element);
   // log.cc: EventSink::log lines and notes (rare events only; nothing without a sink)

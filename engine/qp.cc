@@ -601,7 +601,10 @@ int Engine::post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr) {
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }
-  RecvQueue& rq = qp->rq;
+  return e.post_recv_wrs(qp->rq, wr, bad_wr);
+}
+
+int EngineImpl::post_recv_wrs(RecvQueue& rq, const RecvWr* wr, const RecvWr** bad_wr) {
   int rc = 0;
   bool posted = false;
   {
@@ -625,7 +628,7 @@ int Engine::post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr) {
     }
   }
   if (rc && bad_wr) *bad_wr = wr;
-  if (posted && e.sink) e.sink->doorbell();
+  if (posted && sink) sink->doorbell();
   return rc;
 }
 
