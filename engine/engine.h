@@ -124,14 +124,15 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::resp_remote_access_errors, .name = "resp_remote_access_errors"},
 };
 static_assert(std::size(kCounterTable) == static_cast<size_t>(Counter::num_counters));
-constexpr bool counter_rows_placed() {
-  for (size_t i = 0; i < std::size(kCounterTable); i++) {
-    if (static_cast<size_t>(kCounterTable[i].id) != i) return false;
-    if (i > 0 && kCounterTable[i].rxe && !kCounterTable[i - 1].rxe) return false;  // rxe's first
-  }
-  return true;
-}
-static_assert(counter_rows_placed(), "kCounterTable: each row at its Counter, rxe's counters first");
+static_assert(
+    [] {
+      for (size_t i = 0; i < std::size(kCounterTable); i++) {
+        if (static_cast<size_t>(kCounterTable[i].id) != i) return false;
+        if (i > 0 && kCounterTable[i].rxe && !kCounterTable[i - 1].rxe) return false;
+      }
+      return true;
+    }(),
+    "kCounterTable: each row at its Counter, rxe's counters first");
 inline constexpr size_t kNumRxeCounters = [] {
   size_t n = 0;
   for (const CounterInfo& c : kCounterTable) n += c.rxe;

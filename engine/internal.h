@@ -191,8 +191,8 @@ struct Qp {
   QpCap cap;
   uint32_t mtu = 1024;   // effective path MTU in bytes
   wire::FrameSpec spec;  // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
-  std::array<uint64_t, static_cast<size_t>(Counter::num_counters)>
-      counters{};  // this QP's share; engine lock
+  // this QP's share of the counters; engine lock
+  std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};
   bool comm_est = false;
 
   // send queue (app produces, progress consumes)
@@ -202,8 +202,9 @@ struct Qp {
   // own receive queue (unused with an SRQ)
   RecvQueue rq;
 
-  // Per-role state, as rxe's qp->req / qp->comp / qp->resp: each is written by its role (progress thread),
-  // and modify_qp / qp_reset set it while no role runs (engine lock).
+  // State by the role that owns it, as rxe's qp->req / qp->comp / qp->resp. Every role runs under the engine
+  // lock (progress thread or a control verb), so one role may still move another's state through that
+  // role's functions (the completer rewinds the requester with go_back).
   struct Requester {
     uint32_t idx = 0;         // next WQE to (re)send
     uint64_t offset = 0;      // bytes of it already sent
