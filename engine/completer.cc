@@ -5,14 +5,6 @@
 
 namespace urxe::engine {
 
-namespace {
-
-uint64_t timeout_ns(uint8_t t) {
-  return t ? (uint64_t{4096} << t) : 0;
-}
-
-}  // namespace
-
 bool EngineImpl::send_completion(const Qp& q, const SendWqe& w, Wc& wc) const {
   const bool signaled = q.sq_sig_all || (w.send_flags & SEND_SIGNALED);
   if (!signaled && w.status == WC_SUCCESS) return false;
@@ -26,18 +18,29 @@ bool EngineImpl::send_completion(const Qp& q, const SendWqe& w, Wc& wc) const {
   return true;
 }
 
+void EngineImpl::retire_send(Qp& q, SendWqe& w, uint32_t& cons) {
+  // Free the slot before the completion is visible: an app that polls it may post again at once into a
+  // queue it sized to exactly its outstanding WRs (ibv_rc_pingpong -e with max_send_wr 1).
+  Wc wc;
+  const bool post = send_completion(q, w, wc);
+  w.started = w.sent_all = w.done = false;
+  cons++;
+  q.sq.cons.store(cons, std::memory_order_release);
+  if (post) cq_post(*q.scq, wc, false);
+}
+
 namespace {
 
 // The timeout grows with each retry spent since the last progress, up to 4x (IBTA lets the transport timer
 // run up to four times the nominal value): a slow peer that is only behind gets time to catch up before the
 // retries run out, instead of another window of resends every nominal timeout.
 uint64_t backoff_ns(const Qp& q) {
-  const uint32_t spent = q.attr.retry_cnt > q.retry_left ? q.attr.retry_cnt - q.retry_left : 0u;
-  return timeout_ns(q.attr.timeout) << (spent < 2 ? spent : 2u);
+  const uint32_t spent = q.attr.retry_cnt > q.comp.retry_left ? q.attr.retry_cnt - q.comp.retry_left : 0u;
+  return retransmit_timeout_ns(q.attr.timeout) << (spent < 2 ? spent : 2u);
 }
 
 void restart_timer(EngineImpl& e, Qp& q) {
-  q.timer_deadline = (q.una_psn != q.sent_end && q.attr.timeout) ? e.now + backoff_ns(q) : 0;
+  q.comp.timer_deadline = (q.comp.una_psn != q.req.sent_end && q.attr.timeout) ? e.now + backoff_ns(q) : 0;
 }
 
 // Marks the WQE that PSN `psn` belongs to (the oldest outstanding one when psn is UINT32_MAX) failed with
@@ -76,7 +79,7 @@ void fail_wqe(EngineImpl& e, Qp& q, WcStatus status, uint32_t psn = UINT32_MAX) 
 // ACK beyond one that is not means its responses were lost, so the requester goes back to re-ask.
 // Returns whether anything new was acknowledged.
 bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
-  if (wire::psn_lt(psn, wire::psn_sub(q.una_psn, 1)) || !wire::psn_lt(psn, q.sent_end)) return false;
+  if (wire::psn_lt(psn, wire::psn_sub(q.comp.una_psn, 1)) || !wire::psn_lt(psn, q.req.sent_end)) return false;
   bool progress = false;
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   uint32_t new_una = wire::psn_add(psn, 1);
@@ -90,9 +93,9 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
       const uint32_t from = info.is_read ? w.resp_psn : w.first_psn;
       if (wire::psn_lt(from, new_una)) new_una = from;
       if (wire::psn_lt(psn, w.last_psn)) break;
-      if (!(q.retry_marker && q.marker_psn == from)) {
-        q.retry_marker = true;
-        q.marker_psn = from;
+      if (!(q.comp.retry_marker && q.comp.marker_psn == from)) {
+        q.comp.retry_marker = true;
+        q.comp.marker_psn = from;
         e.go_back(q, from);
       }
       break;
@@ -101,16 +104,17 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
     w.done = true;
     progress = true;
   }
-  if (wire::psn_gt(new_una, q.una_psn)) {
-    q.una_psn = new_una;
+  if (wire::psn_gt(new_una, q.comp.una_psn)) {
+    q.comp.una_psn = new_una;
     progress = true;
   }
   if (progress) {
-    q.retry_left = q.attr.retry_cnt;
-    q.rnr_left = q.attr.rnr_retry;
-    if (q.rnr_until && wire::psn_lt(q.rnr_psn, q.una_psn)) q.rnr_until = 0;  // the RNR'd request got through
+    q.comp.retry_left = q.attr.retry_cnt;
+    q.comp.rnr_left = q.attr.rnr_retry;
+    if (q.comp.rnr_until && wire::psn_lt(q.comp.rnr_psn, q.comp.una_psn))
+      q.comp.rnr_until = 0;  // the RNR'd request got through
     // an ACK past the requester's go-back position: skip what is already acknowledged
-    if (wire::psn_lt(q.next_psn, q.una_psn)) e.go_back(q, q.una_psn);
+    if (wire::psn_lt(q.req.next_psn, q.comp.una_psn)) e.go_back(q, q.comp.una_psn);
     restart_timer(e, q);
   }
   return progress;
@@ -147,28 +151,28 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
           // had: it is alive and working through what we sent, only behind (a slow peer with a queue of
           // our resends). Restart the timer without spending a retry, else every timeout adds another
           // window of resends to its queue until the retries run out while it is still acknowledging.
-          if (psn == wire::psn_sub(q.una_psn, 1) && q.timer_deadline) restart_timer(*this, q);
+          if (psn == wire::psn_sub(q.comp.una_psn, 1) && q.comp.timer_deadline) restart_timer(*this, q);
         }
         return;
       case wire::AethType::rnr_nak: {
-        if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) return;
+        if (!wire::psn_ge(psn, q.comp.una_psn) || !wire::psn_lt(psn, q.req.sent_end)) return;
         ack_upto(*this, q, wire::psn_sub(psn, 1));
         count(Counter::rcvd_rnr_err);
         note(Note::rnr_nak_received, q.qpn);
-        if (q.rnr_left == 0) {
+        if (q.comp.rnr_left == 0) {
           count(Counter::retry_rnr_exceeded_err);
           fail_wqe(*this, q, WC_RNR_RETRY_EXC_ERR, psn);
           return;
         }
-        if (q.attr.rnr_retry != 7) q.rnr_left--;
-        q.rnr_until = now + wire::rnr_timer_ns(a.value());
-        if (q.rnr_until == 0) q.rnr_until = 1;
-        q.rnr_psn = psn;
-        q.timer_deadline = 0;
+        if (q.attr.rnr_retry != 7) q.comp.rnr_left--;
+        q.comp.rnr_until = now + wire::rnr_timer_ns(a.value());
+        if (q.comp.rnr_until == 0) q.comp.rnr_until = 1;
+        q.comp.rnr_psn = psn;
+        q.comp.timer_deadline = 0;
         return;
       }
       case wire::AethType::nak: {
-        if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) return;
+        if (!wire::psn_ge(psn, q.comp.una_psn) || !wire::psn_lt(psn, q.req.sent_end)) return;
         ack_upto(*this, q, wire::psn_sub(psn, 1));
         switch (static_cast<wire::NakCode>(a.value())) {
           case wire::NakCode::psn_seq_error:
@@ -188,10 +192,11 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
             // retransmit timeout before the error takes the QP down.
             const SendWqe* h = head_wqe(q);
             if (h && wire::psn_lt(h->first_psn, psn)) {
-              q.nak_pending = true;
-              q.nak_psn = psn;
-              q.nak_status = st;
-              q.timer_deadline = now + (q.attr.timeout ? timeout_ns(q.attr.timeout) : timeout_ns(14));
+              q.comp.nak_pending = true;
+              q.comp.nak_psn = psn;
+              q.comp.nak_status = st;
+              q.comp.timer_deadline =
+                  now + (q.attr.timeout ? retransmit_timeout_ns(q.attr.timeout) : retransmit_timeout_ns(14));
               return;
             }
             fail_wqe(*this, q, st, psn);
@@ -206,7 +211,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   }
 
   // READ responses and atomic ACKs acknowledge everything before them
-  if (!wire::psn_ge(psn, q.una_psn) || !wire::psn_lt(psn, q.sent_end)) {
+  if (!wire::psn_ge(psn, q.comp.una_psn) || !wire::psn_lt(psn, q.req.sent_end)) {
     count(Counter::rx_drop_other);  // old duplicate
     return;
   }
@@ -225,7 +230,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
     if (!sge_copy(*this, q.pd, q.sq_sges.data() + w->sge_base, w->num_sge, 0, orig, 8, true))
       w->status = WC_LOC_PROT_ERR;
     w->done = true;
-    q.retry_marker = false;
+    q.comp.retry_marker = false;
     ack_upto(*this, q, psn);
     restart_timer(*this, q);
     return;
@@ -236,10 +241,10 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
     return;
   }
   if (psn != w->resp_psn) {
-    if (wire::psn_gt(psn, w->resp_psn) && !(q.retry_marker && q.marker_psn == w->resp_psn)) {
+    if (wire::psn_gt(psn, w->resp_psn) && !(q.comp.retry_marker && q.comp.marker_psn == w->resp_psn)) {
       // a response went missing: ask again for the rest, once per gap
-      q.retry_marker = true;
-      q.marker_psn = w->resp_psn;
+      q.comp.retry_marker = true;
+      q.comp.marker_psn = w->resp_psn;
       count(Counter::rcvd_seq_err);
       go_back(q, w->resp_psn);
     }
@@ -263,13 +268,13 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   }
   w->resp_offset += len;
   w->resp_psn = wire::psn_add(w->resp_psn, 1);
-  q.retry_marker = false;
-  q.retry_left = q.attr.retry_cnt;
+  q.comp.retry_marker = false;
+  q.comp.retry_left = q.attr.retry_cnt;
   if (last) {
     w->done = true;
     ack_upto(*this, q, psn);
-  } else if (wire::psn_gt(psn, q.una_psn) || psn == q.una_psn) {
-    q.una_psn = wire::psn_add(psn, 1);
+  } else if (wire::psn_gt(psn, q.comp.una_psn) || psn == q.comp.una_psn) {
+    q.comp.una_psn = wire::psn_add(psn, 1);
   }
   restart_timer(*this, q);
 }
@@ -310,32 +315,25 @@ bool EngineImpl::completer_run(Qp& q) {
       qp_flush(q);
       return true;
     }
-    // Free the slot before the completion is visible: an app that polls it may post again at once
-    // into a queue it sized to exactly its outstanding WRs (ibv_rc_pingpong -e with max_send_wr 1).
-    Wc wc;
-    const bool post = send_completion(q, w, wc);
-    w.started = w.sent_all = w.done = false;
-    cons++;
-    q.sq.cons.store(cons, std::memory_order_release);
-    if (post) cq_post(*q.scq, wc, false);
+    retire_send(q, w, cons);
     did = true;
   }
-  if (static_cast<int32_t>(q.req_idx - cons) < 0) {
-    q.req_idx = cons;
-    q.req_offset = 0;
+  if (static_cast<int32_t>(q.req.idx - cons) < 0) {
+    q.req.idx = cons;
+    q.req.offset = 0;
   }
   // an error NAK waiting for earlier READ/atomic answers: apply it once they are in. If they do not come
   // within a retransmit timeout they never will (the responder is in ERR and answers nothing): the oldest
   // unanswered WQE then fails as a transport retry failure, and everything after it is flushed.
-  if (q.nak_pending) {
+  if (q.comp.nak_pending) {
     const SendWqe* h = head_wqe(q);
-    if (!h || !wire::psn_lt(h->first_psn, q.nak_psn)) {
-      q.nak_pending = false;
-      fail_wqe(*this, q, q.nak_status, q.nak_psn);
+    if (!h || !wire::psn_lt(h->first_psn, q.comp.nak_psn)) {
+      q.comp.nak_pending = false;
+      fail_wqe(*this, q, q.comp.nak_status, q.comp.nak_psn);
       return true;
     }
-    if (now >= q.timer_deadline) {
-      q.nak_pending = false;
+    if (now >= q.comp.timer_deadline) {
+      q.comp.nak_pending = false;
       count(Counter::retry_exceeded_err);
       fail_wqe(*this, q, WC_RETRY_EXC_ERR);
       return true;
@@ -343,32 +341,32 @@ bool EngineImpl::completer_run(Qp& q) {
     return did;
   }
   // RNR wait over: resend from the NAKed PSN
-  if (q.rnr_until && now >= q.rnr_until) {
-    q.rnr_until = 0;
-    go_back(q, q.rnr_psn);
+  if (q.comp.rnr_until && now >= q.comp.rnr_until) {
+    q.comp.rnr_until = 0;
+    go_back(q, q.comp.rnr_psn);
     restart_timer(*this, q);
     did = true;
   }
   // retransmit timer
-  if (q.timer_deadline && now >= q.timer_deadline) {
-    if (q.una_psn == q.sent_end) {
-      q.timer_deadline = 0;
-    } else if (q.retry_left == 0) {
+  if (q.comp.timer_deadline && now >= q.comp.timer_deadline) {
+    if (q.comp.una_psn == q.req.sent_end) {
+      q.comp.timer_deadline = 0;
+    } else if (q.comp.retry_left == 0) {
       count(Counter::retry_exceeded_err);
-      q.timer_deadline = 0;
+      q.comp.timer_deadline = 0;
       fail_wqe(*this, q, WC_RETRY_EXC_ERR);
       did = true;
     } else {
-      q.retry_left--;
+      q.comp.retry_left--;
       count(Counter::completer_retry_err);
-      q.retry_marker = false;
-      go_back(q, q.una_psn);
-      q.timer_deadline = now + backoff_ns(q);
+      q.comp.retry_marker = false;
+      go_back(q, q.comp.una_psn);
+      q.comp.timer_deadline = now + backoff_ns(q);
       did = true;
     }
   }
-  if (st == QPS_SQD && !q.sqd_notified && q.una_psn == q.sent_end && cons == q.req_idx) {
-    q.sqd_notified = true;
+  if (st == QPS_SQD && !q.comp.sqd_notified && q.comp.una_psn == q.req.sent_end && cons == q.req.idx) {
+    q.comp.sqd_notified = true;
     if (q.attr.en_sqd_async_notify) async_event(EVENT_SQ_DRAINED, q.qpn);
   }
   return did;

@@ -47,7 +47,7 @@ int Engine::resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual) {
   // long finished the UD sends posted just before, and the count of waiting completions must say so.
   for (int i = 0; i < 16 && e.progress_round(); i++) {
   }
-  Ring<Wc>& r = c->ring;
+  LockedRing<Wc>& r = c->ring;
   std::vector<Wc> slots(round_up_pow2(cqe));  // allocated before pollers are held up
   {
     std::lock_guard<SpinLock> pg(r.lock);
@@ -73,7 +73,7 @@ int Engine::resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual) {
 void EngineImpl::cq_clean(const Qp& qp) {
   for (Cq* c : {qp.scq, qp.rcq}) {
     if (!c) continue;
-    Ring<Wc>& r = c->ring;
+    LockedRing<Wc>& r = c->ring;
     std::lock_guard<SpinLock> pg(r.lock);
     const uint32_t cons = r.cons.load(std::memory_order_relaxed),
                    prod = r.prod.load(std::memory_order_relaxed);
@@ -89,7 +89,7 @@ void EngineImpl::cq_clean(const Qp& qp) {
 }
 
 bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
-  Ring<Wc>& r = cq.ring;
+  LockedRing<Wc>& r = cq.ring;
   const uint32_t p = r.prod.load(std::memory_order_relaxed);
   if (cq.overflowed || p - r.cons.load(std::memory_order_acquire) >= r.capacity) {
     count(Counter::cq_overflow);
@@ -112,7 +112,7 @@ bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
 int Engine::poll_cq(uint32_t cq, int num, Wc* wc) {
   Cq* c = impl_->cq_get(cq);
   if (!c || num < 0) return -EINVAL;
-  Ring<Wc>& r = c->ring;
+  LockedRing<Wc>& r = c->ring;
   std::lock_guard<SpinLock> g(r.lock);
   const uint32_t cons = r.cons.load(std::memory_order_relaxed);
   const uint32_t avail = r.prod.load(std::memory_order_acquire) - cons;

@@ -1,5 +1,5 @@
 // Engine front: the public methods, the progress loop, frame rx dispatch and tx batching, and the shared
-// tables (WR behaviour, counter names).
+// WR behaviour table.
 #include "engine/engine.h"
 
 #include <cerrno>
@@ -10,44 +10,106 @@
 namespace urxe::engine {
 
 namespace {
-constexpr uint8_t kNone = 0xff;
-// Indexed by WrOpcode. Which transports take the WR, the completion opcode and the wire opcodes.
-const WrInfo kWrTable[] = {
-    // WR_RDMA_WRITE
-    {true, true, true, false, WC_RDMA_WRITE, wire::op::write_first, wire::op::write_middle,
-     wire::op::write_last, wire::op::write_only, false, false, false, false, false, true, false},
-    // WR_RDMA_WRITE_WITH_IMM
-    {true, true, true, false, WC_RDMA_WRITE, wire::op::write_first, wire::op::write_middle,
-     wire::op::write_last_imm, wire::op::write_only_imm, false, false, false, true, false, true, false},
-    // WR_SEND
-    {true, true, true, true, WC_SEND, wire::op::send_first, wire::op::send_middle, wire::op::send_last,
-     wire::op::send_only, false, false, false, false, false, false, true},
-    // WR_SEND_WITH_IMM
-    {true, true, true, true, WC_SEND, wire::op::send_first, wire::op::send_middle, wire::op::send_last_imm,
-     wire::op::send_only_imm, false, false, false, true, false, false, true},
-    // WR_RDMA_READ
-    {true, true, false, false, WC_RDMA_READ, kNone, kNone, kNone, wire::op::read_request, true, false, false,
-     false, false, false, false},
-    // WR_ATOMIC_CMP_AND_SWP
-    {true, true, false, false, WC_COMP_SWAP, kNone, kNone, kNone, wire::op::compare_swap, false, true, false,
-     false, false, false, false},
-    // WR_ATOMIC_FETCH_AND_ADD
-    {true, true, false, false, WC_FETCH_ADD, kNone, kNone, kNone, wire::op::fetch_add, false, true, false,
-     false, false, false, false},
-    // WR_LOCAL_INV
-    {true, true, true, true, WC_LOCAL_INV, kNone, kNone, kNone, kNone, false, false, true, false, false,
-     false, false},
-    // WR_BIND_MW: not supported
-    {},
-    // WR_SEND_WITH_INV (RC only: UC and UD have no SEND_*_INV opcodes)
-    {true, true, false, false, WC_SEND, wire::op::send_first, wire::op::send_middle, wire::op::send_last_inv,
-     wire::op::send_only_inv, false, false, false, false, true, false, true},
+namespace op = wire::op;
+constexpr uint8_t kNone = 0xff;  // no such packet position
+constexpr wire::MsgOpcodes single(uint8_t only) {
+  return {.first = kNone, .middle = kNone, .last = kNone, .only = only};
+}
+// Which transports take the WR, the completion opcode and the wire opcodes.
+constexpr WrInfo kWrTable[] = {
+    {.opcode = WR_RDMA_WRITE,
+     .valid = true,
+     .rc = true,
+     .uc = true,
+     .wc_opcode = WC_RDMA_WRITE,
+     .ops = {.first = op::write_first,
+             .middle = op::write_middle,
+             .last = op::write_last,
+             .only = op::write_only},
+     .is_write = true},
+    {.opcode = WR_RDMA_WRITE_WITH_IMM,
+     .valid = true,
+     .rc = true,
+     .uc = true,
+     .wc_opcode = WC_RDMA_WRITE,
+     .ops = {.first = op::write_first,
+             .middle = op::write_middle,
+             .last = op::write_last_imm,
+             .only = op::write_only_imm},
+     .has_imm = true,
+     .is_write = true},
+    {.opcode = WR_SEND,
+     .valid = true,
+     .rc = true,
+     .uc = true,
+     .ud = true,
+     .wc_opcode = WC_SEND,
+     .ops =
+         {.first = op::send_first, .middle = op::send_middle, .last = op::send_last, .only = op::send_only},
+     .is_send = true},
+    {.opcode = WR_SEND_WITH_IMM,
+     .valid = true,
+     .rc = true,
+     .uc = true,
+     .ud = true,
+     .wc_opcode = WC_SEND,
+     .ops = {.first = op::send_first,
+             .middle = op::send_middle,
+             .last = op::send_last_imm,
+             .only = op::send_only_imm},
+     .has_imm = true,
+     .is_send = true},
+    {.opcode = WR_RDMA_READ,
+     .valid = true,
+     .rc = true,
+     .wc_opcode = WC_RDMA_READ,
+     .ops = single(op::read_request),
+     .is_read = true},
+    {.opcode = WR_ATOMIC_CMP_AND_SWP,
+     .valid = true,
+     .rc = true,
+     .wc_opcode = WC_COMP_SWAP,
+     .ops = single(op::compare_swap),
+     .is_atomic = true},
+    {.opcode = WR_ATOMIC_FETCH_AND_ADD,
+     .valid = true,
+     .rc = true,
+     .wc_opcode = WC_FETCH_ADD,
+     .ops = single(op::fetch_add),
+     .is_atomic = true},
+    // executed by the requester in queue order, no packet
+    {.opcode = WR_LOCAL_INV,
+     .valid = true,
+     .rc = true,
+     .uc = true,
+     .ud = true,
+     .wc_opcode = WC_LOCAL_INV,
+     .ops = single(kNone),
+     .is_local = true},
+    {.opcode = WR_BIND_MW},  // not supported
+    // RC only: UC and UD have no SEND_*_INV opcodes
+    {.opcode = WR_SEND_WITH_INV,
+     .valid = true,
+     .rc = true,
+     .wc_opcode = WC_SEND,
+     .ops = {.first = op::send_first,
+             .middle = op::send_middle,
+             .last = op::send_last_inv,
+             .only = op::send_only_inv},
+     .has_inv = true,
+     .is_send = true},
 };
-const WrInfo kInvalidWr{};
+constexpr bool wr_rows_placed() {
+  for (size_t i = 0; i < std::size(kWrTable); i++)
+    if (kWrTable[i].opcode != i) return false;
+  return true;
+}
+static_assert(wr_rows_placed(), "kWrTable: each row at its WrOpcode");
+constexpr WrInfo kInvalidWr{};
 }  // namespace
 
 const WrInfo& wr_info(WrOpcode op) {
-  return op < sizeof(kWrTable) / sizeof(kWrTable[0]) ? kWrTable[op] : kInvalidWr;
+  return op < std::size(kWrTable) ? kWrTable[op] : kInvalidWr;
 }
 
 uint16_t udp_sport_connected(uint32_t flow_label, uint32_t lqpn, uint32_t rqpn) {
@@ -124,32 +186,8 @@ const char* qp_state_str(QpState s) {
 }
 
 const char* counter_name(Counter c) {
-  static const char* const names[] = {"sent_pkts",
-                                      "rcvd_pkts",
-                                      "duplicate_request",
-                                      "out_of_seq_request",
-                                      "rcvd_rnr_err",
-                                      "send_rnr_err",
-                                      "rcvd_seq_err",
-                                      "ack_deferred",
-                                      "retry_exceeded_err",
-                                      "retry_rnr_exceeded_err",
-                                      "completer_retry_err",
-                                      "send_err",
-                                      "link_downed",
-                                      "rdma_sends",
-                                      "rdma_recvs",
-                                      "rx_drop_parse",
-                                      "rx_drop_icrc",
-                                      "rx_drop_qpn",
-                                      "rx_drop_qkey",
-                                      "rx_drop_other",
-                                      "tx_no_buf",
-                                      "cq_overflow",
-                                      "resp_remote_access_errors"};
-  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Counter::num_counters));
   const auto i = static_cast<size_t>(c);
-  return i < sizeof(names) / sizeof(names[0]) ? names[i] : "?";
+  return i < std::size(kCounterTable) ? kCounterTable[i].name : "?";
 }
 
 EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), clock(c), config(cfg) {
@@ -426,15 +464,15 @@ uint64_t Engine::next_deadline_ns() const {
     if (st == QPS_ERR && !qp->srq &&
         qp->rq.ring.cons.load(std::memory_order_relaxed) != qp->rq.ring.prod.load(std::memory_order_acquire))
       return 0;
-    if (qp->ack_pending) return 0;
-    for (const RespRes& r : qp->res)
+    if (qp->resp.ack_pending) return 0;
+    for (const RespRes& r : qp->resp.res)
       if (r.pending) return 0;
-    if (qp->rnr_until) {
-      best = std::min(best, qp->rnr_until);
+    if (qp->comp.rnr_until) {
+      best = std::min(best, qp->comp.rnr_until);
     } else if (!e.requester_blocked(*qp)) {
       return 0;
     }
-    if (qp->timer_deadline) best = std::min(best, qp->timer_deadline);
+    if (qp->comp.timer_deadline) best = std::min(best, qp->comp.timer_deadline);
   }
   return best;
 }

@@ -10,7 +10,9 @@
 // never block on the progress thread and never make a syscall. The control verbs (create/modify/destroy,
 // reg/dereg) take the engine lock, which progress() also holds while it runs.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -87,6 +89,55 @@ enum class Counter : uint32_t {
   resp_remote_access_errors,  // as mlx5: RDMA WRITE/READ/atomic refused for its rkey, range or rights
   num_counters
 };
+
+// The counter table, one row per Counter at its index: the name `rdma statistic` and sysfs hw_counters
+// show, and whether kernel rxe has it (rxe_hw_counters.c: every urxe device shows those, in rxe's order, so
+// they come first; provider/stats.h reads them from here).
+struct CounterInfo {
+  Counter id = Counter::num_counters;
+  const char* name = "?";
+  bool rxe = false;
+};
+inline constexpr CounterInfo kCounterTable[] = {
+    {.id = Counter::sent_pkts, .name = "sent_pkts", .rxe = true},
+    {.id = Counter::rcvd_pkts, .name = "rcvd_pkts", .rxe = true},
+    {.id = Counter::duplicate_request, .name = "duplicate_request", .rxe = true},
+    {.id = Counter::out_of_seq_request, .name = "out_of_seq_request", .rxe = true},
+    {.id = Counter::rcvd_rnr_err, .name = "rcvd_rnr_err", .rxe = true},
+    {.id = Counter::send_rnr_err, .name = "send_rnr_err", .rxe = true},
+    {.id = Counter::rcvd_seq_err, .name = "rcvd_seq_err", .rxe = true},
+    {.id = Counter::ack_deferred, .name = "ack_deferred", .rxe = true},
+    {.id = Counter::retry_exceeded_err, .name = "retry_exceeded_err", .rxe = true},
+    {.id = Counter::retry_rnr_exceeded_err, .name = "retry_rnr_exceeded_err", .rxe = true},
+    {.id = Counter::completer_retry_err, .name = "completer_retry_err", .rxe = true},
+    {.id = Counter::send_err, .name = "send_err", .rxe = true},
+    {.id = Counter::link_downed, .name = "link_downed", .rxe = true},
+    {.id = Counter::rdma_sends, .name = "rdma_sends", .rxe = true},
+    {.id = Counter::rdma_recvs, .name = "rdma_recvs", .rxe = true},
+    {.id = Counter::rx_drop_parse, .name = "rx_drop_parse"},
+    {.id = Counter::rx_drop_icrc, .name = "rx_drop_icrc"},
+    {.id = Counter::rx_drop_qpn, .name = "rx_drop_qpn"},
+    {.id = Counter::rx_drop_qkey, .name = "rx_drop_qkey"},
+    {.id = Counter::rx_drop_other, .name = "rx_drop_other"},
+    {.id = Counter::tx_no_buf, .name = "tx_no_buf"},
+    {.id = Counter::cq_overflow, .name = "cq_overflow"},
+    {.id = Counter::resp_remote_access_errors, .name = "resp_remote_access_errors"},
+};
+static_assert(std::size(kCounterTable) == static_cast<size_t>(Counter::num_counters));
+static_assert(
+    [] {
+      for (size_t i = 0; i < std::size(kCounterTable); i++) {
+        if (static_cast<size_t>(kCounterTable[i].id) != i) return false;
+        if (i > 0 && kCounterTable[i].rxe && !kCounterTable[i - 1].rxe) return false;
+      }
+      return true;
+    }(),
+    "kCounterTable: each row at its Counter, rxe's counters first");
+inline constexpr size_t kNumRxeCounters = [] {
+  size_t n = 0;
+  for (const CounterInfo& c : kCounterTable) n += c.rxe;
+  return n;
+}();
 const char* counter_name(Counter c);
 
 // Log levels of EventSink::log, most severe first.

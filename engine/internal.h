@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -15,12 +16,21 @@
 
 namespace urxe::engine {
 
+// Tells the CPU this is a spin-wait (x86 PAUSE: less power, no memory-order mis-speculation on exit, and
+// the sibling hyperthread runs); elsewhere it gives the time slice away.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 class SpinLock {
  public:
   void lock() {
     while (flag_.test_and_set(std::memory_order_acquire))
-      while (flag_.test(std::memory_order_relaxed)) {
-      }
+      while (flag_.test(std::memory_order_relaxed)) cpu_relax();
   }
   void unlock() { flag_.clear(std::memory_order_release); }
 
@@ -34,11 +44,15 @@ inline uint32_t round_up_pow2(uint32_t v) {
   return p;
 }
 
-// Single-producer/single-consumer ring. Indices run freely (mod 2^32); slots are preallocated. The
-// producer fills slot(prod) then publishes with a release store; the consumer reads after an acquire load
-// and frees with a release store of cons. `lock` serialises several threads on the application side.
+// A work or completion queue: single-producer/single-consumer ring whose slots are preallocated and addressed
+// by index. Indices run freely (mod 2^32). The producer fills slot(prod) then publishes with a release
+// store; the consumer reads after an acquire load and frees with a release store of cons. `lock` serialises
+// several threads on the application side (posters of a SQ/RQ/SRQ, pollers of a CQ), so either side may be
+// the locked one. Not a Boost.Lockfree queue: the engine reads and rewrites WQEs in place by index (go-back-N
+// resends from the middle, the completer scans what is outstanding, the SGE pools are laid out by slot),
+// and the CQ is resized and cleaned in place (engine/README.md).
 template <class T>
-struct Ring {
+struct LockedRing {
   std::vector<T> slots;
   uint32_t mask = 0;
   uint32_t capacity = 0;  // usable entries (≤ slots.size())
@@ -78,7 +92,7 @@ enum class MrError : uint8_t { ok, bad_key, bad_pd, bad_access, bad_bounds, inva
 struct Cq {
   uint32_t handle = 0;
   uint32_t cqe = 0;
-  Ring<Wc> ring;
+  LockedRing<Wc> ring;
   std::atomic<int> armed{0};  // 0 no, 1 solicited only, 2 any
   bool overflowed = false;
   uint32_t refs = 0;
@@ -92,7 +106,7 @@ struct RecvWqe {
 
 // A receive queue (a QP's own RQ or an SRQ's).
 struct RecvQueue {
-  Ring<RecvWqe> ring;
+  LockedRing<RecvWqe> ring;
   std::vector<Sge> sges;
   uint32_t max_sge = 0;
   void init(uint32_t cap, uint32_t max_sge_) {
@@ -161,6 +175,9 @@ struct RespRes {
   uint64_t cur_offset = 0;
 };
 
+// What a multi-packet message in progress at the responder is.
+enum class InMsg : uint8_t { none, send, write };
+
 struct Qp {
   uint32_t qpn = 0;
   QpType type = QPT_RC;
@@ -174,59 +191,66 @@ struct Qp {
   QpCap cap;
   uint32_t mtu = 1024;   // effective path MTU in bytes
   wire::FrameSpec spec;  // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
-  std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};  // this QP's share; engine lock
+  // this QP's share of the counters; engine lock
+  std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};
   bool comm_est = false;
 
   // send queue (app produces, progress consumes)
-  Ring<SendWqe> sq;
+  LockedRing<SendWqe> sq;
   std::vector<Sge> sq_sges;
   std::vector<uint8_t> sq_inline;
   // own receive queue (unused with an SRQ)
   RecvQueue rq;
 
-  // requester
-  uint32_t req_idx = 0;     // next WQE to (re)send
-  uint64_t req_offset = 0;  // bytes of it already sent
-  uint32_t next_psn = 0;    // PSN of the next packet to send
-  uint32_t sent_end = 0;    // one past the highest PSN ever sent
-  uint32_t rnr_psn = 0;
-  uint32_t noack_pkts = 0;
-  bool nak_pending = false;  // an error NAK waits for answers to earlier READs/atomics
-  uint32_t nak_psn = 0;
-  WcStatus nak_status = WC_SUCCESS;  // request packets sent since the last one with AckReq
-  bool sqd_notified = false;
+  // State by the role that owns it, as rxe's qp->req / qp->comp / qp->resp. Every role runs under the engine
+  // lock (progress thread or a control verb), so one role may still move another's state through that
+  // role's functions (the completer rewinds the requester with go_back).
+  struct Requester {
+    uint32_t idx = 0;         // next WQE to (re)send
+    uint64_t offset = 0;      // bytes of it already sent
+    uint32_t next_psn = 0;    // PSN of the next packet to send
+    uint32_t sent_end = 0;    // one past the highest PSN ever sent
+    uint32_t noack_pkts = 0;  // request packets sent since the last one with AckReq
+  } req;
 
-  // completer
-  uint32_t una_psn = 0;         // oldest unacknowledged PSN
-  uint64_t timer_deadline = 0;  // 0 = retransmit timer stopped
-  uint8_t retry_left = 0, rnr_left = 0;
-  uint64_t rnr_until = 0;     // RNR wait: no sending before this time (0 = not waiting)
-  bool retry_marker = false;  // a go-back-N for a read-response gap was already issued at marker_psn
-  uint32_t marker_psn = 0;
+  struct Completer {
+    uint32_t una_psn = 0;         // oldest unacknowledged PSN
+    uint64_t timer_deadline = 0;  // 0 = retransmit timer stopped
+    uint8_t retry_left = 0, rnr_left = 0;
+    uint64_t rnr_until = 0;     // RNR wait: no sending before this time (0 = not waiting)
+    uint32_t rnr_psn = 0;       // the request the RNR NAK named: resent from there when the wait ends
+    bool retry_marker = false;  // a go-back-N for a read-response gap was already issued at marker_psn
+    uint32_t marker_psn = 0;
+    bool nak_pending = false;  // an error NAK waits for answers to earlier READs/atomics
+    uint32_t nak_psn = 0;
+    WcStatus nak_status = WC_SUCCESS;
+    bool sqd_notified = false;
+  } comp;
 
-  // responder
-  uint32_t epsn = 0;  // expected request PSN
-  uint32_t msn = 0;
-  bool nak_sent = false;     // a PSN-seq or RNR NAK is outstanding: drop silently until epsn arrives
-  uint8_t in_msg = 0;        // 0 none, 1 send, 2 write: a multi-packet message is in progress
-  bool uc_dropping = false;  // UC: rest of a message with a lost packet is being dropped
-  uint64_t msg_offset = 0;
-  // current receive WQE (copied out of the RQ/SRQ at the first packet of a SEND)
-  bool have_recv = false;
-  uint64_t recv_wr_id = 0;
-  uint32_t recv_num_sge = 0;
-  std::vector<Sge> recv_sges;
-  // current WRITE target
-  uint64_t write_va = 0;
-  uint32_t write_rkey = 0;
-  uint64_t write_len = 0;
-  // responses owed (ACK coalescing): the newest ACK/NAK not yet sent
-  bool ack_pending = false;
-  uint8_t ack_syndrome = 0;
-  uint32_t ack_psn = 0, ack_msn = 0;
-  uint32_t pkts_since_ack = 0;
-  std::vector<RespRes> res;
-  uint32_t res_next = 0;  // allocation counter; slot = res_next % res.size()
+  struct Responder {
+    uint32_t epsn = 0;  // expected request PSN
+    uint32_t msn = 0;
+    bool nak_sent = false;  // a PSN-seq or RNR NAK is outstanding: drop silently until epsn arrives
+    InMsg in_msg = InMsg::none;
+    bool uc_dropping = false;  // UC: rest of a message with a lost packet is being dropped
+    uint64_t msg_offset = 0;
+    // current receive WQE (copied out of the RQ/SRQ at the first packet of a SEND)
+    bool have_recv = false;
+    uint64_t recv_wr_id = 0;
+    uint32_t recv_num_sge = 0;
+    std::vector<Sge> recv_sges;
+    // current WRITE target
+    uint64_t write_va = 0;
+    uint32_t write_rkey = 0;
+    uint64_t write_len = 0;
+    // responses owed (ACK coalescing): the newest ACK/NAK not yet sent
+    bool ack_pending = false;
+    uint8_t ack_syndrome = 0;
+    uint32_t ack_psn = 0, ack_msn = 0;
+    uint32_t pkts_since_ack = 0;
+    std::vector<RespRes> res;
+    uint32_t res_next = 0;  // allocation counter; slot = res_next % res.size()
+  } resp;
 
   bool flush_needed = false;  // in ERR/SQE: complete what remains with WR_FLUSH_ERR
   bool flushing = false;      // the failed WQE was reported: every later one is flushed
@@ -310,6 +334,8 @@ struct EngineImpl {
   void qp_reset(Qp& qp);
   void qp_set_error(Qp& qp, bool event, EventType type);
   void qp_flush(Qp& qp);
+  // post_recv / post_srq_recv (application thread): queues the WRs on rq under its lock, rings the doorbell.
+  int post_recv_wrs(RecvQueue& rq, const RecvWr* wr, const RecvWr** bad_wr);
   bool pop_recv(Qp& qp);  // copies the next receive WQE into qp's current-recv slot; false if none
   void async_event(EventType t, uint32_t element);
   // log.cc: EventSink::log lines and notes (rare events only; nothing without a sink)
@@ -330,6 +356,8 @@ struct EngineImpl {
   void completer_rx(Qp& qp, const wire::Packet& pkt);
   // The completion a finished send WQE reports; false when it is unsignaled and successful.
   bool send_completion(const Qp& qp, const SendWqe& w, Wc& wc) const;
+  // Frees the finished WQE w at index `cons` of qp's send queue (cons moves on) and posts its completion.
+  void retire_send(Qp& qp, SendWqe& w, uint32_t& cons);
 
   // responder.cc
   void responder_rx(Qp& qp, const wire::Packet& pkt, const uint8_t* frame);
@@ -348,16 +376,29 @@ struct EngineImpl {
   wire::FrameLayout cur_layout{};
 };
 
-// Per-WR-opcode behaviour (the requester's and completer's one table).
+// Per-WR-opcode behaviour (the requester's and completer's one table, engine.cc), indexed by WrOpcode.
 struct WrInfo {
+  WrOpcode opcode = WR_RDMA_WRITE;  // this row's index in the table
   bool valid = false;
-  bool rc = false, uc = false, ud = false;
+  bool rc = false, uc = false, ud = false;  // QP types that take it
   WcOpcode wc_opcode = WC_SEND;
-  uint8_t op_first = 0, op_middle = 0, op_last = 0, op_only = 0;  // low 5 bits of the BTH opcode
+  wire::MsgOpcodes ops{};  // low 5 bits of the BTH opcode by position (a READ or atomic has only `only`)
   bool is_read = false, is_atomic = false, is_local = false, has_imm = false, has_inv = false;
   bool is_write = false, is_send = false;
 };
 const WrInfo& wr_info(WrOpcode op);
+
+// Packets a message of `len` bytes takes at path MTU `mtu` (a zero-length message is one packet): the
+// requester's segmentation and the responder's READ responses.
+inline uint32_t packets_for(uint64_t len, uint32_t mtu) {
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+// The local ACK timeout of QP attribute `timeout` (IBTA 9.7.6.1.3: 4.096 µs × 2^timeout; 0 = infinite,
+// returned as 0).
+inline uint64_t retransmit_timeout_ns(uint8_t timeout) {
+  return timeout ? (uint64_t{4096} << timeout) : 0;
+}
 
 inline uint8_t transport_base(QpType t) {
   return t == QPT_RC ? wire::op::kRc : t == QPT_UC ? wire::op::kUc : wire::op::kUd;

@@ -1,5 +1,6 @@
 // QPs: creation, the state machine with the attribute masks the IBTA requires per transition and QP type
 // (the table the kernel's ib_modify_qp_is_ok applies for rdma-core), flush on error, and the post verbs.
+#include <array>
 #include <cerrno>
 
 #include "engine/internal.h"
@@ -8,92 +9,129 @@ namespace urxe::engine {
 
 namespace {
 
-struct Masks {
-  bool valid = false;
-  uint32_t req[3] = {0, 0, 0};  // indexed RC, UC, UD
-  uint32_t opt[3] = {0, 0, 0};
+// The attributes modify_qp must set (req) and may set (opt) for one transition and QP type.
+struct QpParams {
+  uint32_t req = 0;
+  uint32_t opt = 0;
 };
 
-int type_index(QpType t) {
-  return t == QPT_RC ? 0 : t == QPT_UC ? 1 : 2;
+enum QpTypeBit : uint8_t { kRc = 1, kUc = 2, kUd = 4, kAllTypes = kRc | kUc | kUd };
+
+// One cell of the state table, as core/verbs.c's qp_state_table[cur][next].
+struct QpTransition {
+  QpState cur = QPS_RESET, next = QPS_RESET;  // its place in the table
+  uint8_t types = 0;                          // QpTypeBits of the QP types that may make it; 0: invalid
+  QpParams rc, uc, ud;
+};
+
+constexpr uint32_t kPath = QP_ALT_PATH | QP_PATH_MIG_STATE;
+
+// IBTA 11.2.4.2, as ib_modify_qp_is_ok encodes it for RC, UC and UD. Any state may also go to RESET or ERR
+// with no attributes (added by build_state_table).
+constexpr QpTransition kTransitions[] = {
+    {.cur = QPS_RESET,
+     .next = QPS_INIT,
+     .types = kAllTypes,
+     .rc = {.req = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
+     .uc = {.req = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
+     .ud = {.req = QP_PKEY_INDEX | QP_PORT | QP_QKEY}},
+    {.cur = QPS_INIT,
+     .next = QPS_INIT,
+     .types = kAllTypes,
+     .rc = {.opt = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
+     .uc = {.opt = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
+     .ud = {.opt = QP_PKEY_INDEX | QP_PORT | QP_QKEY}},
+    {.cur = QPS_INIT,
+     .next = QPS_RTR,
+     .types = kAllTypes,
+     .rc = {.req = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN | QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER,
+            .opt = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
+     .uc = {.req = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN,
+            .opt = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
+     .ud = {.opt = QP_PKEY_INDEX | QP_QKEY}},
+    {.cur = QPS_RTR,
+     .next = QPS_RTS,
+     .types = kAllTypes,
+     .rc = {.req = QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_SQ_PSN | QP_MAX_QP_RD_ATOMIC,
+            .opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER},
+     .uc = {.req = QP_SQ_PSN, .opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS},
+     .ud = {.req = QP_SQ_PSN, .opt = QP_CUR_STATE | QP_QKEY}},
+    {.cur = QPS_RTS,
+     .next = QPS_RTS,
+     .types = kAllTypes,
+     .rc = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath | QP_MIN_RNR_TIMER},
+     .uc = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath},
+     .ud = {.opt = QP_CUR_STATE | QP_QKEY}},
+    {.cur = QPS_RTS,
+     .next = QPS_SQD,
+     .types = kAllTypes,
+     .rc = {.opt = QP_EN_SQD_ASYNC_NOTIFY},
+     .uc = {.opt = QP_EN_SQD_ASYNC_NOTIFY},
+     .ud = {.opt = QP_EN_SQD_ASYNC_NOTIFY}},
+    {.cur = QPS_SQD,
+     .next = QPS_RTS,
+     .types = kAllTypes,
+     .rc = {.opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER},
+     .uc = {.opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS},
+     .ud = {.opt = QP_CUR_STATE | QP_QKEY}},
+    {.cur = QPS_SQD,
+     .next = QPS_SQD,
+     .types = kAllTypes,
+     .rc = {.opt = QP_PORT | QP_AV | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC |
+                   QP_MAX_DEST_RD_ATOMIC | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX | QP_MIN_RNR_TIMER},
+     .uc = {.opt = QP_AV | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
+     .ud = {.opt = QP_PKEY_INDEX | QP_QKEY}},
+    // UC and UD only: RC send errors go to ERR, never SQE
+    {.cur = QPS_SQE,
+     .next = QPS_RTS,
+     .types = kUc | kUd,
+     .rc = {},
+     .uc = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS},
+     .ud = {.opt = QP_CUR_STATE | QP_QKEY}},
+};
+
+constexpr size_t kNumStates = QPS_ERR + 1;
+using StateTable = std::array<std::array<QpTransition, kNumStates>, kNumStates>;
+
+constexpr StateTable build_state_table() {
+  StateTable t{};
+  for (uint32_t c = 0; c < kNumStates; c++)
+    for (uint32_t n = 0; n < kNumStates; n++) {
+      t[c][n].cur = static_cast<QpState>(c);
+      t[c][n].next = static_cast<QpState>(n);
+      if (n == QPS_RESET || n == QPS_ERR) t[c][n].types = kAllTypes;
+    }
+  for (const QpTransition& r : kTransitions) t[r.cur][r.next] = r;
+  return t;
 }
 
-// IBTA 11.2.4.2 / Table 91-ish, as ib_modify_qp_is_ok encodes it for RC, UC and UD.
-Masks transition(QpState cur, QpState next) {
-  Masks m;
-  if (next == QPS_RESET || next == QPS_ERR) {  // from any state
-    m.valid = cur <= QPS_ERR;
-    return m;
+constexpr StateTable kStateTable = build_state_table();
+
+// Each row sits at [cur][next], and no two rows name the same transition.
+constexpr bool transitions_placed() {
+  for (size_t i = 0; i < std::size(kTransitions); i++) {
+    const QpTransition& r = kTransitions[i];
+    if (r.next == QPS_RESET || r.next == QPS_ERR || r.types == 0) return false;
+    for (size_t j = 0; j < i; j++)
+      if (kTransitions[j].cur == r.cur && kTransitions[j].next == r.next) return false;
   }
-  constexpr uint32_t kPath = QP_ALT_PATH | QP_PATH_MIG_STATE;
-  switch (cur) {
-    case QPS_RESET:
-      if (next == QPS_INIT) {
-        m.valid = true;
-        m.req[0] = m.req[1] = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
-        m.req[2] = QP_PKEY_INDEX | QP_PORT | QP_QKEY;
-      }
-      break;
-    case QPS_INIT:
-      if (next == QPS_INIT) {
-        m.valid = true;
-        m.opt[0] = m.opt[1] = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
-        m.opt[2] = QP_PKEY_INDEX | QP_PORT | QP_QKEY;
-      } else if (next == QPS_RTR) {
-        m.valid = true;
-        m.req[0] = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN | QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER;
-        m.req[1] = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN;
-        m.opt[0] = m.opt[1] = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX;
-        m.opt[2] = QP_PKEY_INDEX | QP_QKEY;
-      }
-      break;
-    case QPS_RTR:
-      if (next == QPS_RTS) {
-        m.valid = true;
-        m.req[0] = QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_SQ_PSN | QP_MAX_QP_RD_ATOMIC;
-        m.req[1] = m.req[2] = QP_SQ_PSN;
-        m.opt[0] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER;
-        m.opt[1] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS;
-        m.opt[2] = QP_CUR_STATE | QP_QKEY;
-      }
-      break;
-    case QPS_RTS:
-      if (next == QPS_RTS) {
-        m.valid = true;
-        m.opt[0] = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath | QP_MIN_RNR_TIMER;
-        m.opt[1] = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath;
-        m.opt[2] = QP_CUR_STATE | QP_QKEY;
-      } else if (next == QPS_SQD) {
-        m.valid = true;
-        m.opt[0] = m.opt[1] = m.opt[2] = QP_EN_SQD_ASYNC_NOTIFY;
-      }
-      break;
-    case QPS_SQD:
-      if (next == QPS_RTS) {
-        m.valid = true;
-        m.opt[0] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER;
-        m.opt[1] = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS;
-        m.opt[2] = QP_CUR_STATE | QP_QKEY;
-      } else if (next == QPS_SQD) {
-        m.valid = true;
-        m.opt[0] = QP_PORT | QP_AV | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC |
-                   QP_MAX_DEST_RD_ATOMIC | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX | QP_MIN_RNR_TIMER;
-        m.opt[1] = QP_AV | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX;
-        m.opt[2] = QP_PKEY_INDEX | QP_QKEY;
-      }
-      break;
-    case QPS_SQE:
-      if (next == QPS_RTS) {  // UC and UD only: RC send errors go to ERR, never SQE
-        m.valid = true;
-        m.req[0] = ~0u;  // marks "not for RC"
-        m.opt[1] = QP_CUR_STATE | QP_ACCESS_FLAGS;
-        m.opt[2] = QP_CUR_STATE | QP_QKEY;
-      }
-      break;
-    default:
-      break;
-  }
-  return m;
+  for (uint32_t c = 0; c < kNumStates; c++)
+    for (uint32_t n = 0; n < kNumStates; n++)
+      if (kStateTable[c][n].cur != c || kStateTable[c][n].next != n) return false;
+  return true;
+}
+static_assert(transitions_placed());
+
+constexpr uint8_t type_bit(QpType t) {
+  return t == QPT_RC ? kRc : t == QPT_UC ? kUc : kUd;
+}
+
+// The transition's attribute rules for a QP of type t, or nullptr when that QP may not make it.
+const QpParams* transition_params(QpState cur, QpState next, QpType t) {
+  if (cur >= kNumStates || next >= kNumStates) return nullptr;
+  const QpTransition& r = kStateTable[cur][next];
+  if (!(r.types & type_bit(t))) return nullptr;
+  return t == QPT_RC ? &r.rc : t == QPT_UC ? &r.uc : &r.ud;
 }
 
 }  // namespace
@@ -155,12 +193,12 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
     q->sq.slots[i].inline_base = i * cap.max_inline_data;
   }
   if (!srq) q->rq.init(cap.max_recv_wr, cap.max_recv_sge);
-  q->recv_sges.assign(srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
+  q->resp.recv_sges.assign(srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
   q->attr.qp_state = QPS_RESET;
   q->attr.cap = cap;
   q->attr.path_mtu = active_mtu();
   q->mtu = mtu_to_bytes(q->attr.path_mtu);
-  q->res.resize(1);
+  q->resp.res.resize(1);
   p->refs++;
   scq->refs++;
   rcq->refs++;
@@ -189,27 +227,27 @@ void EngineImpl::qp_reset(Qp& q) {
     w.started = w.sent_all = w.done = false;
     w.status = WC_SUCCESS;
   }
-  q.req_idx = 0;
-  q.req_offset = 0;
-  q.next_psn = q.una_psn = q.sent_end = 0;
-  q.sqd_notified = false;
-  q.timer_deadline = 0;
-  q.rnr_until = 0;
-  q.retry_marker = false;
-  q.epsn = q.msn = 0;
-  q.nak_sent = false;
-  q.in_msg = 0;
-  q.uc_dropping = false;
-  q.msg_offset = 0;
-  q.have_recv = false;
-  q.ack_pending = false;
-  q.pkts_since_ack = 0;
-  for (auto& r : q.res) r = RespRes{};
-  q.res_next = 0;
+  q.req.idx = 0;
+  q.req.offset = 0;
+  q.req.next_psn = q.comp.una_psn = q.req.sent_end = 0;
+  q.comp.sqd_notified = false;
+  q.comp.timer_deadline = 0;
+  q.comp.rnr_until = 0;
+  q.comp.retry_marker = false;
+  q.resp.epsn = q.resp.msn = 0;
+  q.resp.nak_sent = false;
+  q.resp.in_msg = InMsg::none;
+  q.resp.uc_dropping = false;
+  q.resp.msg_offset = 0;
+  q.resp.have_recv = false;
+  q.resp.ack_pending = false;
+  q.resp.pkts_since_ack = 0;
+  for (auto& r : q.resp.res) r = RespRes{};
+  q.resp.res_next = 0;
   q.flush_needed = false;
   q.flushing = false;
   q.flush_gap = false;
-  q.nak_pending = false;
+  q.comp.nak_pending = false;
   q.error_event_sent = false;
   q.comm_est = false;
 }
@@ -219,10 +257,10 @@ void EngineImpl::qp_set_error(Qp& q, bool event, EventType type) {
   q.state.store(QPS_ERR, std::memory_order_release);
   q.attr.qp_state = QPS_ERR;
   q.flush_needed = true;
-  q.timer_deadline = 0;
-  q.rnr_until = 0;
-  q.ack_pending = false;
-  for (auto& r : q.res) r.pending = false;
+  q.comp.timer_deadline = 0;
+  q.comp.rnr_until = 0;
+  q.resp.ack_pending = false;
+  for (auto& r : q.resp.res) r.pending = false;
   if (event && !q.error_event_sent) {
     q.error_event_sent = true;
     async_event(type, q.qpn);
@@ -238,13 +276,7 @@ void EngineImpl::qp_flush(Qp& q) {
   while (cons != prod) {
     SendWqe& w = q.sq.at(cons);
     if (!q.flushing && !q.flush_gap && w.done && w.status == WC_SUCCESS) {
-      // finished before the error: a normal completion, slot freed before it is visible (see completer)
-      Wc wc;
-      const bool post = send_completion(q, w, wc);
-      w.started = w.sent_all = w.done = false;
-      cons++;
-      q.sq.cons.store(cons, std::memory_order_release);
-      if (post) cq_post(*q.scq, wc, false);
+      retire_send(q, w, cons);  // finished before the error: a normal completion
       continue;
     } else {
       Wc wc;
@@ -263,22 +295,22 @@ void EngineImpl::qp_flush(Qp& q) {
     cons++;
     q.sq.cons.store(cons, std::memory_order_release);
   }
-  q.req_idx = cons;
-  q.req_offset = 0;
+  q.req.idx = cons;
+  q.req.offset = 0;
   if (st != QPS_ERR) return;
   // receive side
-  if (q.have_recv) {
+  if (q.resp.have_recv) {
     Wc wc;
-    wc.wr_id = q.recv_wr_id;
+    wc.wr_id = q.resp.recv_wr_id;
     wc.status = WC_WR_FLUSH_ERR;
     wc.opcode = WC_RECV;
     wc.qp_num = q.qpn;
-    if (cq_post(*q.rcq, wc, false)) q.have_recv = false;
+    if (cq_post(*q.rcq, wc, false)) q.resp.have_recv = false;
   }
   if (q.srq) {
     if (q.flush_needed) async_event(EVENT_QP_LAST_WQE_REACHED, q.qpn);
   } else {
-    Ring<RecvWqe>& r = q.rq.ring;
+    LockedRing<RecvWqe>& r = q.rq.ring;
     const uint32_t rp = r.prod.load(std::memory_order_acquire);
     uint32_t rc = r.cons.load(std::memory_order_relaxed);
     while (rc != rp) {
@@ -296,17 +328,17 @@ void EngineImpl::qp_flush(Qp& q) {
 }
 
 bool EngineImpl::pop_recv(Qp& q) {
-  if (q.have_recv) return true;
+  if (q.resp.have_recv) return true;
   RecvQueue& rq = q.srq ? q.srq->rq : q.rq;
-  Ring<RecvWqe>& r = rq.ring;
+  LockedRing<RecvWqe>& r = rq.ring;
   const uint32_t c = r.cons.load(std::memory_order_relaxed);
   if (r.prod.load(std::memory_order_acquire) == c) return false;
   const RecvWqe& w = r.at(c);
-  q.recv_wr_id = w.wr_id;
-  q.recv_num_sge = w.num_sge;
-  for (uint32_t i = 0; i < w.num_sge; i++) q.recv_sges[i] = rq.sges[w.sge_base + i];
+  q.resp.recv_wr_id = w.wr_id;
+  q.resp.recv_num_sge = w.num_sge;
+  for (uint32_t i = 0; i < w.num_sge; i++) q.resp.recv_sges[i] = rq.sges[w.sge_base + i];
   r.cons.store(c + 1, std::memory_order_release);
-  q.have_recv = true;
+  q.resp.have_recv = true;
   if (q.srq) srq_check_limit(*q.srq);
   return true;
 }
@@ -318,14 +350,11 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   const QpState cur = q.state.load(std::memory_order_relaxed);
   if ((mask & QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
   const QpState next = (mask & QP_STATE) ? a.qp_state : cur;
-  if (next > QPS_ERR) return EINVAL;
-  const Masks m = transition(cur, next);
-  if (!m.valid) return EINVAL;
-  const int t = type_index(q.type);
-  if (m.req[t] == ~0u) return EINVAL;
+  const QpParams* params = transition_params(cur, next, q.type);
+  if (!params) return EINVAL;
   const uint32_t attrs = mask & ~QP_STATE;
-  if ((attrs & m.req[t]) != m.req[t]) return EINVAL;
-  if (attrs & ~(m.req[t] | m.opt[t])) return EINVAL;
+  if ((attrs & params->req) != params->req) return EINVAL;
+  if (attrs & ~(params->req | params->opt)) return EINVAL;
 
   // value checks before anything changes
   const DeviceAttr& d = config.device;
@@ -364,11 +393,11 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   if (mask & QP_EN_SQD_ASYNC_NOTIFY) s.en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & QP_PATH_MIG_STATE) s.path_mig_state = a.path_mig_state;
 
-  if (mask & QP_RQ_PSN) q.epsn = s.rq_psn;
-  if (mask & QP_SQ_PSN) q.next_psn = q.una_psn = q.sent_end = s.sq_psn;
+  if (mask & QP_RQ_PSN) q.resp.epsn = s.rq_psn;
+  if (mask & QP_SQ_PSN) q.req.next_psn = q.comp.una_psn = q.req.sent_end = s.sq_psn;
   if (mask & QP_MAX_DEST_RD_ATOMIC) {
-    q.res.assign(s.max_dest_rd_atomic ? s.max_dest_rd_atomic : 1, RespRes{});
-    q.res_next = 0;
+    q.resp.res.assign(s.max_dest_rd_atomic ? s.max_dest_rd_atomic : 1, RespRes{});
+    q.resp.res_next = 0;
   }
   if (mask & (QP_PATH_MTU | QP_AV | QP_DEST_QPN | QP_STATE)) {
     const Mtu eff = q.type == QPT_UD ? active_mtu() : (s.path_mtu < active_mtu() ? s.path_mtu : active_mtu());
@@ -391,8 +420,8 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
     f.bth.dqpn = s.dest_qp_num;
   }
   if (mask & (QP_RETRY_CNT | QP_RNR_RETRY)) {
-    q.retry_left = s.retry_cnt;
-    q.rnr_left = s.rnr_retry;
+    q.comp.retry_left = s.retry_cnt;
+    q.comp.rnr_left = s.rnr_retry;
   }
 
   if (next != cur) {
@@ -406,9 +435,9 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
       qp_set_error(q, false, EVENT_QP_FATAL);
       qp_flush(q);
     } else {
-      if (next == QPS_SQD) q.sqd_notified = false;
+      if (next == QPS_SQD) q.comp.sqd_notified = false;
       if (cur == QPS_SQE) {  // SQE → RTS: the send queue restarts where it was flushed
-        q.req_idx = q.sq.cons.load(std::memory_order_relaxed);
+        q.req.idx = q.sq.cons.load(std::memory_order_relaxed);
         q.flushing = false;
         q.flush_gap = false;
       }
@@ -425,9 +454,9 @@ int EngineImpl::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
   attr = q->attr;
   attr.qp_state = attr.cur_qp_state = q->state.load(std::memory_order_relaxed);
   attr.cap = q->cap;
-  attr.sq_psn = q->next_psn;  // like rxe: the PSN the requester will use next
-  attr.rq_psn = q->epsn;
-  attr.sq_draining = (attr.qp_state == QPS_SQD && q->una_psn != q->next_psn) ? 1 : 0;
+  attr.sq_psn = q->req.next_psn;  // like rxe: the PSN the requester will use next
+  attr.rq_psn = q->resp.epsn;
+  attr.sq_draining = (attr.qp_state == QPS_SQD && q->comp.una_psn != q->req.next_psn) ? 1 : 0;
   if (init) {
     init->send_cq = q->scq->handle;
     init->recv_cq = q->rcq->handle;
@@ -572,7 +601,10 @@ int Engine::post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr) {
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }
-  RecvQueue& rq = qp->rq;
+  return e.post_recv_wrs(qp->rq, wr, bad_wr);
+}
+
+int EngineImpl::post_recv_wrs(RecvQueue& rq, const RecvWr* wr, const RecvWr** bad_wr) {
   int rc = 0;
   bool posted = false;
   {
@@ -596,7 +628,7 @@ int Engine::post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr) {
     }
   }
   if (rc && bad_wr) *bad_wr = wr;
-  if (posted && e.sink) e.sink->doorbell();
+  if (posted && sink) sink->doorbell();
   return rc;
 }
 

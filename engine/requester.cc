@@ -7,29 +7,21 @@
 
 namespace urxe::engine {
 
-namespace {
-
-uint32_t packets_for(uint64_t len, uint32_t mtu) {
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
-}
-
-}  // namespace
-
 bool EngineImpl::requester_blocked(const Qp& q) const {
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTS && st != QPS_SQD) return true;
-  if (q.rnr_until) return true;
+  if (q.comp.rnr_until) return true;
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
-  if (q.req_idx == prod) return true;
-  const SendWqe& w = q.sq.at(q.req_idx);
+  if (q.req.idx == prod) return true;
+  const SendWqe& w = q.sq.at(q.req.idx);
   const WrInfo& info = wr_info(w.opcode);
   // Window of unacknowledged PSNs (local WRs use no PSN). It holds every PSN never sent before, also in the
   // middle of a started message: letting a 64-packet message finish past the window put up to 191 PSNs in
   // flight, and each go-back-N after a loss resent all of them. Resends (below sent_end) are not held.
   const bool window_full =
-      q.type == QPT_RC && !info.is_local && wire::psn_ge(q.next_psn, q.sent_end) &&
-      static_cast<uint32_t>(wire::psn_diff(q.next_psn, q.una_psn)) >= config.max_unacked_psns &&
-      wire::psn_diff(q.next_psn, q.una_psn) > 0;
+      q.type == QPT_RC && !info.is_local && wire::psn_ge(q.req.next_psn, q.req.sent_end) &&
+      static_cast<uint32_t>(wire::psn_diff(q.req.next_psn, q.comp.una_psn)) >= config.max_unacked_psns &&
+      wire::psn_diff(q.req.next_psn, q.comp.una_psn) > 0;
   if (w.started) return window_full;  // the rest of a message or a resend: its other limits were checked
   if (st == QPS_SQD) return true;     // SQD: no new WQE starts
   if (q.type != QPT_RC) return false;
@@ -40,7 +32,7 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   if (!fence && !info.is_read && !info.is_atomic) return false;
   // READs/atomics in flight (sent, not yet answered)
   uint32_t inflight = 0;
-  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != q.req_idx; i++) {
+  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != q.req.idx; i++) {
     const SendWqe& o = q.sq.at(i);
     const WrInfo& oi = wr_info(o.opcode);
     if ((oi.is_read || oi.is_atomic) && !o.done) inflight++;
@@ -52,7 +44,7 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
 
 void EngineImpl::go_back(Qp& q, uint32_t psn) {
   // never behind what is acknowledged (a stale RNR wait or NAK must not rewind PSN assignment)
-  if (wire::psn_lt(psn, q.una_psn)) psn = q.una_psn;
+  if (wire::psn_lt(psn, q.comp.una_psn)) psn = q.comp.una_psn;
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   uint32_t i = q.sq.cons.load(std::memory_order_relaxed);
   for (; i != prod; i++) {
@@ -63,28 +55,28 @@ void EngineImpl::go_back(Qp& q, uint32_t psn) {
     if (wire::psn_le(psn, w.last_psn)) {
       int32_t off = wire::psn_diff(psn, w.first_psn);
       if (off < 0) off = 0;
-      q.req_idx = i;
-      q.req_offset = info.is_atomic ? 0 : uint64_t(static_cast<uint32_t>(off)) * q.mtu;
-      if (q.req_offset > w.length) q.req_offset = w.length;
-      q.next_psn = wire::psn_add(w.first_psn, static_cast<uint32_t>(off));
-      if (info.is_read && wire::psn_lt(q.next_psn, w.resp_psn)) {
-        w.resp_psn = q.next_psn;
-        w.resp_offset = q.req_offset;
+      q.req.idx = i;
+      q.req.offset = info.is_atomic ? 0 : uint64_t(static_cast<uint32_t>(off)) * q.mtu;
+      if (q.req.offset > w.length) q.req.offset = w.length;
+      q.req.next_psn = wire::psn_add(w.first_psn, static_cast<uint32_t>(off));
+      if (info.is_read && wire::psn_lt(q.req.next_psn, w.resp_psn)) {
+        w.resp_psn = q.req.next_psn;
+        w.resp_offset = q.req.offset;
       }
       return;
     }
   }
   // nothing outstanding from psn on: continue with the first WQE not started, at the first unsent PSN
-  q.req_idx = i;
-  q.req_offset = 0;
-  q.next_psn = q.sent_end;
+  q.req.idx = i;
+  q.req.offset = 0;
+  q.req.next_psn = q.req.sent_end;
 }
 
 bool EngineImpl::requester_run(Qp& q) {
   bool did = false;
   uint32_t budget = config.tx_budget;
   while (budget > 0 && !requester_blocked(q)) {
-    SendWqe& w = q.sq.at(q.req_idx);
+    SendWqe& w = q.sq.at(q.req.idx);
     const WrInfo& info = wr_info(w.opcode);
     if (!w.started) {
       w.status = WC_SUCCESS;
@@ -93,7 +85,7 @@ bool EngineImpl::requester_run(Qp& q) {
         // LOCAL_INV executes here, in order, and completes without a packet
         if (invalidate_key(w.inv_rkey, q.pd) != 0) w.status = WC_LOC_QP_OP_ERR;
         w.started = w.sent_all = w.done = true;
-        q.req_idx++;
+        q.req.idx++;
         did = true;
         continue;
       }
@@ -114,21 +106,21 @@ bool EngineImpl::requester_run(Qp& q) {
       if (!ok) {
         // the completer reports it in order and moves the QP to ERR (RC) or SQE (UC/UD)
         w.started = w.sent_all = w.done = true;
-        q.req_idx++;
+        q.req.idx++;
         did = true;
         break;
       }
       w.npkts = (info.is_atomic || q.type == QPT_UD) ? 1 : packets_for(w.length, q.mtu);
-      w.first_psn = q.next_psn;
+      w.first_psn = q.req.next_psn;
       w.last_psn = wire::psn_add(w.first_psn, w.npkts - 1);
       w.resp_psn = w.first_psn;
       w.started = true;
       w.sent_all = w.done = false;
-      q.req_offset = 0;
+      q.req.offset = 0;
       if (info.is_send) count(Counter::rdma_sends);
     }
     if (info.is_local) {  // passing an executed LOCAL_INV again after a go-back
-      q.req_idx++;
+      q.req.idx++;
       continue;
     }
 
@@ -150,34 +142,30 @@ bool EngineImpl::requester_run(Qp& q) {
       spec.deth.src_qp = q.qpn;
     }
     const uint8_t base = transport_base(q.type);
-    const uint32_t psn = wire::psn_add(w.first_psn, static_cast<uint32_t>(q.req_offset / q.mtu));
+    const uint32_t psn = wire::psn_add(w.first_psn, static_cast<uint32_t>(q.req.offset / q.mtu));
     spec.bth.psn = psn;
     uint32_t payload = 0;
     uint32_t psn_used = 1;
     bool last = true;
     const uint8_t* inline_src = nullptr;
     if (info.is_read) {
-      const uint64_t rest = w.length - q.req_offset;
-      spec.bth.opcode = wire::make_opcode(base, info.op_only);
-      spec.reth = wire::Reth{w.remote_addr + q.req_offset, w.rkey, static_cast<uint32_t>(rest)};
+      const uint64_t rest = w.length - q.req.offset;
+      spec.bth.opcode = wire::make_opcode(base, info.ops.only);
+      spec.reth = wire::Reth{w.remote_addr + q.req.offset, w.rkey, static_cast<uint32_t>(rest)};
       psn_used = packets_for(rest, q.mtu);
       spec.bth.ack_req = true;
     } else if (info.is_atomic) {
-      spec.bth.opcode = wire::make_opcode(base, info.op_only);
+      spec.bth.opcode = wire::make_opcode(base, info.ops.only);
       spec.atomic_eth =
           wire::AtomicEth{w.remote_addr, w.rkey, w.opcode == WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add,
                           w.opcode == WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0};
       spec.bth.ack_req = true;
     } else {
-      const uint64_t rest = w.length - q.req_offset;
+      const uint64_t rest = w.length - q.req.offset;
       payload = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
-      const bool first = q.req_offset == 0;
-      last = q.req_offset + payload >= w.length;
-      const uint8_t low = first && last ? info.op_only
-                          : first       ? info.op_first
-                          : last        ? info.op_last
-                                        : info.op_middle;
-      spec.bth.opcode = wire::make_opcode(base, low);
+      const bool first = q.req.offset == 0;
+      last = q.req.offset + payload >= w.length;
+      spec.bth.opcode = wire::make_opcode(base, info.ops.pick(first, last));
       if (info.is_write && first)
         spec.reth = wire::Reth{w.remote_addr, w.rkey, static_cast<uint32_t>(w.length)};
       if (last) {
@@ -188,21 +176,21 @@ bool EngineImpl::requester_run(Qp& q) {
       // AckReq on the last packet, and every so often inside long messages: peers such as rxe only ACK
       // on AckReq, and the window of unacknowledged PSNs must keep moving
       const uint32_t every = std::min<uint32_t>(64, std::max<uint32_t>(1, config.max_unacked_psns / 2));
-      spec.bth.ack_req = q.type == QPT_RC && (last || q.noack_pkts + 1 >= every);
-      if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req_offset;
+      spec.bth.ack_req = q.type == QPT_RC && (last || q.req.noack_pkts + 1 >= every);
+      if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req.offset;
     }
     uint8_t* dst = begin_frame(spec, payload);
     if (!dst) break;  // port backpressure: try again next round
     if (payload) {
       if (inline_src) {
         std::memcpy(dst, inline_src, payload);
-      } else if (!sge_copy(*this, q.pd, q.sq_sges.data() + w.sge_base, w.num_sge, q.req_offset, dst, payload,
+      } else if (!sge_copy(*this, q.pd, q.sq_sges.data() + w.sge_base, w.num_sge, q.req.offset, dst, payload,
                            false)) {
         abort_frame();
         w.status = WC_LOC_PROT_ERR;
         w.sent_all = w.done = true;
-        q.req_idx++;
-        q.req_offset = 0;
+        q.req.idx++;
+        q.req.offset = 0;
         did = true;
         break;
       }
@@ -210,22 +198,22 @@ bool EngineImpl::requester_run(Qp& q) {
     finish_frame();
     did = true;
     budget--;
-    q.noack_pkts = spec.bth.ack_req ? 0 : q.noack_pkts + 1;
-    q.next_psn = wire::psn_add(psn, psn_used);
-    if (wire::psn_gt(q.next_psn, q.sent_end)) q.sent_end = q.next_psn;
+    q.req.noack_pkts = spec.bth.ack_req ? 0 : q.req.noack_pkts + 1;
+    q.req.next_psn = wire::psn_add(psn, psn_used);
+    if (wire::psn_gt(q.req.next_psn, q.req.sent_end)) q.req.sent_end = q.req.next_psn;
     if (info.is_read || info.is_atomic) {
-      q.req_offset = w.length;
+      q.req.offset = w.length;
     } else {
-      q.req_offset += payload;
+      q.req.offset += payload;
     }
     if (last) {
       w.sent_all = true;
       if (q.type != QPT_RC) w.done = true;  // UC/UD complete once sent
-      q.req_idx++;
-      q.req_offset = 0;
+      q.req.idx++;
+      q.req.offset = 0;
     }
-    if (q.type == QPT_RC && !q.timer_deadline && q.attr.timeout)
-      q.timer_deadline = now + (uint64_t{4096} << q.attr.timeout);
+    if (q.type == QPT_RC && !q.comp.timer_deadline && q.attr.timeout)
+      q.comp.timer_deadline = now + retransmit_timeout_ns(q.attr.timeout);
   }
   return did;
 }

@@ -11,13 +11,9 @@ namespace urxe::engine {
 
 namespace {
 
-uint32_t packets_for(uint64_t len, uint32_t mtu) {
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
-}
-
 uint64_t recv_capacity(const Qp& q) {
   uint64_t c = 0;
-  for (uint32_t i = 0; i < q.recv_num_sge; i++) c += q.recv_sges[i].length;
+  for (uint32_t i = 0; i < q.resp.recv_num_sge; i++) c += q.resp.recv_sges[i].length;
   return c;
 }
 
@@ -31,7 +27,7 @@ void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn
 }
 
 bool res_pending(const Qp& q) {
-  for (const RespRes& r : q.res)
+  for (const RespRes& r : q.resp.res)
     if (r.pending) return true;
   return false;
 }
@@ -39,17 +35,17 @@ bool res_pending(const Qp& q) {
 // An ACK/NAK goes out at once unless READ responses or atomic ACKs are still owed: those come first (PSN
 // order), and then only the newest owed ACK/NAK is sent, since it implies the older ones.
 void queue_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn) {
-  q.pkts_since_ack = 0;
+  q.resp.pkts_since_ack = 0;
   if (!res_pending(q)) {
-    q.ack_pending = false;
-    emit_ack(e, q, syndrome, psn, q.msn);
+    q.resp.ack_pending = false;
+    emit_ack(e, q, syndrome, psn, q.resp.msn);
     return;
   }
-  q.ack_pending = true;
-  q.ack_syndrome = syndrome;
-  q.ack_psn = psn;
-  q.ack_msn = q.msn;
-  q.pkts_since_ack = 0;
+  q.resp.ack_pending = true;
+  q.resp.ack_syndrome = syndrome;
+  q.resp.ack_psn = psn;
+  q.resp.ack_msn = q.resp.msn;
+  q.resp.pkts_since_ack = 0;
 }
 
 constexpr uint8_t kAckSyndrome = wire::make_syndrome(wire::AethType::ack, wire::kCreditInvalid);
@@ -67,7 +63,7 @@ struct Responder {
   void complete_recv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uint32_t flags,
                      uint32_t imm_or_rkey, uint32_t src_qp, bool solicited, uint8_t sl = 0) {
     Wc wc;
-    wc.wr_id = q.recv_wr_id;
+    wc.wr_id = q.resp.recv_wr_id;
     wc.status = status;
     wc.opcode = opcode;
     wc.byte_len = byte_len;
@@ -76,7 +72,7 @@ struct Responder {
     wc.qp_num = q.qpn;
     wc.src_qp = src_qp;
     wc.sl = sl;
-    q.have_recv = false;
+    q.resp.have_recv = false;
     e.cq_post(*q.rcq, wc, solicited);
     if (status == WC_SUCCESS) e.count(Counter::rdma_recvs);
   }
@@ -87,8 +83,8 @@ struct Responder {
     if (q.type == QPT_RC) e.responder_tx(q, UINT32_MAX);
     if (q.type == QPT_RC)
       emit_ack(e, q, wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(code)), pkt.bth.psn,
-               q.msn);
-    if (q.have_recv && recv_status != WC_SUCCESS)
+               q.resp.msn);
+    if (q.resp.have_recv && recv_status != WC_SUCCESS)
       complete_recv(recv_status, WC_RECV, 0, 0, 0, q.attr.dest_qp_num, false);
     if (code == wire::NakCode::remote_access_error) e.count(Counter::resp_remote_access_errors);
     const EventType ev = code == wire::NakCode::remote_access_error ? EVENT_QP_ACCESS_ERR
@@ -103,18 +99,34 @@ struct Responder {
     if (q.type == QPT_UC) {
       e.count(Counter::rx_drop_other);
       if (code == wire::NakCode::remote_access_error) e.count(Counter::resp_remote_access_errors);
-      q.in_msg = 0;
-      q.uc_dropping = true;
+      q.resp.in_msg = InMsg::none;
+      q.resp.uc_dropping = true;
       return;
     }
     fatal(code, recv_status);
   }
 
+  // No receive WQE for a SEND or WRITE with immediate: RC answers RNR NAK (the requester retries after
+  // min_rnr_timer), UC drops the rest of the message. Returns false (not accepted).
+  bool no_recv() {
+    if (q.type == QPT_RC) {
+      e.count(Counter::send_rnr_err);
+      e.note(Note::rnr_nak_sent, q.qpn);
+      queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
+      q.resp.nak_sent = true;
+    } else {
+      e.count(Counter::rx_drop_other);
+      q.resp.in_msg = InMsg::none;  // (a SEND's first packet already found none in progress)
+      q.resp.uc_dropping = true;
+    }
+    return false;
+  }
+
   // Returns false when the packet is not the position it should be in the current message.
-  bool sequence_ok(uint8_t kind) const {
+  bool sequence_ok(InMsg kind) const {
     const wire::OpcodeInfo& info = *pkt.info;
-    if (info.is_first()) return q.in_msg == 0;
-    return q.in_msg == kind;
+    if (info.is_first()) return q.resp.in_msg == InMsg::none;
+    return q.resp.in_msg == kind;
   }
 
   bool length_ok() const {
@@ -129,41 +141,30 @@ struct Responder {
   // SEND_* packet at the expected PSN. Returns false if it was not accepted (RNR, error).
   bool do_send() {
     const wire::OpcodeInfo& info = *pkt.info;
-    if (!sequence_ok(1) || !length_ok()) {
+    if (!sequence_ok(InMsg::send) || !length_ok()) {
       reject(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
       return false;
     }
     if (info.is_first()) {
-      if (!e.pop_recv(q)) {
-        if (q.type == QPT_RC) {
-          e.count(Counter::send_rnr_err);
-          e.note(Note::rnr_nak_sent, q.qpn);
-          queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
-          q.nak_sent = true;
-        } else {
-          e.count(Counter::rx_drop_other);
-          q.uc_dropping = true;
-        }
-        return false;
-      }
-      q.msg_offset = 0;
+      if (!e.pop_recv(q)) return no_recv();
+      q.resp.msg_offset = 0;
     }
     const uint32_t len = pkt.payload_len;
-    if (q.msg_offset + len > recv_capacity(q)) {
+    if (q.resp.msg_offset + len > recv_capacity(q)) {
       reject(wire::NakCode::invalid_request, WC_LOC_LEN_ERR);
       return false;
     }
-    if (len && !sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, q.msg_offset,
+    if (len && !sge_copy(e, q.pd, q.resp.recv_sges.data(), q.resp.recv_num_sge, q.resp.msg_offset,
                          const_cast<uint8_t*>(pkt.payload.data()), len, true)) {
       reject(wire::NakCode::remote_operational_error, WC_LOC_PROT_ERR);
       return false;
     }
-    q.msg_offset += len;
+    q.resp.msg_offset += len;
     if (!info.is_last()) {
-      q.in_msg = 1;
+      q.resp.in_msg = InMsg::send;
       return true;
     }
-    q.in_msg = 0;
+    q.resp.in_msg = InMsg::none;
     uint32_t flags = 0, imm = 0;
     if (info.with_imm) {
       flags |= WC_WITH_IMM;
@@ -179,15 +180,15 @@ struct Responder {
       flags |= WC_WITH_INV;
       imm = pkt.ieth_rkey;
     }
-    q.msn = wire::psn_add(q.msn, 1);
-    complete_recv(WC_SUCCESS, WC_RECV, static_cast<uint32_t>(q.msg_offset), flags, imm, q.attr.dest_qp_num,
-                  pkt.bth.se);
+    q.resp.msn = wire::psn_add(q.resp.msn, 1);
+    complete_recv(WC_SUCCESS, WC_RECV, static_cast<uint32_t>(q.resp.msg_offset), flags, imm,
+                  q.attr.dest_qp_num, pkt.bth.se);
     return true;
   }
 
   bool do_write() {
     const wire::OpcodeInfo& info = *pkt.info;
-    if (!sequence_ok(2) || !length_ok()) {
+    if (!sequence_ok(InMsg::write) || !length_ok()) {
       reject(wire::NakCode::invalid_request, WC_SUCCESS);
       return false;
     }
@@ -202,67 +203,57 @@ struct Responder {
         reject(wire::NakCode::remote_access_error, WC_SUCCESS);
         return false;
       }
-      q.write_va = r.va;
-      q.write_rkey = r.rkey;
-      q.write_len = r.dma_len;
-      q.msg_offset = 0;
+      q.resp.write_va = r.va;
+      q.resp.write_rkey = r.rkey;
+      q.resp.write_len = r.dma_len;
+      q.resp.msg_offset = 0;
     }
     const uint32_t len = pkt.payload_len;
-    if (q.msg_offset + len > q.write_len || (info.is_last() && q.msg_offset + len != q.write_len)) {
+    if (q.resp.msg_offset + len > q.resp.write_len ||
+        (info.is_last() && q.resp.msg_offset + len != q.resp.write_len)) {
       reject(wire::NakCode::invalid_request, WC_SUCCESS);
       return false;
     }
     // WRITE with immediate needs a receive WQE: check before touching memory so an RNR retry is clean
-    if (info.with_imm && !e.pop_recv(q)) {
-      if (q.type == QPT_RC) {
-        e.count(Counter::send_rnr_err);
-        e.note(Note::rnr_nak_sent, q.qpn);
-        queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
-        q.nak_sent = true;
-      } else {
-        e.count(Counter::rx_drop_other);
-        q.in_msg = 0;
-        q.uc_dropping = true;
-      }
-      return false;
-    }
+    if (info.with_imm && !e.pop_recv(q)) return no_recv();
     if (len) {
       MrError err;
-      uint8_t* p = e.mr_resolve(q.write_rkey, q.pd, ACCESS_REMOTE_WRITE, q.write_va + q.msg_offset, len, err);
+      uint8_t* p = e.mr_resolve(q.resp.write_rkey, q.pd, ACCESS_REMOTE_WRITE,
+                                q.resp.write_va + q.resp.msg_offset, len, err);
       if (!p) {
         reject(wire::NakCode::remote_access_error, WC_SUCCESS);
         return false;
       }
       std::memcpy(p, pkt.payload.data(), len);
     }
-    q.msg_offset += len;
+    q.resp.msg_offset += len;
     if (!info.is_last()) {
-      q.in_msg = 2;
+      q.resp.in_msg = InMsg::write;
       return true;
     }
-    q.in_msg = 0;
-    q.msn = wire::psn_add(q.msn, 1);
+    q.resp.in_msg = InMsg::none;
+    q.resp.msn = wire::psn_add(q.resp.msn, 1);
     if (info.with_imm) {
       uint32_t imm = 0;
       uint8_t b[4];
       wire::store_be32(b, pkt.imm);
       std::memcpy(&imm, b, 4);
-      complete_recv(WC_SUCCESS, WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(q.write_len), WC_WITH_IMM, imm,
-                    q.attr.dest_qp_num, pkt.bth.se);
+      complete_recv(WC_SUCCESS, WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(q.resp.write_len), WC_WITH_IMM,
+                    imm, q.attr.dest_qp_num, pkt.bth.se);
     }
     return true;
   }
 
   RespRes& alloc_res() {
-    RespRes& r = q.res[q.res_next % q.res.size()];
-    q.res_next++;
+    RespRes& r = q.resp.res[q.resp.res_next % q.resp.res.size()];
+    q.resp.res_next++;
     r = RespRes{};
     r.valid = true;
     return r;
   }
 
   void do_read() {
-    if (q.in_msg) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    if (q.resp.in_msg != InMsg::none) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     if (!(q.attr.qp_access_flags & ACCESS_REMOTE_READ) || q.attr.max_dest_rd_atomic == 0)
       return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     const wire::Reth& r = pkt.reth;
@@ -282,15 +273,15 @@ struct Responder {
     res.cur_psn = res.first_psn;
     res.start_psn = res.first_psn;
     res.cur_offset = 0;
-    q.epsn = wire::psn_add(pkt.bth.psn, n);
-    q.msn = wire::psn_add(q.msn, 1);
-    res.msn = q.msn;
-    q.ack_pending = false;  // the responses acknowledge everything before them
-    q.pkts_since_ack = 0;
+    q.resp.epsn = wire::psn_add(pkt.bth.psn, n);
+    q.resp.msn = wire::psn_add(q.resp.msn, 1);
+    res.msn = q.resp.msn;
+    q.resp.ack_pending = false;  // the responses acknowledge everything before them
+    q.resp.pkts_since_ack = 0;
   }
 
   void do_atomic() {
-    if (q.in_msg) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    if (q.resp.in_msg != InMsg::none) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     if (!(q.attr.qp_access_flags & ACCESS_REMOTE_ATOMIC) || q.attr.max_dest_rd_atomic == 0)
       return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     const wire::AtomicEth& a = pkt.atomic_eth;
@@ -314,20 +305,20 @@ struct Responder {
     res.first_psn = res.last_psn = pkt.bth.psn;
     res.orig = orig;
     res.pending = true;
-    q.epsn = wire::psn_add(pkt.bth.psn, 1);
-    q.msn = wire::psn_add(q.msn, 1);
-    res.msn = q.msn;
-    q.ack_pending = false;
-    q.pkts_since_ack = 0;
+    q.resp.epsn = wire::psn_add(pkt.bth.psn, 1);
+    q.resp.msn = wire::psn_add(q.resp.msn, 1);
+    res.msn = q.resp.msn;
+    q.resp.ack_pending = false;
+    q.resp.pkts_since_ack = 0;
   }
 
   // Re-arms responder resource `k` (and drops the output of every later one, which the requester resends).
   void rearm_from(uint32_t slot) {
-    const uint32_t n = static_cast<uint32_t>(q.res.size());
+    const uint32_t n = static_cast<uint32_t>(q.resp.res.size());
     bool after = false;
     for (uint32_t j = 0; j < n; j++) {
-      const uint32_t idx = (q.res_next + j) % n;
-      if (after) q.res[idx].pending = false;
+      const uint32_t idx = (q.resp.res_next + j) % n;
+      if (after) q.resp.res[idx].pending = false;
       if (idx == slot) after = true;
     }
   }
@@ -340,11 +331,11 @@ struct Responder {
       case wire::OpKind::send:
       case wire::OpKind::rdma_write:
         // IBTA 9.7.5.1.2: answer with the newest acknowledgement so a requester that lost ACKs moves on
-        if (pkt.bth.ack_req || info.is_last()) queue_ack(e, q, kAckSyndrome, wire::psn_sub(q.epsn, 1));
+        if (pkt.bth.ack_req || info.is_last()) queue_ack(e, q, kAckSyndrome, wire::psn_sub(q.resp.epsn, 1));
         return;
       case wire::OpKind::rdma_read_request: {
-        for (uint32_t k = 0; k < q.res.size(); k++) {
-          RespRes& r = q.res[k];
+        for (uint32_t k = 0; k < q.resp.res.size(); k++) {
+          RespRes& r = q.resp.res[k];
           if (!r.valid || !r.is_read || wire::psn_lt(psn, r.first_psn) || wire::psn_gt(psn, r.last_psn))
             continue;
           // re-executed from the original request, starting where the duplicate asks
@@ -355,7 +346,7 @@ struct Responder {
           r.cur_offset = uint64_t{off_pkts} * q.mtu;
           if (r.cur_offset > r.length) r.cur_offset = r.length;
           rearm_from(k);
-          q.ack_pending = false;
+          q.resp.ack_pending = false;
           return;
         }
         e.count(Counter::rx_drop_other);
@@ -363,12 +354,12 @@ struct Responder {
       }
       case wire::OpKind::compare_swap:
       case wire::OpKind::fetch_add: {
-        for (uint32_t k = 0; k < q.res.size(); k++) {
-          RespRes& r = q.res[k];
+        for (uint32_t k = 0; k < q.resp.res.size(); k++) {
+          RespRes& r = q.resp.res[k];
           if (!r.valid || r.is_read || r.first_psn != psn) continue;
           r.pending = true;  // replay the saved original value; the operation is not repeated
           rearm_from(k);
-          q.ack_pending = false;
+          q.resp.ack_pending = false;
           return;
         }
         e.count(Counter::rx_drop_other);
@@ -382,16 +373,16 @@ struct Responder {
 
   void rc() {
     const uint32_t psn = pkt.bth.psn;
-    const int32_t d = wire::psn_diff(psn, q.epsn);
+    const int32_t d = wire::psn_diff(psn, q.resp.epsn);
     if (d < 0) return duplicate();
     if (d > 0) {
       e.count(Counter::out_of_seq_request);
-      if (!q.nak_sent) {
-        q.nak_sent = true;
+      if (!q.resp.nak_sent) {
+        q.resp.nak_sent = true;
         queue_ack(
             e, q,
             wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(wire::NakCode::psn_seq_error)),
-            q.epsn);
+            q.resp.epsn);
       }
       return;
     }
@@ -406,7 +397,7 @@ struct Responder {
         return;
       }
     }
-    q.nak_sent = false;
+    q.resp.nak_sent = false;
     bool ok = false;
     switch (info.kind) {
       case wire::OpKind::send:
@@ -427,9 +418,9 @@ struct Responder {
         return;
     }
     if (!ok) return;
-    q.epsn = wire::psn_add(psn, 1);
-    q.pkts_since_ack++;
-    if (pkt.bth.ack_req || info.is_last() || q.pkts_since_ack >= e.config.ack_every_n)
+    q.resp.epsn = wire::psn_add(psn, 1);
+    q.resp.pkts_since_ack++;
+    if (pkt.bth.ack_req || info.is_last() || q.resp.pkts_since_ack >= e.config.ack_every_n)
       queue_ack(e, q, kAckSyndrome, psn);
     else
       e.count(Counter::ack_deferred);
@@ -443,17 +434,17 @@ struct Responder {
     }
     const uint32_t psn = pkt.bth.psn;
     if (info.is_first()) {
-      if (psn != q.epsn) e.count(Counter::out_of_seq_request);
-      q.in_msg = 0;  // a message whose tail was lost is abandoned; its receive WQE is reused
-      q.uc_dropping = false;
-    } else if (q.uc_dropping || psn != q.epsn) {
+      if (psn != q.resp.epsn) e.count(Counter::out_of_seq_request);
+      q.resp.in_msg = InMsg::none;  // a message whose tail was lost is abandoned; its receive WQE is reused
+      q.resp.uc_dropping = false;
+    } else if (q.resp.uc_dropping || psn != q.resp.epsn) {
       e.count(Counter::out_of_seq_request);
-      q.uc_dropping = true;
-      q.in_msg = 0;
-      q.epsn = wire::psn_add(psn, 1);
+      q.resp.uc_dropping = true;
+      q.resp.in_msg = InMsg::none;
+      q.resp.epsn = wire::psn_add(psn, 1);
       return;
     }
-    q.epsn = wire::psn_add(psn, 1);
+    q.resp.epsn = wire::psn_add(psn, 1);
     if (info.kind == wire::OpKind::send)
       do_send();
     else
@@ -490,8 +481,8 @@ struct Responder {
       complete_recv(WC_LOC_LEN_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false, sl);
       return;
     }
-    if (!sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, 0, grh, 40, true) ||
-        (len && !sge_copy(e, q.pd, q.recv_sges.data(), q.recv_num_sge, 40,
+    if (!sge_copy(e, q.pd, q.resp.recv_sges.data(), q.resp.recv_num_sge, 0, grh, 40, true) ||
+        (len && !sge_copy(e, q.pd, q.resp.recv_sges.data(), q.resp.recv_num_sge, 40,
                           const_cast<uint8_t*>(pkt.payload.data()), len, true))) {
       complete_recv(WC_LOC_PROT_ERR, WC_RECV, 0, 0, 0, pkt.deth.src_qp, false, sl);
       return;
@@ -529,9 +520,9 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD) return false;
   bool did = false;
-  const uint32_t n = static_cast<uint32_t>(q.res.size());
+  const uint32_t n = static_cast<uint32_t>(q.resp.res.size());
   for (uint32_t j = 0; j < n; j++) {
-    RespRes& r = q.res[(q.res_next + j) % n];
+    RespRes& r = q.resp.res[(q.resp.res_next + j) % n];
     if (!r.pending) continue;
     if (!r.is_read) {
       wire::FrameSpec spec = q.spec;
@@ -552,10 +543,6 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
       const uint32_t len = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
       const bool first = r.cur_psn == r.start_psn;
       const bool last = r.cur_offset + len >= r.length;
-      uint8_t low = first && last ? wire::op::read_response_only
-                    : first       ? wire::op::read_response_first
-                    : last        ? wire::op::read_response_last
-                                  : wire::op::read_response_middle;
       MrError err;
       const uint8_t* src =
           len ? mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
@@ -564,13 +551,13 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
         emit_ack(*this, q,
                  wire::make_syndrome(wire::AethType::nak,
                                      static_cast<uint8_t>(wire::NakCode::remote_access_error)),
-                 r.cur_psn, q.msn);
+                 r.cur_psn, q.resp.msn);
         log_qp_line(LogLevel::error, q, "to error: an MR was deregistered while READ responses were owed");
         qp_set_error(q, true, EVENT_QP_ACCESS_ERR);
         return true;
       }
       wire::FrameSpec spec = q.spec;
-      spec.bth.opcode = wire::make_opcode(wire::op::kRc, low);
+      spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::kReadResponseOpcodes.pick(first, last));
       spec.bth.psn = r.cur_psn;
       spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       uint8_t* dst = begin_frame(spec, len);
@@ -584,9 +571,9 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
       if (last) r.pending = false;
     }
   }
-  if (q.ack_pending) {
-    emit_ack(*this, q, q.ack_syndrome, q.ack_psn, q.ack_msn);
-    q.ack_pending = false;
+  if (q.resp.ack_pending) {
+    emit_ack(*this, q, q.resp.ack_syndrome, q.resp.ack_psn, q.resp.ack_msn);
+    q.resp.ack_pending = false;
     did = true;
   }
   return did;

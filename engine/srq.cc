@@ -79,32 +79,7 @@ int Engine::post_srq_recv(uint32_t srq, const RecvWr* wr, const RecvWr** bad_wr)
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }
-  RecvQueue& q = s->rq;
-  int rc = 0;
-  bool posted = false;
-  {
-    std::lock_guard<SpinLock> g(q.ring.lock);
-    for (; wr; wr = wr->next) {
-      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q.max_sge) {
-        rc = EINVAL;
-        break;
-      }
-      const uint32_t p = q.ring.prod.load(std::memory_order_relaxed);
-      if (p - q.ring.cons.load(std::memory_order_acquire) >= q.ring.capacity) {
-        rc = ENOMEM;
-        break;
-      }
-      RecvWqe& w = q.ring.at(p);
-      w.wr_id = wr->wr_id;
-      w.num_sge = static_cast<uint32_t>(wr->num_sge);
-      for (uint32_t i = 0; i < w.num_sge; i++) q.sges[w.sge_base + i] = wr->sg_list[i];
-      q.ring.prod.store(p + 1, std::memory_order_release);
-      posted = true;
-    }
-  }
-  if (rc && bad_wr) *bad_wr = wr;
-  if (posted && impl_->sink) impl_->sink->doorbell();
-  return rc;
+  return impl_->post_recv_wrs(s->rq, wr, bad_wr);
 }
 
 }  // namespace urxe::engine

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "engine/engine.h"
 #include "provider/device_tree.h"
 
 namespace fs = std::filesystem;
@@ -43,14 +45,12 @@ struct FileHeader {
 };
 static_assert(sizeof(FileHeader) == 128);
 
-constexpr const char* kRxeNames[] = {"sent_pkts",           "rcvd_pkts",
-                                     "duplicate_request",   "out_of_seq_request",
-                                     "rcvd_rnr_err",        "send_rnr_err",
-                                     "rcvd_seq_err",        "ack_deferred",
-                                     "retry_exceeded_err",  "retry_rnr_exceeded_err",
-                                     "completer_retry_err", "send_err",
-                                     "link_downed",         "rdma_sends",
-                                     "rdma_recvs"};
+// Kernel rxe's hw_counters, in its order: the first rows of the engine's counter table.
+constexpr auto kRxeNames = [] {
+  std::array<const char*, engine::kNumRxeCounters> names{};
+  for (size_t i = 0; i < names.size(); i++) names[i] = engine::kCounterTable[i].name;
+  return names;
+}();
 
 // Values another process's engine is updating: relaxed atomic loads (a plain load on x86-64, so also on a
 // read-only mapping).

@@ -3,7 +3,7 @@
 namespace urxe::wire {
 namespace {
 
-uint8_t ext_len_of(uint16_t h) {
+constexpr uint8_t ext_len_of(uint16_t h) {
   uint32_t n = 0;
   if (h & kDeth) n += kDethLen;
   if (h & kReth) n += kRethLen;
@@ -15,126 +15,342 @@ uint8_t ext_len_of(uint16_t h) {
   return static_cast<uint8_t>(n);
 }
 
-struct Row {
-  uint8_t low;  // low 5 bits of the opcode
-  std::string_view name;
-  OpKind kind;
-  Position pos;
-  uint16_t headers;
-  bool payload, request, response, imm, inv;
+// Every opcode urxe knows (IBTA 9.2, Table 35), one row each; opcode_table() places each at its index. RD and
+// XRC opcodes are absent (invalid). ext_len is derived from headers, except CNP's.
+constexpr OpcodeInfo kRows[] = {
+    {.opcode = op::kRc | op::send_first,
+     .name = "RC SEND_FIRST",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::first,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::send_middle,
+     .name = "RC SEND_MIDDLE",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::middle,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::send_last,
+     .name = "RC SEND_LAST",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::last,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::send_last_imm,
+     .name = "RC SEND_LAST_WITH_IMMEDIATE",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::last,
+     .headers = kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kRc | op::send_only,
+     .name = "RC SEND_ONLY",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::only,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::send_only_imm,
+     .name = "RC SEND_ONLY_WITH_IMMEDIATE",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::only,
+     .headers = kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kRc | op::write_first,
+     .name = "RC RDMA_WRITE_FIRST",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_write,
+     .position = Position::first,
+     .headers = kReth,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::write_middle,
+     .name = "RC RDMA_WRITE_MIDDLE",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_write,
+     .position = Position::middle,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::write_last,
+     .name = "RC RDMA_WRITE_LAST",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_write,
+     .position = Position::last,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::write_last_imm,
+     .name = "RC RDMA_WRITE_LAST_WITH_IMMEDIATE",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_write,
+     .position = Position::last,
+     .headers = kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kRc | op::write_only,
+     .name = "RC RDMA_WRITE_ONLY",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_write,
+     .position = Position::only,
+     .headers = kReth,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kRc | op::write_only_imm,
+     .name = "RC RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_write,
+     .position = Position::only,
+     .headers = kReth | kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kRc | op::read_request,
+     .name = "RC RDMA_READ_REQUEST",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_read_request,
+     .position = Position::only,
+     .headers = kReth,
+     .is_request = true},
+    {.opcode = op::kRc | op::read_response_first,
+     .name = "RC RDMA_READ_RESPONSE_FIRST",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_read_response,
+     .position = Position::first,
+     .headers = kAeth,
+     .has_payload = true,
+     .is_response = true},
+    {.opcode = op::kRc | op::read_response_middle,
+     .name = "RC RDMA_READ_RESPONSE_MIDDLE",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_read_response,
+     .position = Position::middle,
+     .has_payload = true,
+     .is_response = true},
+    {.opcode = op::kRc | op::read_response_last,
+     .name = "RC RDMA_READ_RESPONSE_LAST",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_read_response,
+     .position = Position::last,
+     .headers = kAeth,
+     .has_payload = true,
+     .is_response = true},
+    {.opcode = op::kRc | op::read_response_only,
+     .name = "RC RDMA_READ_RESPONSE_ONLY",
+     .transport = Transport::rc,
+     .kind = OpKind::rdma_read_response,
+     .position = Position::only,
+     .headers = kAeth,
+     .has_payload = true,
+     .is_response = true},
+    {.opcode = op::kRc | op::acknowledge,
+     .name = "RC ACKNOWLEDGE",
+     .transport = Transport::rc,
+     .kind = OpKind::ack,
+     .position = Position::only,
+     .headers = kAeth,
+     .is_response = true},
+    {.opcode = op::kRc | op::atomic_acknowledge,
+     .name = "RC ATOMIC_ACKNOWLEDGE",
+     .transport = Transport::rc,
+     .kind = OpKind::atomic_ack,
+     .position = Position::only,
+     .headers = kAeth | kAtomicAckEth,
+     .is_response = true},
+    {.opcode = op::kRc | op::compare_swap,
+     .name = "RC COMPARE_SWAP",
+     .transport = Transport::rc,
+     .kind = OpKind::compare_swap,
+     .position = Position::only,
+     .headers = kAtomicEth,
+     .is_request = true},
+    {.opcode = op::kRc | op::fetch_add,
+     .name = "RC FETCH_ADD",
+     .transport = Transport::rc,
+     .kind = OpKind::fetch_add,
+     .position = Position::only,
+     .headers = kAtomicEth,
+     .is_request = true},
+    {.opcode = op::kRc | op::send_last_inv,
+     .name = "RC SEND_LAST_WITH_INVALIDATE",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::last,
+     .headers = kIeth,
+     .has_payload = true,
+     .is_request = true,
+     .with_inv = true},
+    {.opcode = op::kRc | op::send_only_inv,
+     .name = "RC SEND_ONLY_WITH_INVALIDATE",
+     .transport = Transport::rc,
+     .kind = OpKind::send,
+     .position = Position::only,
+     .headers = kIeth,
+     .has_payload = true,
+     .is_request = true,
+     .with_inv = true},
+    {.opcode = op::kUc | op::send_first,
+     .name = "UC SEND_FIRST",
+     .transport = Transport::uc,
+     .kind = OpKind::send,
+     .position = Position::first,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::send_middle,
+     .name = "UC SEND_MIDDLE",
+     .transport = Transport::uc,
+     .kind = OpKind::send,
+     .position = Position::middle,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::send_last,
+     .name = "UC SEND_LAST",
+     .transport = Transport::uc,
+     .kind = OpKind::send,
+     .position = Position::last,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::send_last_imm,
+     .name = "UC SEND_LAST_WITH_IMMEDIATE",
+     .transport = Transport::uc,
+     .kind = OpKind::send,
+     .position = Position::last,
+     .headers = kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kUc | op::send_only,
+     .name = "UC SEND_ONLY",
+     .transport = Transport::uc,
+     .kind = OpKind::send,
+     .position = Position::only,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::send_only_imm,
+     .name = "UC SEND_ONLY_WITH_IMMEDIATE",
+     .transport = Transport::uc,
+     .kind = OpKind::send,
+     .position = Position::only,
+     .headers = kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kUc | op::write_first,
+     .name = "UC RDMA_WRITE_FIRST",
+     .transport = Transport::uc,
+     .kind = OpKind::rdma_write,
+     .position = Position::first,
+     .headers = kReth,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::write_middle,
+     .name = "UC RDMA_WRITE_MIDDLE",
+     .transport = Transport::uc,
+     .kind = OpKind::rdma_write,
+     .position = Position::middle,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::write_last,
+     .name = "UC RDMA_WRITE_LAST",
+     .transport = Transport::uc,
+     .kind = OpKind::rdma_write,
+     .position = Position::last,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::write_last_imm,
+     .name = "UC RDMA_WRITE_LAST_WITH_IMMEDIATE",
+     .transport = Transport::uc,
+     .kind = OpKind::rdma_write,
+     .position = Position::last,
+     .headers = kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kUc | op::write_only,
+     .name = "UC RDMA_WRITE_ONLY",
+     .transport = Transport::uc,
+     .kind = OpKind::rdma_write,
+     .position = Position::only,
+     .headers = kReth,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUc | op::write_only_imm,
+     .name = "UC RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+     .transport = Transport::uc,
+     .kind = OpKind::rdma_write,
+     .position = Position::only,
+     .headers = kReth | kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::kUd | op::send_only,
+     .name = "UD SEND_ONLY",
+     .transport = Transport::ud,
+     .kind = OpKind::send,
+     .position = Position::only,
+     .headers = kDeth,
+     .has_payload = true,
+     .is_request = true},
+    {.opcode = op::kUd | op::send_only_imm,
+     .name = "UD SEND_ONLY_WITH_IMMEDIATE",
+     .transport = Transport::ud,
+     .kind = OpKind::send,
+     .position = Position::only,
+     .headers = kDeth | kImmDt,
+     .has_payload = true,
+     .is_request = true,
+     .with_imm = true},
+    {.opcode = op::cnp,
+     .name = "CNP",
+     .transport = Transport::cnp,
+     .kind = OpKind::cnp,
+     .position = Position::only,
+     .ext_len = kCnpPayloadLen},
 };
 
-// Operation rows shared by transports; per-transport lists below say which exist (IBTA Table 35).
-constexpr Row kRows[] = {
-    {op::send_first, "SEND_FIRST", OpKind::send, Position::first, 0, true, true, false, false, false},
-    {op::send_middle, "SEND_MIDDLE", OpKind::send, Position::middle, 0, true, true, false, false, false},
-    {op::send_last, "SEND_LAST", OpKind::send, Position::last, 0, true, true, false, false, false},
-    {op::send_last_imm, "SEND_LAST_WITH_IMMEDIATE", OpKind::send, Position::last, kImmDt, true, true, false,
-     true, false},
-    {op::send_only, "SEND_ONLY", OpKind::send, Position::only, 0, true, true, false, false, false},
-    {op::send_only_imm, "SEND_ONLY_WITH_IMMEDIATE", OpKind::send, Position::only, kImmDt, true, true, false,
-     true, false},
-    {op::write_first, "RDMA_WRITE_FIRST", OpKind::rdma_write, Position::first, kReth, true, true, false,
-     false, false},
-    {op::write_middle, "RDMA_WRITE_MIDDLE", OpKind::rdma_write, Position::middle, 0, true, true, false, false,
-     false},
-    {op::write_last, "RDMA_WRITE_LAST", OpKind::rdma_write, Position::last, 0, true, true, false, false,
-     false},
-    {op::write_last_imm, "RDMA_WRITE_LAST_WITH_IMMEDIATE", OpKind::rdma_write, Position::last, kImmDt, true,
-     true, false, true, false},
-    {op::write_only, "RDMA_WRITE_ONLY", OpKind::rdma_write, Position::only, kReth, true, true, false, false,
-     false},
-    {op::write_only_imm, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", OpKind::rdma_write, Position::only,
-     kReth | kImmDt, true, true, false, true, false},
-    {op::read_request, "RDMA_READ_REQUEST", OpKind::rdma_read_request, Position::only, kReth, false, true,
-     false, false, false},
-    {op::read_response_first, "RDMA_READ_RESPONSE_FIRST", OpKind::rdma_read_response, Position::first, kAeth,
-     true, false, true, false, false},
-    {op::read_response_middle, "RDMA_READ_RESPONSE_MIDDLE", OpKind::rdma_read_response, Position::middle, 0,
-     true, false, true, false, false},
-    {op::read_response_last, "RDMA_READ_RESPONSE_LAST", OpKind::rdma_read_response, Position::last, kAeth,
-     true, false, true, false, false},
-    {op::read_response_only, "RDMA_READ_RESPONSE_ONLY", OpKind::rdma_read_response, Position::only, kAeth,
-     true, false, true, false, false},
-    {op::acknowledge, "ACKNOWLEDGE", OpKind::ack, Position::only, kAeth, false, false, true, false, false},
-    {op::atomic_acknowledge, "ATOMIC_ACKNOWLEDGE", OpKind::atomic_ack, Position::only, kAeth | kAtomicAckEth,
-     false, false, true, false, false},
-    {op::compare_swap, "COMPARE_SWAP", OpKind::compare_swap, Position::only, kAtomicEth, false, true, false,
-     false, false},
-    {op::fetch_add, "FETCH_ADD", OpKind::fetch_add, Position::only, kAtomicEth, false, true, false, false,
-     false},
-    {op::send_last_inv, "SEND_LAST_WITH_INVALIDATE", OpKind::send, Position::last, kIeth, true, true, false,
-     false, true},
-    {op::send_only_inv, "SEND_ONLY_WITH_INVALIDATE", OpKind::send, Position::only, kIeth, true, true, false,
-     false, true},
-};
-
-constexpr const Row* row_for(uint8_t low) {
-  for (const Row& r : kRows)
-    if (r.low == low) return &r;
-  return nullptr;
-}
-
-void put(std::array<OpcodeInfo, 256>& t, uint8_t base, Transport tr, const Row& r, uint16_t extra_headers) {
-  uint8_t code = static_cast<uint8_t>(base | r.low);
-  OpcodeInfo& e = t[code];
-  e.transport = tr;
-  e.kind = r.kind;
-  e.position = r.pos;
-  e.headers = static_cast<uint16_t>(r.headers | extra_headers);
-  e.has_payload = r.payload;
-  e.is_request = r.request;
-  e.is_response = r.response;
-  e.with_imm = r.imm;
-  e.with_inv = r.inv;
-  e.ext_len = ext_len_of(e.headers);
-}
-
-// Names with transport prefix, kept static so string_views stay valid.
-constexpr std::string_view kRcNames[] = {
-    "RC SEND_FIRST", "RC SEND_MIDDLE", "RC SEND_LAST", "RC SEND_LAST_WITH_IMMEDIATE", "RC SEND_ONLY",
-    "RC SEND_ONLY_WITH_IMMEDIATE", "RC RDMA_WRITE_FIRST", "RC RDMA_WRITE_MIDDLE", "RC RDMA_WRITE_LAST",
-    "RC RDMA_WRITE_LAST_WITH_IMMEDIATE", "RC RDMA_WRITE_ONLY", "RC RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-    "RC RDMA_READ_REQUEST", "RC RDMA_READ_RESPONSE_FIRST", "RC RDMA_READ_RESPONSE_MIDDLE",
-    "RC RDMA_READ_RESPONSE_LAST", "RC RDMA_READ_RESPONSE_ONLY", "RC ACKNOWLEDGE", "RC ATOMIC_ACKNOWLEDGE",
-    "RC COMPARE_SWAP", "RC FETCH_ADD", "", "RC SEND_LAST_WITH_INVALIDATE", "RC SEND_ONLY_WITH_INVALIDATE"};
-constexpr std::string_view kUcNames[] = {
-    "UC SEND_FIRST", "UC SEND_MIDDLE", "UC SEND_LAST", "UC SEND_LAST_WITH_IMMEDIATE", "UC SEND_ONLY",
-    "UC SEND_ONLY_WITH_IMMEDIATE", "UC RDMA_WRITE_FIRST", "UC RDMA_WRITE_MIDDLE", "UC RDMA_WRITE_LAST",
-    "UC RDMA_WRITE_LAST_WITH_IMMEDIATE", "UC RDMA_WRITE_ONLY", "UC RDMA_WRITE_ONLY_WITH_IMMEDIATE"};
-
-std::array<OpcodeInfo, 256> build_table() {
+constexpr std::array<OpcodeInfo, 256> build_table() {
   std::array<OpcodeInfo, 256> t{};
-  for (uint8_t low = 0; low <= op::send_only_inv; ++low) {
-    const Row* r = row_for(low);
-    if (!r) continue;
-    put(t, op::kRc, Transport::rc, *r, 0);
-    t[op::kRc | low].name = kRcNames[low];
-    if (low <= op::write_only_imm) {
-      put(t, op::kUc, Transport::uc, *r, 0);
-      t[op::kUc | low].name = kUcNames[low];
-    }
+  for (uint32_t i = 0; i < t.size(); ++i) t[i].opcode = static_cast<uint8_t>(i);
+  for (const OpcodeInfo& r : kRows) {
+    OpcodeInfo& e = t[r.opcode];
+    e = r;
+    // CNP (RoCEv2 Annex A17.9.3): its 16 reserved bytes count as a fixed header, so no payload may follow
+    if (r.transport != Transport::cnp) e.ext_len = ext_len_of(r.headers);
   }
-  // UD: only SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE, each with a DETH.
-  put(t, op::kUd, Transport::ud, *row_for(op::send_only), kDeth);
-  t[op::kUd | op::send_only].name = "UD SEND_ONLY";
-  put(t, op::kUd, Transport::ud, *row_for(op::send_only_imm), kDeth);
-  t[op::kUd | op::send_only_imm].name = "UD SEND_ONLY_WITH_IMMEDIATE";
-  // CNP (RoCEv2 Annex A17.9.3): 16 reserved bytes after the BTH, no ACK, no message.
-  OpcodeInfo& c = t[op::cnp];
-  c.name = "CNP";
-  c.transport = Transport::cnp;
-  c.kind = OpKind::cnp;
-  c.position = Position::only;
-  c.ext_len = kCnpPayloadLen;  // reserved bytes, treated as a fixed header so no payload may follow
   return t;
 }
+
+constexpr std::array<OpcodeInfo, 256> kTable = build_table();
+
+// Each row is named once and sits at its own opcode: no two rows share one, and the name's transport
+// prefix agrees with the opcode's transport bits.
+constexpr bool rows_placed() {
+  for (const OpcodeInfo& r : kRows) {
+    if (kTable[r.opcode].name != r.name) return false;
+    const uint8_t base = r.opcode & 0xe0;
+    const std::string_view prefix = base == op::kRc   ? "RC "
+                                    : base == op::kUc ? "UC "
+                                    : base == op::kUd ? "UD "
+                                                      : "CNP";
+    if (!r.name.starts_with(prefix)) return false;
+  }
+  size_t valid = 0;
+  for (const OpcodeInfo& e : kTable) valid += e.valid();
+  return valid == std::size(kRows);
+}
+static_assert(rows_placed());
 
 }  // namespace
 
 const std::array<OpcodeInfo, 256>& opcode_table() {
-  static const std::array<OpcodeInfo, 256> table = build_table();
-  return table;
+  return kTable;
 }
 
 }  // namespace urxe::wire

@@ -24,31 +24,42 @@ enum ExtHeader : uint16_t {
 enum class Position : uint8_t { none = 0, first, middle, last, only };
 
 // What kind of operation, independent of transport and position.
-enum class OpKind : uint8_t { none = 0, send, rdma_write, rdma_read_request, rdma_read_response, ack,
-                              atomic_ack, compare_swap, fetch_add, cnp };
+enum class OpKind : uint8_t {
+  none = 0,
+  send,
+  rdma_write,
+  rdma_read_request,
+  rdma_read_response,
+  ack,
+  atomic_ack,
+  compare_swap,
+  fetch_add,
+  cnp
+};
 
+// One row of the table, as kernel rxe's rxe_opcode[]: indexed by the BTH opcode, which it also names.
 struct OpcodeInfo {
+  uint8_t opcode = 0;     // this row's index in opcode_table()
   std::string_view name;  // IBTA name, e.g. "RC SEND_FIRST"
   Transport transport = Transport::none;
   OpKind kind = OpKind::none;
   Position position = Position::none;
-  uint16_t headers = 0;  // ExtHeader bits
+  uint16_t headers = 0;      // ExtHeader bits
   bool has_payload = false;  // a data payload may follow the headers
   bool is_request = false;   // requester → responder
   bool is_response = false;  // responder → requester (ACK, READ response, atomic ACK)
   bool with_imm = false;
   bool with_inv = false;
-  uint8_t ext_len = 0;  // total length of the extension headers in bytes
-  bool valid() const { return transport != Transport::none; }
-  bool is_first() const { return position == Position::first || position == Position::only; }
-  bool is_last() const { return position == Position::last || position == Position::only; }
+  uint8_t ext_len = 0;  // total length of the extension headers in bytes (the table derives it from headers)
+  constexpr bool valid() const { return transport != Transport::none; }
+  constexpr bool is_first() const { return position == Position::first || position == Position::only; }
+  constexpr bool is_last() const { return position == Position::last || position == Position::only; }
 };
 
 // Extension header sizes (IBTA 9.3).
 inline constexpr uint32_t kEthLen = 14, kVlanLen = 4, kIpv4MinLen = 20, kIpv6Len = 40, kUdpLen = 8;
-inline constexpr uint32_t kBthLen = 12, kRethLen = 16, kAethLen = 4, kAtomicEthLen = 28,
-                          kAtomicAckEthLen = 8, kImmDtLen = 4, kIethLen = 4, kDethLen = 8, kIcrcLen = 4,
-                          kCnpPayloadLen = 16;
+inline constexpr uint32_t kBthLen = 12, kRethLen = 16, kAethLen = 4, kAtomicEthLen = 28, kAtomicAckEthLen = 8,
+                          kImmDtLen = 4, kIethLen = 4, kDethLen = 8, kIcrcLen = 4, kCnpPayloadLen = 16;
 inline constexpr uint16_t kRoceV2Port = 4791;
 
 namespace op {
@@ -64,7 +75,22 @@ inline constexpr uint8_t cnp = 0x81;
 }  // namespace op
 
 const std::array<OpcodeInfo, 256>& opcode_table();
-inline const OpcodeInfo& opcode_info(uint8_t opcode) { return opcode_table()[opcode]; }
+inline const OpcodeInfo& opcode_info(uint8_t opcode) {
+  return opcode_table()[opcode];
+}
+
+// The low 5 bits of the opcodes of a message's packets by position: the requester's SEND/WRITE packets and
+// the responder's READ responses pick theirs here.
+struct MsgOpcodes {
+  uint8_t first = 0, middle = 0, last = 0, only = 0;
+  constexpr uint8_t pick(bool is_first, bool is_last) const {
+    return is_first && is_last ? only : is_first ? first : is_last ? last : middle;
+  }
+};
+inline constexpr MsgOpcodes kReadResponseOpcodes{.first = op::read_response_first,
+                                                 .middle = op::read_response_middle,
+                                                 .last = op::read_response_last,
+                                                 .only = op::read_response_only};
 
 // Combine a transport base (op::kRc, op::kUc, op::kUd) with a low-5-bit operation code.
 constexpr uint8_t make_opcode(uint8_t transport_base, uint8_t op_low) {

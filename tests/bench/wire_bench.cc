@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/crc_backends.h"
 #include "wire/packet.h"
 
 using namespace urxe::wire;
+using namespace urxe::bench;
 
 namespace {
 

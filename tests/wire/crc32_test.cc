@@ -9,10 +9,12 @@
 #include <random>
 #include <vector>
 
+#include "tests/bench/crc_backends.h"
 #include "wire/crc32_fold.h"
 #include "wire/icrc.h"
 
 using namespace urxe::wire;
+using urxe::bench::CrcImpl;
 
 namespace {
 

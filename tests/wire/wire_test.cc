@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/crc_backends.h"  // the CRC-32 implementations compared with wire::crc32
 #include "wire/packet.h"
 #include "wire/psn.h"
 
 using namespace urxe::wire;
+using urxe::bench::CrcImpl;
 
 namespace {
 
