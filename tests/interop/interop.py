@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Live interop between urxe (host side, network namespace uxnet) and kernel Soft-RoCE (rdma_rxe) in a
-QEMU guest booted by tools/rxe-peer/ (issue 5).
+QEMU guest booted by tools/rxe-peer/.
 
   interop.py setup              build the guest (cached), boot peer 1, add the urxe-side veth; state.json
   interop.py teardown           stop what setup started

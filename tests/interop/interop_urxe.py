@@ -26,7 +26,7 @@ def urxe_available():
     r = sh([urxe, "link", "show"], timeout=30, env=dict(os.environ, URXE_RUN_DIR="/nonexistent-urxe-run"))
     if re.search(r"unknown (sub)?command|usage: urxe (pcap|<)", r.stdout, re.I) or r.returncode == 2 and \
             "link" not in r.stdout:
-        return f"{urxe} has no 'link' subcommand yet (issue 4: `urxe link add`, `urxe env`, `urxe run`): " + \
+        return f"{urxe} has no 'link' subcommand (the urxe side needs `urxe link add`, `urxe env`, `urxe run`): " + \
             (r.stdout.strip().splitlines()[0] if r.stdout.strip() else "no output")
     r = sh([urxe, "env"], timeout=30)
     if r.returncode != 0:
