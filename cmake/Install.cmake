@@ -35,7 +35,7 @@ install(CODE [[
 ]])
 
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-foreach(_m provider dpdk engine)
+foreach(_m wire engine dpdk provider tools)
   if(EXISTS ${CMAKE_SOURCE_DIR}/${_m}/README.md)
     install(FILES ${CMAKE_SOURCE_DIR}/${_m}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME README.${_m}.md)
   endif()

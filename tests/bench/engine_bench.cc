@@ -3,7 +3,7 @@
 // each beside memcpy of the same bytes; then goodput with 1% random loss as a fraction of lossless goodput,
 // in virtual time on a 10 Gb/s, 5 µs link (what the loss recovery costs on the wire).
 // Rates are per CPU second of this thread (Google Benchmark's default), bytes in binary units (G = 2^30): on
-// a shared machine that is the stable figure. Pin it: taskset -c 1 build/tests/sim/engine_bench
+// a shared machine that is the stable figure. Pin it: taskset -c 1 build/tests/bench/engine_bench
 #include <benchmark/benchmark.h>
 
 #include <cinttypes>

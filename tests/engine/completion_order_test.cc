@@ -2,7 +2,7 @@
 // that waits on one completion channel for its send and its receive CQ (perftest -e) takes one event per
 // completion and polls the CQ it expects: a reply's receive completion overtaking the send completion of
 // the ACK that came before it leaves a completion unpolled, and a second one overflows the CQ.
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

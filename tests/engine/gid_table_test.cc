@@ -1,7 +1,7 @@
 // The engine's GID table follows address changes (Engine::set_gid, called by the provider when the
 // interface's addresses change): new QPs and AHs use the new entry, existing ones keep the source address
 // they resolved (as the kernel's cached GID attributes), an unused entry cannot be used.
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

@@ -2,7 +2,7 @@
 // transitions → EINVAL), posting rules per state, flush to ERR, SQD drain, and the verbs values.
 #include <infiniband/verbs.h>
 
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <numeric>
 
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

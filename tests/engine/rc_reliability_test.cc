@@ -1,6 +1,6 @@
 // RC reliability: each NAK code, RNR, retransmit timeout and retry exhaustion, duplicate READ re-execution,
 // atomic replay, go-back-N, ACK coalescing, corruption, and each remote error status with the flush after it.
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

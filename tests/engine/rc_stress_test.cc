@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <random>
 
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

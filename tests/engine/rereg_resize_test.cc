@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

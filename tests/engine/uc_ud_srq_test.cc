@@ -2,7 +2,7 @@
 // source QPN, one MTU), SRQ (shared by QPs, limit event), and posting from another thread.
 #include <thread>
 
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes the parse_frame seed corpus: a few frames of every opcode found in real captures, plus frames the
 captures lack (IPv6, 802.1Q, IPv4 options, UDP checksum, CNP, non-RoCE). Run with Debian's python3 (scapy):
-    /usr/bin/python3 tests/fuzz/make_corpus.py [PCAP_DIR ...]   (default /work/shared/pcaps)
+    /usr/bin/python3 tests/fuzz/make_corpus.py [PCAP_DIR ...]   (default pcap-fixtures/)
 Files are named by the SHA-1 of their contents, like libFuzzer names its own finds."""
 import glob
 import hashlib
@@ -124,7 +124,7 @@ def crafted():
 
 
 def main():
-    dirs = sys.argv[1:] or ["/work/shared/pcaps"]
+    dirs = sys.argv[1:] or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "pcap-fixtures")]
     os.makedirs(OUT, exist_ok=True)
     frames = {}
     kept = {}  # opcode -> lengths kept, over all captures

@@ -3,28 +3,15 @@
 # users try): server and client share urxe0 on va; the client connects to va's own address.
 #   usage: apps_1ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]   (veth MTU: $URXE_TEST_MTU, default 1500)
 set -u
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
-if [ "${URXE_IN_NETNS:-}" != 1 ]; then
-  mkdir -p /dev/infiniband
-  URXE_IN_NETNS=1 exec unshare --mount --net --propagation private "$0" "$@"
-fi
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
+netns_private "$0" "$@"
 devctl=$1; so=$2; shift 2
 mount -t tmpfs urxe-test /dev/infiniband || exit 1
-ip link set lo up
-ip link add va type veth peer name vb
-ip link set va mtu "${URXE_TEST_MTU:-1500}"
-ip link set vb mtu "${URXE_TEST_MTU:-1500}"
-ip addr add 10.89.0.1/24 dev va
-ip link set va up
-ip link set vb up
-# `urxe link add` reads the port state from the interface: wait (at most 10 s) for the carrier.
-i=0
-while [ $i -lt 200 ] && ! ip -o link show va | grep -q "state UP"; do
-  sleep 0.05
-  i=$((i + 1))
-done
+netns_veth va vb 10.89.0.1/24 || exit 1
+netns_wait_up va
 tmp=$(mktemp -d /tmp/urxe-apps1.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+netns_at_exit 'rm -rf "$tmp"'
 chmod 755 "$tmp"
 export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so"
 "$devctl" link add urxe0 netdev va >/dev/null || exit 1

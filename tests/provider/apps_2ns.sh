@@ -8,40 +8,21 @@
 # and the server's); the flap must fall inside the run. URXE_TEST_CLIENT_FAILS=REGEX: the client must fail
 # instead, printing REGEX (e.g. a completion error), and the server may fail too.
 set -u
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
 devctl=$1; so=$2; shift 2
 mkdir -p /dev/infiniband
 a=urxeA$$; b=urxeB$$
-ip netns add $a && ip netns add $b || exit 1
-cleanup() { ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$tmp"; }
 tmp=$(mktemp -d /tmp/urxe-apps.XXXXXX)
-trap cleanup EXIT
-ip link add va netns $a type veth peer name vb netns $b
-ip -n $a link set va mtu "${URXE_TEST_MTU:-1500}"
-ip -n $b link set vb mtu "${URXE_TEST_MTU:-1500}"
-ip -n $a addr add 10.88.0.1/24 dev va
-ip -n $b addr add 10.88.0.2/24 dev vb
-for ns in $a $b; do ip -n $ns link set lo up; done
-ip -n $a link set va up
-ip -n $b link set vb up
-# `urxe link add` reads the port state from the interface: wait (at most 10 s) for both ends' carrier.
-i=0
-while [ $i -lt 200 ] && ! { ip -n $a -o link show va | grep -q "state UP" &&
-                            ip -n $b -o link show vb | grep -q "state UP"; }; do
-  sleep 0.05
-  i=$((i + 1))
-done
+netns_at_exit 'rm -rf "$tmp"'
+netns_pair $a $b va vb 10.88.0.1/24 10.88.0.2/24 || exit 1
+netns_wait_up $a va
+netns_wait_up $b vb
 
 side() {  # side NS IFACE OUTFILE CMD...
-  ns=$1; ifc=$2; out=$3; shift 3
-  ip netns exec "$ns" unshare --mount --propagation private sh -c '
-    mount -t tmpfs urxe-test /dev/infiniband || exit 1
-    export URXE_RUN_DIR=$(mktemp -d /tmp/urxe-run.XXXXXX) URXE_PROVIDER="$1"
-    trap "rm -rf \"\$URXE_RUN_DIR\"" EXIT
-    "$2" link add urxe0 netdev "$3" >/dev/null || exit 1
-    eval "$("$2" env)"
-    shift 3
-    timeout 60 "$@"' side "$so" "$devctl" "$ifc" "$@" >"$out" 2>&1
+  _sd_ns=$1 _sd_if=$2 _sd_out=$3
+  shift 3
+  netns_urxe_side "$_sd_ns" "$_sd_if" "$_sd_out" "$devctl" "$so" "" "$@"
 }
 
 # The client starts once the server listens on the TCP port both ibverbs-utils and perftest use (18515).

@@ -11,40 +11,26 @@
 #     prints one error line naming its QP and "retry exhausted", and not one line per packet.
 #   usage: capture_2ns.sh URXE PROVIDER_SO
 set -u
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
 command -v tshark >/dev/null || { echo "SKIP: tshark not installed"; exit 77; }
 urxe=$1; so=$2
 mkdir -p /dev/infiniband
 a=urxecapA$$; b=urxecapB$$
-ip netns add $a && ip netns add $b || exit 1
 tmp=$(mktemp -d /tmp/urxe-capture.XXXXXX)
 chmod 755 "$tmp"
-cleanup() {
-  for ns in $a $b; do for p in $(ip netns pids $ns 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; done
-  ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip link add va netns $a type veth peer name vb netns $b
-ip -n $a addr add 10.91.0.1/24 dev va
-ip -n $b addr add 10.91.0.2/24 dev vb
-for ns in $a $b; do ip -n $ns link set lo up; done
-ip -n $a link set va up
-ip -n $b link set vb up
+netns_at_exit 'rm -rf "$tmp"'
+netns_pair $a $b va vb 10.91.0.1/24 10.91.0.2/24 || exit 1
+netns_wait_up $a va
+netns_wait_up $b vb
 
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 side() {  # side NS IFACE OUTFILE "LINK ADD OPTIONS" CMD...   (extra environment through `env` in CMD)
-  ns=$1; ifc=$2; out=$3; opts=$4; shift 4
-  ip netns exec "$ns" unshare --mount --propagation private sh -c '
-    mount -t tmpfs urxe-test /dev/infiniband || exit 1
-    export URXE_RUN_DIR=$(mktemp -d /tmp/urxe-run.XXXXXX) URXE_PROVIDER="$1"
-    trap "rm -rf \"\$URXE_RUN_DIR\"" EXIT
-    # shellcheck disable=SC2086
-    "$2" link add urxe0 netdev "$3" $4 >/dev/null || exit 1
-    eval "$("$2" env)"
-    shift 4
-    timeout 60 "$@"' side "$so" "$urxe" "$ifc" "$opts" "$@" >"$out" 2>&1
+  _sd_ns=$1 _sd_if=$2 _sd_out=$3 _sd_opts=$4
+  shift 4
+  netns_urxe_side "$_sd_ns" "$_sd_if" "$_sd_out" "$urxe" "$so" "$_sd_opts" "$@"
 }
 
 pair() {  # pair NAME "A OPTIONS" "B ENV" APP ARGS...: server on A, client on B; both must succeed

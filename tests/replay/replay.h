@@ -1,4 +1,4 @@
-// Replay of a RoCEv2 capture into urxe's engine (issue 5): one side of every connection in the capture is
+// Replay of a RoCEv2 capture into urxe's engine: one side of every connection in the capture is
 // "played" by an Engine (its QPs, PSNs, rkeys and VAs recreated from the capture), the other side's frames
 // are fed to it at their capture times through a Port, and what the engine emits is compared with what the
 // played side really sent: every request, READ response, atomic ACK, ACK/NAK, and the memory and completions

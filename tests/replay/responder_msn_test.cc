@@ -2,7 +2,7 @@
 // several READ/atomic requests arrived in one receive burst, their responses carried the MSN of the newest
 // one (q.msn when sent), so the first READ's responses already acknowledged the later requests. Each response
 // must carry the MSN of its own request, independent of batching.
-#include "tests/engine/loopback.h"
+#include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {

@@ -71,19 +71,35 @@ SimPort::SimPort(SimNet* net, uint32_t index, const PortConfig& cfg) : net_(net)
   attr_.mac = cfg.mac;
   attr_.mtu = cfg.mtu;
   attr_.gids = cfg.gids;
-  slots_.resize(cfg.pool_bufs);
-  free_.reserve(cfg.pool_bufs);
-  for (uint32_t i = 0; i < cfg.pool_bufs; ++i) {
+  const uint32_t bufs = cfg.grow ? 0 : cfg.pool_bufs;
+  slots_.resize(bufs);
+  free_.reserve(bufs);
+  for (uint32_t i = 0; i < bufs; ++i) {
     // Separate allocations of exactly buf_size, so ASan sees any overrun of a frame buffer.
     slots_[i].data.reset(new uint8_t[cfg.buf_size]);
+    slots_[i].cap = cfg.buf_size;
     std::memset(slots_[i].data.get(), 0, cfg.buf_size);
-    free_.push_back(static_cast<int32_t>(cfg.pool_bufs - 1 - i));
+    free_.push_back(static_cast<int32_t>(bufs - 1 - i));
   }
   rx_ring_.resize(std::max<uint32_t>(cfg.rx_queue, 1));
 }
 
-int32_t SimPort::grab() {
-  if (free_.empty()) return -1;
+int32_t SimPort::grab(uint32_t size) {
+  if (cfg_.grow) {
+    // A buffer of exactly `size` bytes, in a free slot or a new one.
+    int32_t s;
+    if (free_.empty()) {
+      s = static_cast<int32_t>(slots_.size());
+      slots_.emplace_back();
+    } else {
+      s = free_.back();
+      free_.pop_back();
+    }
+    slots_[s].data.reset(new uint8_t[size ? size : 1]);
+    slots_[s].cap = size;
+    return s;
+  }
+  if (size > cfg_.buf_size || free_.empty()) return -1;
   int32_t s = free_.back();
   free_.pop_back();
   return s;
@@ -97,7 +113,8 @@ void SimPort::release(int32_t slot) {
 }
 
 bool SimPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
-  int32_t s = size <= cfg_.buf_size ? grab() : -1;
+  auto lock = net_->guard();
+  int32_t s = refuse && refuse() ? -1 : grab(size);
   if (s < 0) {
     ++tx_alloc_failures_;
     return false;
@@ -111,6 +128,8 @@ bool SimPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
 }
 
 uint32_t SimPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
+  auto lock = net_->guard();
+  if (refuse && refuse()) n /= 2;
   for (uint32_t i = 0; i < n; ++i) {
     uint32_t p;
     int32_t s;
@@ -119,7 +138,7 @@ uint32_t SimPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
       sim_fatal("tx_burst of a foreign buffer", p, s);
     uint32_t& st = slots_[s].state;
     if (st != kTxUser) sim_fatal("tx_burst of a buffer not allocated for tx", p, s);
-    if (bufs[i].len > cfg_.buf_size || bufs[i].data != slots_[s].data.get())
+    if (bufs[i].len > slots_[s].cap || bufs[i].data != slots_[s].data.get())
       sim_fatal("tx frame overruns its buffer", p, s);
     st = kInFlight;
     --held_;
@@ -132,6 +151,7 @@ uint32_t SimPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
 }
 
 void SimPort::tx_free(engine::PacketBuf& buf) {
+  auto lock = net_->guard();
   uint32_t p;
   int32_t s;
   decode(buf.opaque, p, s);
@@ -143,7 +163,13 @@ void SimPort::tx_free(engine::PacketBuf& buf) {
 }
 
 bool SimPort::rx_push(SimPort* owner, int32_t slot) {
-  if (rx_count_ == rx_ring_.size()) return false;
+  if (rx_count_ == rx_ring_.size()) {
+    if (!cfg_.grow) return false;
+    std::vector<RxEntry> ring(rx_ring_.size() * 2);
+    for (uint32_t i = 0; i < rx_count_; ++i) ring[i] = rx_ring_[(rx_head_ + i) % rx_ring_.size()];
+    rx_ring_ = std::move(ring);
+    rx_head_ = 0;
+  }
   rx_ring_[(rx_head_ + rx_count_) % rx_ring_.size()] = {owner, slot};
   ++rx_count_;
   owner->slots_[slot].state = kRxQueued;
@@ -151,6 +177,8 @@ bool SimPort::rx_push(SimPort* owner, int32_t slot) {
 }
 
 uint32_t SimPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
+  auto lock = net_->guard();
+  if (cfg_.deliver_on_rx) net_->deliver_due_unlocked();
   uint32_t k = 0;
   while (k < n && rx_count_ > 0) {
     RxEntry e = rx_ring_[rx_head_];
@@ -169,6 +197,7 @@ uint32_t SimPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
 }
 
 void SimPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
+  auto lock = net_->guard();
   for (uint32_t i = 0; i < n; ++i) {
     uint32_t p;
     int32_t s;
@@ -305,7 +334,23 @@ SimNet::Event SimNet::pop_event() {
 }
 
 uint64_t SimNet::next_event_time() const {
+  auto lock = guard();
   return events_.empty() ? kNever : events_.front().time;
+}
+
+uint32_t SimNet::in_flight_to(uint32_t to) const {
+  auto lock = guard();
+  uint32_t n = 0;
+  for (auto& e : events_) n += links_[e.link].to == to;
+  return n;
+}
+
+uint64_t SimNet::next_delivery_to(uint32_t to) const {
+  auto lock = guard();
+  uint64_t t = kNever;
+  for (auto& e : events_)
+    if (links_[e.link].to == to) t = std::min(t, e.time);
+  return t;
 }
 
 void SimNet::schedule(Link& l, SimPort* owner, int32_t slot, uint64_t extra_ns) {
@@ -363,6 +408,27 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
     from.release(slot);
     return;
   }
+  uint64_t extra = 0;
+  if (on_frame) {
+    FrameVerdict v;
+    on_frame(l->from, l->to, f, len, v);
+    if (v.drop) {
+      ++l->stats.dropped;
+      from.release(slot);
+      return;
+    }
+    if (v.duplicate) {
+      int32_t copy = from.grab(len);
+      if (copy >= 0) {
+        std::memcpy(from.slots_[copy].data.get(), f, len);
+        from.slots_[copy].len = len;
+        from.slots_[copy].state = kInFlight;
+        ++l->stats.duplicated;
+        schedule(*l, &from, copy, v.dup_delay_ns);
+      }
+    }
+    extra = v.delay_ns;
+  }
   uint32_t mtu = l->cfg.mtu ? l->cfg.mtu : from.attr_.mtu;
   // The Ethernet header (and a VLAN tag) is not part of the IP MTU.
   uint32_t l2 = (len >= 14 && wire::load_be16(f + 12) == wire::kEtherTypeVlan) ? 18 : 14;
@@ -383,7 +449,7 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
     return;
   }
   if (dup) {
-    int32_t copy = from.grab();
+    int32_t copy = from.grab(len);
     if (copy >= 0) {
       std::memcpy(from.slots_[copy].data.get(), f, len);
       from.slots_[copy].len = len;
@@ -402,10 +468,15 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
     ++l->stats.corrupted;
   }
   if (reorder) ++l->stats.reordered;
-  schedule(*l, &from, slot, reorder ? l->cfg.reorder_delay_ns : 0);
+  schedule(*l, &from, slot, extra + (reorder ? l->cfg.reorder_delay_ns : 0));
 }
 
 bool SimNet::deliver_due() {
+  auto lock = guard();
+  return deliver_due_unlocked();
+}
+
+bool SimNet::deliver_due_unlocked() {
   bool any = false;
   while (!events_.empty() && events_.front().time <= clock_.now_ns()) {
     Event e = pop_event();

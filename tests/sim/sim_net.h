@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,13 +30,12 @@ class Rng {
   uint64_t s_[4]{};
 };
 
+// Virtual time. `t` is public so a test can step the clock by hand between runs.
 class SimClock final : public engine::Clock {
  public:
-  uint64_t now_ns() const override { return now_; }
-  void set(uint64_t t) { now_ = t; }
-
- private:
-  uint64_t now_ = 0;
+  uint64_t now_ns() const override { return t; }
+  void set(uint64_t now) { t = now; }
+  uint64_t t = 0;
 };
 
 // Faults and timing of one direction of a link. Rates are probabilities per frame.
@@ -70,6 +70,21 @@ struct PortConfig {
   uint32_t pool_bufs = 1024;  // preallocated tx buffers of this port
   uint32_t buf_size = 9216;   // each at least as large as any frame the link can carry
   uint32_t rx_queue = 1024;   // rx ring depth; frames arriving at a full ring are dropped
+  // No pool: every tx buffer is allocated at exactly the size asked for (so ASan sees an overrun of the frame
+  // itself), buffers and the rx ring grow on demand. The engine behaviour tests use this; the pool's limits
+  // are part of what the property tests exercise.
+  bool grow = false;
+  // rx_burst first delivers every frame due by now (SimNet::deliver_due), for tests that call the engines'
+  // progress() themselves instead of SimNet::run_until.
+  bool deliver_on_rx = false;
+};
+
+// What SimNet::on_frame decides for one frame.
+struct FrameVerdict {
+  bool drop = false;
+  bool duplicate = false;  // one extra copy, delivered after dup_delay_ns more (scheduled first)
+  uint64_t delay_ns = 0;   // added to the link's latency
+  uint64_t dup_delay_ns = 0;
 };
 
 class SimNet;
@@ -92,16 +107,19 @@ class SimPort final : public engine::Port {
   uint64_t tx_alloc_failures() const { return tx_alloc_failures_; }
   // Buffers currently held by the engine (allocated and not yet sent/freed, or received and not yet freed).
   uint32_t held_by_user() const { return held_; }
+  // Backpressure: while it returns true, tx_alloc fails and tx_burst takes at most half of what it is given.
+  std::function<bool()> refuse;
 
  private:
   friend class SimNet;
   struct Slot {
     std::unique_ptr<uint8_t[]> data;
+    uint32_t cap = 0;  // bytes allocated
     uint32_t len = 0;
     uint32_t state = 0;  // free / tx-held / in flight / rx-queued / rx-held: misuse aborts
   };
   SimPort(SimNet* net, uint32_t index, const PortConfig& cfg);
-  int32_t grab();  // a free slot or -1
+  int32_t grab(uint32_t size);  // a free slot of at least size bytes, or -1
   void release(int32_t slot);
   bool rx_push(SimPort* owner, int32_t slot);
 
@@ -165,6 +183,17 @@ class SimNet {
   void step();
 
   uint32_t in_flight() const { return static_cast<uint32_t>(events_.size()); }
+  // Frames on their way to port `to`, and the time the first of them arrives (UINT64_MAX: none).
+  uint32_t in_flight_to(uint32_t to) const;
+  uint64_t next_delivery_to(uint32_t to) const;
+  // The time of the next frame delivery (UINT64_MAX: none), and the delivery of every frame due by now into
+  // its port's rx queue (true if any); run_until does both, a test driving its nodes itself calls them.
+  uint64_t next_event_time() const;
+  bool deliver_due();
+  // For engines progressed on several threads at once (the engine's threading tests): every port operation
+  // and the queries above then hold one lock, as the ports share the net's state (a received frame goes back
+  // to its sender's pool). Off by default: run_until is single-threaded.
+  void set_thread_safe(bool on) { thread_safe_ = on; }
   // Frames dropped at send for lack of a route (no link to a port with the destination MAC/IP).
   uint64_t unroutable() const { return unroutable_; }
 
@@ -176,6 +205,9 @@ class SimNet {
   std::function<bool(uint32_t from, uint32_t to, const uint8_t* data, uint32_t len)> drop_if;
   // Optional observer of every frame as it enters a link (before faults), e.g. for traces.
   std::function<void(uint32_t from, uint32_t to, const uint8_t* data, uint32_t len)> on_transmit;
+  // Optional per-frame decision after drop_if and before the random faults: the frame's bytes may be changed
+  // in place (corruption), and it may be dropped, duplicated or delayed.
+  std::function<void(uint32_t from, uint32_t to, uint8_t* data, uint32_t len, FrameVerdict& v)> on_frame;
 
  private:
   struct Link {
@@ -197,11 +229,16 @@ class SimNet {
   Link* route(SimPort& from, const uint8_t* frame, uint32_t len);
   void schedule(Link& l, SimPort* owner, int32_t slot, uint64_t extra_ns);
   void corrupt(Link& l, uint8_t* frame, uint32_t len);
-  bool deliver_due();  // true if anything was delivered
-  uint64_t next_event_time() const;
   void push_event(const Event& e);
   Event pop_event();
 
+  std::unique_lock<std::mutex> guard() const {
+    return thread_safe_ ? std::unique_lock<std::mutex>(mu_) : std::unique_lock<std::mutex>();
+  }
+  bool deliver_due_unlocked();
+
+  bool thread_safe_ = false;
+  mutable std::mutex mu_;
   uint64_t seed_;
   SimClock clock_;
   std::vector<std::unique_ptr<SimPort>> ports_;

@@ -1,8 +1,7 @@
 #!/bin/bash
 # build-guest.sh - build a tiny Debian-based guest (kernel + initramfs) that acts
 # as a kernel Soft-RoCE (rdma_rxe) peer.
-# Project copy of ../shared/rxe-peer/build-guest.sh (the urxe workplace's recipe). Changes: state dir from
-# rxe-env.sh; skips the build when the guest was built by this very script (use --force to rebuild);
+# State dir from rxe-env.sh; skips the build when the guest was built by this very script (use --force to rebuild);
 # a lock against concurrent builds; ifb/mirred/ingress modules so netem can impair the guest's ingress
 # too; an optional IPv6 address (rxe.ip6=) on the guest NIC.  Everything comes from Debian packages
 # of the host's apt sources (bookworm); nothing is installed on the host except

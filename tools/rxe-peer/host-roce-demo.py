@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# Project copy of ../shared/rxe-peer/host-roce-demo.py; changes: bounded waits on both sockets.
+# Bounded waits on both sockets.
 """host-roce-demo.py - a ~100-line "userspace RoCEv2 NIC" in the host namespace
 talking RC to kernel rxe in a peer VM: it plays the *client* of
 `ibv_rc_pingpong -g 1 -n 1 -s 64` running in the guest.

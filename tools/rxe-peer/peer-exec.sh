@@ -4,7 +4,7 @@
 # (255 if the control connection failed).
 # Long-running servers: peer-exec.sh 1 'bgrun /tmp/srv.log ib_write_bw -d rxe0'
 # (bgrun detaches, prints the PID; read the log later with cat).
-# Project copy of ../shared/rxe-peer/peer-exec.sh. Callers bound it with timeout(1).
+# Callers bound it with timeout(1).
 # Protocol (for other programs): connect to 127.0.0.1:(7700+N) inside netns
 # $NETNS, send ONE line (the command), keep the write side open, read until
 # EOF; the last line is __RC__=<exit status>.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# Project copy of ../shared/rxe-peer/roce-icrc.py (an independent ICRC check, no dependencies).
+# An independent ICRC check, no dependencies.
 """roce-icrc.py PCAP... - recompute the RoCEv2 ICRC of every UDP/4791 packet in a
 pcap (Ethernet link type) and compare it with the 4 trailing bytes on the wire.
 Wireshark/tshark 4.0 only *displays* the Invariant CRC; this script checks it.

@@ -1,13 +1,12 @@
 # rxe-env.sh - settings and helpers shared by the rxe peer scripts (sourced, not executed).
-# Project copy of ../shared/rxe-peer/rxe-env.sh (the urxe workplace's kernel-rxe peer recipe); changes:
-# the state lives under ~/.cache/urxe/rxe-peer, peers may get an IPv6 ULA address, a lock serialises
+# The state lives under ~/.cache/urxe/rxe-peer, peers may get an IPv6 ULA address, a lock serialises
 # start/stop, and PIDs are checked to be our QEMU before they are signalled.
 # Every setting can be overridden from the environment.
 STATE=${URXE_RXE_PEER_DIR:-${RXE_PEER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/urxe/rxe-peer}}
 GUEST_DIR=${GUEST_DIR:-$STATE/guest}        # vmlinuz + initrd.img from build-guest.sh
 RUN_DIR=${RUN_DIR:-$STATE/run}              # one sub-directory per running peer
 NETNS=${NETNS:-urxe-rxenet}                 # host-side network namespace (created on demand); not the
-                                            # shared scripts' "rxenet", so both can be used at once
+                                            # common "rxenet", so both can be used at once
 BRIDGE=${BRIDGE:-rxebr0}                    # L2 bridge inside $NETNS joining all peers
 SUBNET=${SUBNET:-10.77.0}                   # /24 used only inside $NETNS
 SUBNET6=${SUBNET6:-fd77::}                  # ULA /64 used only inside $NETNS

@@ -1,6 +1,6 @@
 #!/bin/bash
 # start-peer.sh N [N...] - boot kernel Soft-RoCE peer VM(s) number N (1..200).
-# Project copy of ../shared/rxe-peer/start-peer.sh; changes: bounded waits throughout (BOOT_TIMEOUT covers
+# Bounded waits throughout (BOOT_TIMEOUT covers
 # boot and agent), a peer that fails to come up is stopped again (its QEMU only, by its verified PID) and
 # so are the peers of this call when it is interrupted, a lock around namespace/tap setup, an IPv6 ULA
 # address on the guest NIC, and a machine-readable peer.env per peer.

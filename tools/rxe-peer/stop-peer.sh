@@ -3,7 +3,7 @@
 # Stops peer VMs started by start-peer.sh (QMP "quit", then SIGTERM/SIGKILL to the recorded QEMU PID only,
 # and only after checking that this PID still is that peer's QEMU), removes their taps. --teardown also
 # deletes the namespace (bridge and anything else in it) once no peer is left.
-# Project copy of ../shared/rxe-peer/stop-peer.sh; changes: PID verification, a lock, bounded waits.
+# PID verification, a lock, bounded waits.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/rxe-env.sh"

@@ -1,62 +1,49 @@
-// A minimal two-engine loopback for the engine's behaviour tests: two in-memory ports joined by a link
-// with a fixed latency, a virtual clock, and a per-frame hook that can drop, corrupt, duplicate or hold
-// frames. Time only moves when both engines are idle, to the nearest deadline or delivery.
+// Two engines joined by one SimNet link (tests/sim/sim_net.h), for the engine's behaviour tests: a fixed
+// latency, a virtual clock, and a per-frame hook that can drop, corrupt, duplicate or hold frames. Time only
+// moves when both engines are idle, to the nearest deadline or delivery. The ports grow their buffers on
+// demand (PortConfig::grow), so nothing here limits the engine; random faults are off.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "engine/engine.h"
+#include "tests/sim/sim_net.h"
 #include "wire/packet.h"
 
 namespace urxe::engine::test {
 
-struct VClock : Clock {
-  uint64_t t = 1'000'000;
-  uint64_t now_ns() const override { return t; }
-};
-
-struct Frame {
-  uint64_t at = 0;
-  std::vector<uint8_t> bytes;
-};
-
-class Link;
-
-class MemPort : public Port {
- public:
-  MemPort(Link& link, int side, PortAttr attr) : link_(link), side_(side), attr_(std::move(attr)) {}
-  const PortAttr& attr() const override { return attr_; }
-  bool tx_alloc(uint32_t size, PacketBuf& buf) override {
-    if (refuse && refuse()) return false;
-    auto* v = new std::vector<uint8_t>(size);
-    buf.data = v->data();
-    buf.len = size;
-    buf.opaque = v;
-    return true;
-  }
-  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override;
-  void tx_free(PacketBuf& buf) override { delete static_cast<std::vector<uint8_t>*>(buf.opaque); }
-  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override;
-  void rx_free(PacketBuf* bufs, uint32_t n) override {
-    for (uint32_t i = 0; i < n; i++) delete static_cast<std::vector<uint8_t>*>(bufs[i].opaque);
-  }
-  std::deque<Frame> inbox;
-  // Backpressure: when it returns true, tx_alloc fails and tx_burst takes at most half of what it is given.
-  std::function<bool()> refuse;
-
- private:
-  Link& link_;
-  int side_;
-  PortAttr attr_;
-};
-
 // What the hook decides for one frame.
 enum class Fate { pass, drop, duplicate };
+
+// The frames on their way to one port (read-only view of the SimNet's events).
+class Inbox {
+ public:
+  Inbox(const sim::SimNet& net, uint32_t port) : net_(net), port_(port) {}
+  struct Head {
+    uint64_t at;
+  };
+  size_t size() const { return net_.in_flight_to(port_); }
+  bool empty() const { return size() == 0; }
+  Head front() const { return {net_.next_delivery_to(port_)}; }
+
+ private:
+  const sim::SimNet& net_;
+  uint32_t port_;
+};
+
+// One side's port: the SimPort the engine uses, its backpressure switch and what is on its way to it.
+struct LoopPort {
+  LoopPort(sim::SimNet& net, sim::SimPort& p) : sim(p), refuse(p.refuse), inbox(net, p.index()) {}
+  sim::SimPort& sim;
+  // Backpressure: when it returns true, tx_alloc fails and tx_burst takes at most half of what it is given.
+  std::function<bool()>& refuse;
+  Inbox inbox;
+};
 
 class Link {
  public:
@@ -66,57 +53,48 @@ class Link {
   // Extra delay per frame (reordering when it varies); 0 keeps FIFO order.
   std::function<uint64_t(int side)> jitter;
   uint64_t hold_ns = 0;  // set by the hook: extra delay for the frame being sent
-  VClock clock;
+  sim::SimNet net;
+  sim::SimClock& clock = net.clock();
   std::vector<std::pair<int, wire::Packet>> trace;  // every frame sent, as parsed (before the hook)
   bool keep_trace = true;
-  MemPort* ports[2] = {nullptr, nullptr};
+  LoopPort* ports[2] = {nullptr, nullptr};
 
-  void send(int side, std::vector<uint8_t>&& frame, uint32_t len) {
-    std::vector<uint8_t> bytes = std::move(frame);
-    bytes.resize(len);
+  Link() {
+    clock.t = 1'000'000;
+    net.set_thread_safe(true);  // some tests progress the engines on their own threads
+    net.on_frame = [this](uint32_t from, uint32_t, uint8_t* data, uint32_t len, sim::FrameVerdict& v) {
+      frame(static_cast<int>(from), data, len, v);
+    };
+  }
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+ private:
+  void frame(int side, uint8_t* data, uint32_t len, sim::FrameVerdict& v) {
+    std::vector<uint8_t> bytes;  // what the hook sees and may change
+    if (hook) bytes.assign(data, data + len);
     wire::Packet pkt;
-    if (keep_trace || hook) wire::parse_frame(wire::ByteSpan(bytes.data(), bytes.size()), pkt);
+    if (keep_trace || hook)
+      wire::parse_frame(hook ? wire::ByteSpan(bytes.data(), bytes.size()) : wire::ByteSpan(data, len), pkt);
     if (keep_trace) {
       pkt.payload = {};
       trace.emplace_back(side, pkt);
     }
     Fate f = hook ? hook(side, pkt, bytes) : Fate::pass;
-    if (f == Fate::drop) return;
-    MemPort* dst = ports[1 - side];
+    if (hook) std::memcpy(data, bytes.data(), std::min<size_t>(len, bytes.size()));
+    if (f == Fate::drop) {
+      v.drop = true;
+      return;
+    }
     const uint64_t extra = hold_ns;  // a hook may hold back this one frame
     hold_ns = 0;
-    if (f == Fate::duplicate) enqueue(*dst, clock.t + latency_ns + (jitter ? jitter(side) : 0), bytes);
-    enqueue(*dst, clock.t + latency_ns + extra + (jitter ? jitter(side) : 0), std::move(bytes));
-  }
-  void enqueue(MemPort& dst, uint64_t at, std::vector<uint8_t> bytes) {
-    auto it = dst.inbox.end();
-    while (it != dst.inbox.begin() && std::prev(it)->at > at) --it;
-    dst.inbox.insert(it, Frame{at, std::move(bytes)});
+    if (f == Fate::duplicate) {
+      v.duplicate = true;
+      v.dup_delay_ns = latency_ns + (jitter ? jitter(side) : 0);
+    }
+    v.delay_ns = latency_ns + extra + (jitter ? jitter(side) : 0);
   }
 };
-
-inline uint32_t MemPort::tx_burst(PacketBuf* bufs, uint32_t n) {
-  if (refuse && refuse()) n /= 2;
-  for (uint32_t i = 0; i < n; i++) {
-    auto* v = static_cast<std::vector<uint8_t>*>(bufs[i].opaque);
-    link_.send(side_, std::move(*v), bufs[i].len);
-    delete v;
-  }
-  return n;
-}
-
-inline uint32_t MemPort::rx_burst(PacketBuf* bufs, uint32_t n) {
-  uint32_t k = 0;
-  while (k < n && !inbox.empty() && inbox.front().at <= link_.clock.t) {
-    auto* v = new std::vector<uint8_t>(std::move(inbox.front().bytes));
-    inbox.pop_front();
-    bufs[k].data = v->data();
-    bufs[k].len = static_cast<uint32_t>(v->size());
-    bufs[k].opaque = v;
-    k++;
-  }
-  return k;
-}
 
 struct Events : EventSink {
   std::vector<AsyncEvent> async;
@@ -132,7 +110,7 @@ struct Events : EventSink {
 
 // One side: an engine, a PD, a CQ and a registered buffer.
 struct Node {
-  std::unique_ptr<MemPort> port;
+  std::unique_ptr<LoopPort> port;
   std::unique_ptr<Engine> eng;
   Events events;
   uint32_t pd = 0, cq = 0;
@@ -164,14 +142,17 @@ class Loopback {
       if (ipv6)
         n.gid = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, static_cast<uint8_t>(1 + s)};
       n.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(1 + s)};
-      PortAttr pa;
-      pa.mac = n.mac;
-      pa.mtu = link_mtu;
-      pa.gids = {n.gid};
-      n.port = std::make_unique<MemPort>(link, s, pa);
+      sim::PortConfig pc;
+      pc.mac = n.mac;
+      pc.mtu = link_mtu;
+      pc.gids = {n.gid};
+      pc.grow = true;
+      pc.deliver_on_rx = true;
+      sim::SimPort& sp = link.net.add_port(pc);
+      n.port = std::make_unique<LoopPort>(link.net, sp);
       link.ports[s] = n.port.get();
       cfg.qpn_base = 0x11 + static_cast<uint32_t>(s) * 0x100;
-      n.eng = std::make_unique<Engine>(*n.port, link.clock, cfg);
+      n.eng = std::make_unique<Engine>(sp, link.clock, cfg);
       n.eng->set_event_sink(&n.events);
       EXPECT_EQ(0, n.eng->alloc_pd(n.pd));
       EXPECT_EQ(0, n.eng->create_cq(4096, n.cq));
@@ -181,6 +162,11 @@ class Loopback {
                  n.pd, n.mem.data(), n.mem.size(), n.addr(),
                  ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC, n.mr));
     }
+    // Delays come from Link (latency, jitter, hold); no MTU limit on the wire, no random faults.
+    sim::LinkConfig lc;
+    lc.latency_ns = 0;
+    lc.mtu = 1u << 30;
+    link.net.connect(0, 1, lc);
   }
 
   Node& a() { return node[0]; }
@@ -250,8 +236,7 @@ class Loopback {
       did |= node[1].eng->progress();
       if (did) continue;
       uint64_t next = std::min(node[0].eng->next_deadline_ns(), node[1].eng->next_deadline_ns());
-      for (auto* p : link.ports)
-        if (!p->inbox.empty()) next = std::min(next, p->inbox.front().at);
+      next = std::min(next, link.net.next_event_time());
       if (next == UINT64_MAX) return done();  // nothing can ever happen
       if (next > end) return done();
       if (next > link.clock.t)

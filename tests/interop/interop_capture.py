@@ -1,0 +1,107 @@
+"""Capture of each interop run on the guest's tap and its checks (`urxe pcap decode --strict`, tshark)."""
+import os
+import re
+import subprocess
+import time
+
+from interop_common import (NETNS, PEER_MAC, PI_WARN, TSHARK_HEURISTICS_OFF, TSHARK_PREFS, URXE_MAC, sh,
+    urxe_bin)
+
+
+class Capture:
+    """tcpdump on the guest's tap, RoCE frames from or to `match` only (by default urxe's MAC: someone else
+    using the peer at the same time does not get into the checks)."""
+
+    def __init__(self, path, mtu, iface="rxetap1", match=f"ether host {URXE_MAC}"):
+        self.path, self.err_path = path, path + ".tcpdump.txt"
+        self.errf = open(self.err_path, "w")
+        # --immediate-mode and a large buffer: see tools/rxe-peer/capture.sh (no ring-block latency, no
+        # drops while the TCG guest keeps the cores busy); the snap length covers a full frame.
+        self.proc = subprocess.Popen(["ip", "netns", "exec", NETNS, "tcpdump", "--immediate-mode", "-B", "65536",
+                                      "-i", iface, "-s", str(mtu + 64), "-U", "-w", path, f"udp port 4791 and {match}"],
+                                     stdout=subprocess.DEVNULL, stderr=self.errf)
+        for _ in range(100):
+            if "listening on" in open(self.err_path).read():
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError("tcpdump: " + open(self.err_path).read())
+            time.sleep(0.1)
+
+    def stop(self):
+        time.sleep(0.3)
+        if self.proc.poll() is None:
+            self.proc.terminate()  # our own tcpdump, by its PID; it flushes on SIGTERM
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.errf.close()
+        m = re.search(r"(\d+) packets? dropped by kernel", open(self.err_path).read())
+        return int(m.group(1)) if m else -1
+
+
+def tshark_rows(pcap, fields):
+    cmd = ["tshark", "-r", pcap, "-T", "fields", "-E", "separator=\t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    for h in TSHARK_HEURISTICS_OFF:
+        cmd += ["--disable-heuristic", h]
+    for p in TSHARK_PREFS:
+        cmd += ["-o", p]
+    for f in fields:
+        cmd += ["-e", f]
+    env = dict(os.environ, HOME="/tmp", XDG_CONFIG_HOME="/tmp/urxe-interop-tshark")
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=180, env=env,
+                       errors="replace")
+    if r.returncode != 0:
+        raise RuntimeError("tshark: " + r.stderr[-500:])
+    rows = [dict(zip(fields, line.split("\t"))) for line in r.stdout.splitlines() if line.strip()]
+    for row in rows:
+        if len(row) != len(fields):
+            raise RuntimeError(f"tshark: unexpected line {row}")
+    return rows
+
+
+def check_capture(pcap, case, problems):
+    """Every RoCE frame: urxe pcap decode --strict (ICRC, well-formed) and tshark (InfiniBand, no malformed
+    field, no expert warning). Returns per-direction opcode statistics."""
+    urxe = urxe_bin()
+    r = sh([urxe, "pcap", "decode", "--strict", "--json", pcap], timeout=120)
+    open(pcap + ".decode.jsonl", "w").write(r.stdout)
+    if r.returncode != 0:
+        bad = [l for l in r.stdout.splitlines() if '"icrc_ok":false' in l.replace(" ", "") or '"error"' in l]
+        problems.append(f"urxe pcap decode --strict exit {r.returncode}: {bad[:3]}")
+    rows = tshark_rows(pcap, ["frame.number", "eth.src", "frame.protocols", "_ws.malformed",
+                              "_ws.expert.severity", "_ws.expert.message", "infiniband.bth.opcode",
+                              "infiniband.aeth.syndrome", "infiniband.bth.psn", "infiniband.bth.destqp"])
+    stats = {"urxe": {}, "rxe": {}, "frames": len(rows), "naks": {"urxe": 0, "rxe": 0},
+             "retransmits": {"urxe": 0, "rxe": 0}}
+    seen = {"urxe": set(), "rxe": set()}
+    for row in rows:
+        f = row["frame.number"]
+        if "infiniband" not in row["frame.protocols"]:
+            problems.append(f"frame {f}: not dissected as InfiniBand ({row['frame.protocols']})")
+        if row["_ws.malformed"]:
+            problems.append(f"frame {f}: tshark malformed")
+        sev = [int(s, 0) for s in row["_ws.expert.severity"].split(",") if s]
+        msgs = row["_ws.expert.message"].split(",")
+        warn = [m for s, m in zip(sev, msgs) if s >= PI_WARN]
+        if warn:
+            problems.append(f"frame {f}: tshark expert: {warn}")
+        side = "urxe" if row["eth.src"] == URXE_MAC else "rxe" if row["eth.src"] == PEER_MAC else None
+        if side is None:
+            problems.append(f"frame {f}: from an unexpected MAC {row['eth.src']}")
+            continue
+        op = row["infiniband.bth.opcode"]
+        stats[side][op] = stats[side].get(op, 0) + 1
+        syn = row["infiniband.aeth.syndrome"].split(",")[0]
+        if syn and (int(syn, 0) >> 5) in (1, 3):  # RNR NAK or NAK
+            stats["naks"][side] += 1
+        key = (row["infiniband.bth.destqp"], row["infiniband.bth.psn"], op)
+        if op not in ("17", "18") and key in seen[side]:  # a request seen twice = retransmitted
+            stats["retransmits"][side] += 1
+        seen[side].add(key)
+    need = case.get("frames_from", ("urxe", "rxe"))
+    for side in need:
+        if not stats[side]:
+            problems.append(f"no RoCE frame from {side} in the capture")
+    return stats

@@ -1,0 +1,152 @@
+"""The interop matrix: every case (pingpong, perftest, rdma_check) by group; `interop.py list`."""
+import re
+
+from interop_common import OOB_PORT
+
+
+PINGPONG = {"rc": "ibv_rc_pingpong", "uc": "ibv_uc_pingpong", "ud": "ibv_ud_pingpong", "srq": "ibv_srq_pingpong"}
+
+
+def pingpong(group, kind, size, iters, mtu=1500, fam="v4", path_mtu=None, netem=None, extra=""):
+    args = f"-s {size} -n {iters} -c {extra}".strip()
+    if path_mtu and kind != "ud":
+        args += f" -m {path_mtu}"
+    if kind == "srq":
+        args += " -q 4"
+    out = []
+    for role in ("server", "client"):
+        name = f"{kind}_pingpong_s{size}" + (f"_m{path_mtu}" if path_mtu else "") + \
+            ("" if fam == "v4" else f"_{fam}") + ("_lossy" if netem else "") + f"_urxe_{role}"
+        out.append({"name": name, "group": group, "tool": PINGPONG[kind], "kind": "pingpong", "args": args,
+                    "urxe_role": role, "mtu": mtu, "fam": fam, "netem": netem, "timeout": 120 if netem else 60,
+                    # ibv_*_pingpong prints "<n> iters in <t> seconds" on success, on both sides
+                    "ok_pattern": rf"{iters} iters in"})
+    return out
+
+
+def perftest(group, tool, args, mtu=1500, fam="v4", netem=None, frames_from=("urxe", "rxe")):
+    out = []
+    for role in ("server", "client"):
+        tag = re.sub(r"[^A-Za-z0-9]+", "_", args).strip("_").lower()
+        name = f"{tool}_{tag}" + ("" if fam == "v4" else f"_{fam}") + ("_lossy" if netem else "") + \
+            f"_urxe_{role}"
+        out.append({"name": name, "group": group, "tool": tool, "kind": "perftest", "args": f"-F {args}",
+                    "urxe_role": role, "mtu": mtu, "fam": fam, "netem": netem, "timeout": 150 if netem else 90,
+                    "frames_from": frames_from,
+                    # perftest prints its result table ("#bytes ...") once the test ran; in the READ and
+                    # atomic latency tests only the client does (the server's CPU takes no part)
+                    "ok_pattern": r"#bytes",
+                    "server_pattern": r"remote address" if tool in ("ib_read_lat", "ib_atomic_lat") else None})
+    return out
+
+
+def rdma_check(group, size, chunk, mtu=1500, path_mtu=1024, fam="v4", netem=None):
+    """Our data check (rdma_check.c): READ pattern A, WRITE pattern B, READ it back, 16 FETCH_AND_ADD + 2
+    CMP_AND_SWAP with every original value checked, then the server checks its own memory."""
+    out = []
+    for role in ("server", "client"):
+        name = f"rdma_check_s{size}_c{chunk}_m{path_mtu}" + ("" if fam == "v4" else f"_{fam}") + \
+            ("_lossy" if netem else "") + f"_urxe_{role}"
+        out.append({"name": name, "group": group, "tool": "rdma_check", "kind": "rdma_check",
+                    "args": f"-s {size} -c {chunk} -n 16 -m {path_mtu} -p {OOB_PORT}", "urxe_role": role,
+                    "mtu": mtu, "fam": fam, "netem": netem, "timeout": 150 if netem else 90,
+                    "ok_pattern": r"all checks passed"})
+    return out
+
+
+# netem for the lossy runs: applied in the guest on egress (rxe -> urxe) and, through ifb0, on ingress
+# (urxe -> rxe). reorder needs a delay to reorder against; the queue limit is raised from netem's 1000 so
+# that its drops are the random 2%, not tail drops of a queue that fills while the TCG guest is slow.
+LOSSY = "limit 20000 delay 1ms reorder 10% 50% duplicate 1% loss 2%"
+
+
+def matrix():
+    m = []
+    # ibv_*_pingpong with data checks (-c), several sizes vs. the 1024-byte path MTU (1500-byte link):
+    # 1 byte, exactly one MTU, 4097 (5 packets, pad 3), 256 KiB (256 packets: more than rxe's 64-packet
+    # AckReq window, so coalesced ACKs).
+    for s, n in ((1, 10), (1024, 10), (4097, 5), (262144, 3)):
+        m += pingpong("pingpong", "rc", s, n)
+    for s, n in ((1, 10), (4097, 5)):
+        m += pingpong("pingpong", "uc", s, n)
+    for s, n in ((1, 10), (1024, 10)):
+        m += pingpong("pingpong", "ud", s, n)
+    for s, n in ((64, 5), (4097, 3)):
+        m += pingpong("pingpong", "srq", s, n)
+    # perftest, RC unless noted: 64 KiB messages for bandwidth (READ responses of 64 packets)
+    for tool, a in (("ib_send_bw", "-n 50 -s 65536"), ("ib_send_lat", "-n 50 -s 64"),
+                    ("ib_write_bw", "-n 50 -s 65536"), ("ib_write_lat", "-n 50 -s 64"),
+                    ("ib_read_bw", "-n 50 -s 65536"), ("ib_read_lat", "-n 50 -s 64"),
+                    ("ib_atomic_bw", "-n 50 -A FETCH_AND_ADD"), ("ib_atomic_bw", "-n 50 -A CMP_AND_SWAP"),
+                    ("ib_atomic_lat", "-n 50 -A FETCH_AND_ADD"), ("ib_atomic_lat", "-n 50 -A CMP_AND_SWAP")):
+        m += perftest("perftest", tool, a)
+    for tool, a in (("ib_send_bw", "-c UD -n 50 -s 1024"), ("ib_write_bw", "-c UC -n 50 -s 4096")):
+        for role_case in perftest("perftest", tool, a):
+            # UD SEND and UC WRITE: data flows client -> server only, nothing comes back
+            role_case["frames_from"] = ("urxe",) if role_case["urxe_role"] == "client" else ("rxe",)
+            m.append(role_case)
+    # our data check of WRITE/READ/atomics: 1 MiB in 64 KiB READs/WRITEs (64 packets each, READ responses
+    # spanning 64 packets), and in 2 KiB pieces
+    m += rdma_check("datacheck", 1 << 20, 65536)
+    m += rdma_check("datacheck", 65536, 2048)
+    # path MTU 4096 (4200-byte link)
+    m += pingpong("mtu4096", "rc", 65536, 5, mtu=4200, path_mtu=4096)
+    m += pingpong("mtu4096", "ud", 4096, 5, mtu=4200)
+    m += perftest("mtu4096", "ib_write_bw", "-n 50 -s 65536 -m 4096", mtu=4200)
+    m += perftest("mtu4096", "ib_read_bw", "-n 50 -s 65536 -m 4096", mtu=4200)
+    m += rdma_check("mtu4096", 1 << 20, 65536, mtu=4200, path_mtu=4096)
+    # IPv6 GIDs: a global (ULA) address, and the link-local default GID
+    m += pingpong("ipv6", "rc", 4097, 5, fam="v6")
+    m += pingpong("ipv6", "ud", 1024, 5, fam="v6")
+    m += perftest("ipv6", "ib_write_bw", "-n 50 -s 65536", fam="v6")
+    m += perftest("ipv6", "ib_read_lat", "-n 50 -s 64", fam="v6")
+    m += perftest("ipv6", "ib_atomic_lat", "-n 50 -A CMP_AND_SWAP", fam="v6")
+    m += pingpong("ipv6", "rc", 4097, 5, fam="ll")
+    m += rdma_check("ipv6", 1 << 20, 65536, fam="v6")
+    # lossy link: RC SEND (with data check), WRITE, READ under loss, reordering and duplication
+    m += pingpong("lossy", "rc", 65536, 10, netem=LOSSY)
+    m += perftest("lossy", "ib_write_bw", "-n 100 -s 65536", netem=LOSSY)
+    m += perftest("lossy", "ib_read_bw", "-n 100 -s 65536", netem=LOSSY)
+    m += perftest("lossy", "ib_send_bw", "-n 100 -s 65536", netem=LOSSY)
+    m += rdma_check("lossy", 1 << 20, 65536, netem=LOSSY)
+    return m + fixture_cases()
+
+
+GROUPS = ("pingpong", "perftest", "datacheck", "mtu4096", "ipv6", "lossy", "fixtures")
+
+
+def cmd_list():
+    for c in matrix():
+        print(f"{c['group']:9} {c['name']:55} {c['tool']} {c['args']}  (urxe {c['urxe_role']}, mtu {c['mtu']}, "
+              f"{c['fam']}{', netem ' + c['netem'] if c['netem'] else ''})")
+    return 0
+
+
+# A small representative set of runs for pcap-fixtures/interop/ (tests/replay replays them): every transport,
+# both roles, multi-packet SENDs/READ responses, a message above rxe's 64-packet AckReq window, WRITE/READ/
+# FETCH_AND_ADD/CMP_AND_SWAP with known data, IPv6, MTU 4096, and recovery under loss. Group "fixtures" (not a
+# ctest); sizes chosen so the whole set stays well under 1 MB (path MTU 256 where many packets are wanted).
+FIXTURE_NETEM = "limit 20000 delay 1ms reorder 10% 50% duplicate 1% loss 5%"
+
+
+def fixture_cases():
+    m = []
+
+    def pick(cases, role):
+        for c in cases:
+            if c["urxe_role"] == role:
+                c["name"] = "fx_" + c["name"]
+                c["group"] = "fixtures"
+                m.append(c)
+    pick(pingpong("fixtures", "rc", 4097, 3), "client")
+    pick(pingpong("fixtures", "rc", 32768, 1, path_mtu=256), "server")
+    pick(pingpong("fixtures", "uc", 4097, 3), "server")
+    pick(pingpong("fixtures", "ud", 1024, 3), "client")
+    pick(pingpong("fixtures", "srq", 64, 3), "server")
+    pick(rdma_check("fixtures", 8192, 2048), "client")
+    pick(rdma_check("fixtures", 8192, 2048), "server")
+    pick(pingpong("fixtures", "rc", 8193, 3, mtu=4200, path_mtu=4096), "client")
+    pick(pingpong("fixtures", "rc", 4097, 3, fam="v6"), "server")
+    pick(pingpong("fixtures", "rc", 2048, 20, path_mtu=256, netem=FIXTURE_NETEM), "client")
+    pick(rdma_check("fixtures", 16384, 4096, path_mtu=256, netem=FIXTURE_NETEM), "server")
+    return m

@@ -1,0 +1,103 @@
+"""The urxe side of an interop run: the urxe command, its availability, and the process started in netns
+uxnet with a private mount namespace (`interop.py urxe-side`)."""
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+from interop_common import HERE, URXE_IF, URXE_NS, sh, urxe_bin
+from interop_peer import sysfs_gid_to_addr
+
+
+def urxe_side_bin():
+    """The command that provides `link`, `env` and `run` (urxe; URXE_INTEROP_URXE overrides it, e.g. with
+    tests/provider's urxe_devctl, which implements the same three subcommands)."""
+    return os.environ.get("URXE_INTEROP_URXE") or urxe_bin()
+
+
+def urxe_available():
+    """None if `urxe link/env/run` and the provider are there; else the exact reason to skip."""
+    urxe = urxe_side_bin()
+    if not os.access(urxe, os.X_OK):
+        return f"{urxe} not built"
+    r = sh([urxe, "link", "show"], timeout=30, env=dict(os.environ, URXE_RUN_DIR="/nonexistent-urxe-run"))
+    if re.search(r"unknown (sub)?command|usage: urxe (pcap|<)", r.stdout, re.I) or r.returncode == 2 and \
+            "link" not in r.stdout:
+        return f"{urxe} has no 'link' subcommand (the urxe side needs `urxe link add`, `urxe env`, `urxe run`): " + \
+            (r.stdout.strip().splitlines()[0] if r.stdout.strip() else "no output")
+    r = sh([urxe, "env"], timeout=30)
+    if r.returncode != 0:
+        return f"`{urxe} env` failed (exit {r.returncode}): {r.stdout.strip()[:200]}"
+    libs = re.findall(r"(/\S*liburxe-rdmav34\.so)", r.stdout)
+    if not libs:
+        return f"`urxe env` names no liburxe-rdmav34.so (provider not built?): {r.stdout.strip()[:200]}"
+    if not all(os.path.exists(p) for p in libs):
+        return f"provider library missing: {libs}"
+    return None
+
+
+def cmd_urxe_side(argv):
+    """Inside `ip netns exec uxnet unshare --mount`: a tmpfs on /dev/infiniband, `urxe link add`, GID index
+    lookup (@GID@ in the command becomes the index of address --gid), then `urxe run -- CMD`."""
+    urxe, gid_addr = argv[0], argv[1]
+    cmd = argv[argv.index("--") + 1:]
+    run_dir = os.environ["URXE_RUN_DIR"]
+    os.makedirs(run_dir, exist_ok=True)
+    os.makedirs("/dev/infiniband", exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "urxe-interop", "/dev/infiniband"], check=True)
+    r = subprocess.run([urxe, "link", "add", "urxe0", "netdev", URXE_IF] + shlex.split(
+        os.environ.get("URXE_LINK_ARGS", "")), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(f"+ urxe link add urxe0 netdev {URXE_IF}: exit {r.returncode} {r.stdout.strip()}", flush=True)
+    if r.returncode:
+        sys.exit(r.returncode)
+    env = subprocess.run([urxe, "env"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    sysfs = re.search(r"SYSFS_PATH='?([^'\n]+)", env)
+    idx = None
+    if sysfs:
+        gdir = os.path.join(sysfs.group(1), "class", "infiniband", "urxe0", "ports", "1", "gids")
+        for n in sorted(os.listdir(gdir), key=int) if os.path.isdir(gdir) else []:
+            g = open(os.path.join(gdir, n)).read().strip()
+            if g.strip("0:") and sysfs_gid_to_addr(g) == gid_addr:
+                idx = n
+                break
+    if idx is None:
+        print(f"urxe-side: urxe0 has no GID {gid_addr} (SYSFS_PATH {sysfs.group(1) if sysfs else '?'})")
+        sys.exit(3)
+    cmd = [a.replace("@GID@", idx) for a in cmd]
+    print(f"+ urxe run -- {' '.join(cmd)}", flush=True)
+    os.execvp(urxe, [urxe, "run", "--"] + cmd)
+
+
+class UrxeProc:
+    """The urxe side of a run, in its own session so the whole process tree can be stopped."""
+
+    def __init__(self, cmd, gid_addr, logpath, case_dir):
+        self.logf = open(logpath, "w")
+        run_dir = os.path.join(case_dir, "urxe-run")  # a fresh device tree for every run
+        shutil.rmtree(run_dir, ignore_errors=True)
+        env = dict(os.environ, URXE_RUN_DIR=run_dir)
+        full = ["ip", "netns", "exec", URXE_NS, "unshare", "--mount", "--propagation", "private",
+                sys.executable, os.path.join(HERE, "interop.py"), "urxe-side", urxe_side_bin(), gid_addr,
+                "--"] + cmd
+        self.logf.write("$ " + " ".join(shlex.quote(a) for a in full) + "\n")
+        self.logf.flush()
+        self.proc = subprocess.Popen(full, stdout=self.logf, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return 124
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the session we created for it
+            except ProcessLookupError:
+                pass
+            self.proc.wait()

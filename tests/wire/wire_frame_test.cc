@@ -1,0 +1,331 @@
+// Unit tests of wire/: Frames: every opcode built and parsed over every L2/L3 variant, every prefix
+// truncated, build limits, Ethernet padding, VLAN, IPv6 and UDP checksums. Frames live in exactly sized heap
+// buffers so the ASan build reports any read past their end.
+#include <gtest/gtest.h>
+
+#include "tests/bench/crc_backends.h"  // the CRC-32 implementations compared with wire::crc32
+#include "tests/wire/wire_test_util.h"
+
+using namespace urxe::wire;
+using namespace wire_test;
+using urxe::bench::CrcImpl;
+
+// ================================ Every opcode ================================
+
+TEST(Frame, EveryOpcodeBuildsAndParsesOverEveryL2L3Variant) {
+  for (uint8_t op : valid_opcodes()) {
+    const OpcodeInfo& info = opcode_info(op);
+    for (const Variant& v : kVariants) {
+      for (size_t len :
+           info.has_payload ? std::vector<size_t>{0, 1, 2, 3, 4, 13, 256, 1024} : std::vector<size_t>{0}) {
+        SCOPED_TRACE(name_of(op) + " " + v.name + " payload " + std::to_string(len));
+        const FrameSpec s = make_spec(op, v);
+        const Bytes payload = payload_of(len);
+        const Bytes f = build(s, payload);
+        const size_t l3 = kEthLen + (v.vlan ? kVlanLen : 0);
+        const size_t ip_hdr = v.ip_version == 4 ? kIpv4MinLen : kIpv6Len;
+        const size_t pad = (4 - len % 4) % 4;
+        const size_t bth = l3 + ip_hdr + kUdpLen;
+        const size_t hdrs = bth + kBthLen + info.ext_len;
+        ASSERT_EQ(f.size(), hdrs + len + pad + kIcrcLen);
+
+        // Bytes on the wire, read without the parser.
+        EXPECT_EQ(get_be16(f, 12),
+                  v.vlan ? kEtherTypeVlan : (v.ip_version == 4 ? kEtherTypeIpv4 : kEtherTypeIpv6));
+        EXPECT_EQ(f[l3] >> 4, v.ip_version);
+        EXPECT_EQ(get_be16(f, bth - 6), kRoceV2Port);
+        EXPECT_EQ(get_be16(f, bth - 4), f.size() - bth + kUdpLen);
+        EXPECT_EQ(f[bth], op);
+        EXPECT_EQ((f[bth + 1] >> 4) & 3, pad);
+        size_t h = bth + kBthLen;
+        auto expect_at = [&](const Bytes& want, const char* what) {
+          EXPECT_EQ(slice(f, h, want.size()), want) << what;
+          h += want.size();
+        };
+        if (info.headers & kDeth) {
+          Bytes d = be(kValDeth.qkey, 4), q = be(kValDeth.src_qp, 4);
+          d.insert(d.end(), q.begin(), q.end());
+          expect_at(d, "DETH");
+        }
+        if (info.headers & kReth) {
+          Bytes r = be(kValReth.va, 8), k = be(kValReth.rkey, 4), l = be(kValReth.dma_len, 4);
+          r.insert(r.end(), k.begin(), k.end());
+          r.insert(r.end(), l.begin(), l.end());
+          expect_at(r, "RETH");
+        }
+        if (info.headers & kAtomicEth) h += kAtomicEthLen;  // layout checked in Headers.*
+        if (info.headers & kAeth) expect_at(Bytes{0x1f, 0xab, 0xcd, 0xef}, "AETH");
+        if (info.headers & kAtomicAckEth) expect_at(be(kValAtomicAckEth.orig_data, 8), "AtomicAckETH");
+        if (info.headers & kImmDt) expect_at(be(kImm, 4), "ImmDt");
+        if (info.headers & kIeth) expect_at(be(kIethRkey, 4), "IETH");
+        if (info.kind == OpKind::cnp) expect_at(Bytes(16, 0), "CNP reserved");
+        EXPECT_EQ(h, hdrs);
+        if (info.has_payload) {
+          EXPECT_EQ(slice(f, hdrs, len), payload);
+          EXPECT_EQ(slice(f, hdrs + len, pad), Bytes(pad, 0));
+        }
+        const uint32_t icrc = ref_icrc(&f[l3], f.size() - l3 - 4, v.ip_version, ip_hdr);
+        EXPECT_EQ(load_le32(&f[f.size() - 4]), icrc);
+        if (v.ip_version == 4) {
+          EXPECT_EQ(get_be16(f, l3 + 10), ref_ipv4_checksum(&f[l3], 20));
+        }
+
+        // The parser's view.
+        Packet p;
+        ASSERT_EQ(parse(f, p), ParseError::ok);
+        EXPECT_EQ(p.info, &info);
+        EXPECT_EQ(p.present, info.headers);
+        EXPECT_EQ(p.eth.has_vlan, v.vlan);
+        if (v.vlan) {
+          EXPECT_EQ(p.eth.vlan_tci, 0x6064);
+        }
+        EXPECT_EQ(p.eth.dst, s.dst_mac);
+        EXPECT_EQ(p.eth.src, s.src_mac);
+        EXPECT_EQ(p.ip_version, v.ip_version);
+        EXPECT_EQ(p.src_gid(), s.src_ip);
+        EXPECT_EQ(p.dst_gid(), s.dst_ip);
+        if (v.ip_version == 4) {
+          EXPECT_EQ(p.ip4.tos, 0x62);
+          EXPECT_EQ(p.ip4.ttl, 63);
+          EXPECT_EQ(p.ip4.id, 0x1234);
+          EXPECT_EQ(p.ip4.frag, kIpv4FlagDf);
+        } else {
+          EXPECT_EQ(p.ip6.traffic_class, 0x62);
+          EXPECT_EQ(p.ip6.flow_label, 0xabcdeu);
+          EXPECT_EQ(p.ip6.hop_limit, 63);
+        }
+        EXPECT_EQ(p.udp.sport, 0xc123);
+        EXPECT_EQ(p.udp.checksum, 0);
+        EXPECT_EQ(p.l3_offset, l3);
+        EXPECT_EQ(p.l4_offset, l3 + ip_hdr);
+        EXPECT_EQ(p.bth_offset, bth);
+        EXPECT_EQ(p.payload_offset, hdrs);
+        EXPECT_EQ(p.payload_len, info.has_payload ? len : 0);
+        EXPECT_EQ(p.frame_len, f.size());
+        EXPECT_EQ(p.bth.pad, info.has_payload ? pad : 0);
+        EXPECT_EQ(p.bth.dqpn, 0x11u);
+        EXPECT_EQ(p.bth.psn, 0xfffffeu);
+        EXPECT_TRUE(p.bth.se);
+        EXPECT_TRUE(p.bth.ack_req);
+        if (len > 0) {
+          EXPECT_EQ(p.payload.data(), f.data() + hdrs);  // a view into the frame, no copy
+        }
+        EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), info.has_payload ? payload : Bytes{});
+        if (info.headers & kReth) {
+          EXPECT_EQ(p.reth.va, kValReth.va);
+          EXPECT_EQ(p.reth.rkey, kValReth.rkey);
+          EXPECT_EQ(p.reth.dma_len, kValReth.dma_len);
+        }
+        if (info.headers & kAeth) {
+          EXPECT_EQ(p.aeth.syndrome, kValAeth.syndrome);
+          EXPECT_EQ(p.aeth.msn, kValAeth.msn);
+        }
+        if (info.headers & kAtomicEth) {
+          EXPECT_EQ(p.atomic_eth.va, kValAtomicEth.va);
+          EXPECT_EQ(p.atomic_eth.swap_add, kValAtomicEth.swap_add);
+          EXPECT_EQ(p.atomic_eth.compare, kValAtomicEth.compare);
+        }
+        if (info.headers & kAtomicAckEth) {
+          EXPECT_EQ(p.atomic_ack_eth.orig_data, kValAtomicAckEth.orig_data);
+        }
+        if (info.headers & kDeth) {
+          EXPECT_EQ(p.deth.qkey, kValDeth.qkey);
+          EXPECT_EQ(p.deth.src_qp, kValDeth.src_qp);
+        }
+        if (info.headers & kImmDt) {
+          EXPECT_EQ(p.imm, kImm);
+        }
+        if (info.headers & kIeth) {
+          EXPECT_EQ(p.ieth_rkey, kIethRkey);
+        }
+        EXPECT_TRUE(p.icrc_checked);
+        EXPECT_TRUE(p.icrc_ok);
+        EXPECT_EQ(p.icrc, icrc);
+        EXPECT_EQ(p.icrc_expected, icrc);
+        for (CrcImpl impl : {CrcImpl::zlib, CrcImpl::table})
+          EXPECT_EQ(compute_icrc(ByteSpan(&f[l3], f.size() - l3 - 4), v.ip_version,
+                                 static_cast<uint32_t>(ip_hdr), impl),
+                    icrc);
+      }
+    }
+  }
+}
+
+TEST(Frame, EveryPrefixOfEveryOpcodesFrameIsTruncated) {
+  size_t checked = 0;
+  for (uint8_t op : valid_opcodes()) {
+    for (const Variant& v : kVariants) {
+      SCOPED_TRACE(name_of(op) + " " + v.name);
+      const Bytes f = build(make_spec(op, v), payload_of(opcode_info(op).has_payload ? 37 : 0));
+      ASSERT_EQ(parse(f), ParseError::ok);
+      for (size_t n = 0; n < f.size(); ++n) {
+        const Bytes prefix(f.begin(), f.begin() + static_cast<long>(n));  // exactly n bytes on the heap
+        Packet p;
+        const ParseError e = parse(prefix, p);
+        ASSERT_EQ(e, ParseError::truncated) << "prefix of " << n << " bytes: " << to_string(e);
+        EXPECT_LE(p.frame_len, n);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000u);
+}
+
+TEST(Frame, BuildHeadersPlusSealEqualsBuildFrame) {
+  for (uint8_t op : valid_opcodes()) {
+    for (const Variant& v : kVariants) {
+      for (bool udp_csum : {false, true}) {
+        SCOPED_TRACE(name_of(op) + " " + v.name + (udp_csum ? " udp-csum" : ""));
+        FrameSpec s = make_spec(op, v);
+        s.udp_checksum = udp_csum;
+        const Bytes payload = payload_of(opcode_info(op).has_payload ? 61 : 0);
+        const Bytes want = build(s, payload);
+        Bytes f(want.size(), 0xcc);  // stale bytes in the pad and checksum must be overwritten
+        FrameLayout l;
+        ASSERT_TRUE(build_headers(f, s, static_cast<uint32_t>(payload.size()), l));
+        EXPECT_EQ(l.frame_len, want.size());
+        EXPECT_EQ(l.payload_len, payload.size());
+        EXPECT_EQ(l.l3_offset, kEthLen + (v.vlan ? kVlanLen : 0));
+        EXPECT_EQ(l.ip_hdr_len, v.ip_version == 4 ? 20u : 40u);
+        EXPECT_EQ(l.pad, (4 - payload.size() % 4) % 4);
+        std::copy(payload.begin(), payload.end(), f.begin() + l.payload_offset);
+        seal_frame(f, l);
+        EXPECT_EQ(f, want);
+      }
+    }
+  }
+}
+
+TEST(Frame, BuildRefusesWhatDoesNotFit) {
+  for (uint8_t op : valid_opcodes()) {
+    for (const Variant& v : kVariants) {
+      SCOPED_TRACE(name_of(op) + " " + v.name);
+      const FrameSpec s = make_spec(op, v);
+      const uint32_t len = opcode_info(op).has_payload ? 100 : 0;
+      const uint32_t need = frame_size(s, len);
+      for (uint32_t size : {0u, 1u, need / 2, need - 4, need - 1}) {
+        Bytes buf(size, 0x5a);
+        FrameLayout l;
+        EXPECT_FALSE(build_headers(buf, s, len, l)) << size;
+        EXPECT_EQ(buf, Bytes(size, 0x5a)) << "nothing written into a too-small buffer";
+        EXPECT_EQ(build_frame(buf, s, payload_of(len)), 0u);
+      }
+      Bytes exact(need);
+      FrameLayout l;
+      EXPECT_TRUE(build_headers(exact, s, len, l));
+      if (!opcode_info(op).has_payload) {
+        Bytes big(need + 64);
+        EXPECT_FALSE(build_headers(big, s, 4, l)) << "payload on an opcode without one";
+      }
+    }
+  }
+  // Unknown opcodes and payloads beyond the 16-bit IP length.
+  Bytes big(70000);
+  FrameLayout l;
+  for (uint8_t op : {uint8_t{0x15}, uint8_t{0x40}, uint8_t{0x66}, uint8_t{0xa0}, uint8_t{0xff}})
+    EXPECT_FALSE(build_headers(big, make_spec(op), 0, l)) << int(op);
+  EXPECT_FALSE(build_headers(big, make_spec(op::kRc | op::send_only), 65536, l));
+  EXPECT_EQ(build_frame(big, make_spec(op::kRc | op::send_only), payload_of(65536)), 0u);
+}
+
+// ================================ L2 / L3 variants ================================
+
+TEST(Frame, EthernetPaddingAfterTheFrameIsIgnored) {
+  // RC SEND_ONLY with no payload is 58 bytes: a NIC pads it to the 60-byte Ethernet minimum.
+  for (size_t len : {0u, 5u, 64u}) {
+    const Bytes f = build(make_spec(op::kRc | op::send_only), payload_of(len));
+    for (size_t extra : {1u, 2u, 4u, 6u, 46u}) {
+      for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xa5}}) {
+        SCOPED_TRACE(std::to_string(len) + "+" + std::to_string(extra));
+        Bytes padded = f;
+        padded.insert(padded.end(), extra, fill);
+        Packet p;
+        ASSERT_EQ(parse(padded, p), ParseError::ok);
+        EXPECT_EQ(p.frame_len, f.size());
+        EXPECT_EQ(p.payload_len, len);
+        EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload_of(len));
+        EXPECT_EQ(p.icrc, load_le32(&f[f.size() - 4]));
+      }
+    }
+  }
+  const Bytes min = build(make_spec(op::kRc | op::send_only), {});
+  EXPECT_EQ(min.size(), 58u);
+}
+
+TEST(Frame, VlanTagIsParsedAndKept) {
+  for (uint8_t ipv : {uint8_t{4}, uint8_t{6}}) {
+    FrameSpec s = make_spec(op::kRc | op::acknowledge, {"vlan", ipv, true});
+    for (uint16_t tci : {uint16_t{0x0000}, uint16_t{0x0001}, uint16_t{0xefff}, uint16_t{0xffff}}) {
+      s.vlan_tci = tci;
+      const Bytes f = build(s, {});
+      EXPECT_EQ(get_be16(f, 12), 0x8100);
+      EXPECT_EQ(get_be16(f, 14), tci);
+      Packet p;
+      ASSERT_EQ(parse(f, p), ParseError::ok);
+      EXPECT_TRUE(p.eth.has_vlan);
+      EXPECT_EQ(p.eth.vlan_tci, tci);
+      EXPECT_EQ(p.eth.ethertype, ipv == 4 ? kEtherTypeIpv4 : kEtherTypeIpv6);
+      EXPECT_EQ(p.l3_offset, 18u);
+    }
+  }
+}
+
+TEST(Frame, Ipv6FieldsAndGids) {
+  FrameSpec s = make_spec(op::kUd | op::send_only_imm, kVariants[1]);
+  s.traffic_class = 0xb9;
+  s.flow_label = 0xfffff;
+  s.ttl = 1;
+  const Bytes f = build(s, payload_of(40));
+  EXPECT_EQ(load_be32(&f[kL3]), (6u << 28) | (0xb9u << 20) | 0xfffffu);
+  EXPECT_EQ(get_be16(f, kL3 + 4), f.size() - kL3 - 40);
+  EXPECT_EQ(f[kL3 + 6], kIpProtoUdp);
+  EXPECT_EQ(f[kL3 + 7], 1);
+  Packet p;
+  ASSERT_EQ(parse(f, p), ParseError::ok);
+  EXPECT_EQ(p.ip6.traffic_class, 0xb9);
+  EXPECT_EQ(p.ip6.flow_label, 0xfffffu);
+  EXPECT_EQ(p.ip6.hop_limit, 1);
+  EXPECT_EQ(p.ip6.src, s.src_ip);
+  EXPECT_EQ(p.src_gid(), s.src_ip);
+  EXPECT_FALSE(gid_is_ipv4_mapped(p.dst_gid()));
+  // IPv4 frames report IPv4-mapped GIDs.
+  const Bytes f4 = build(make_spec(op::kRc | op::send_only), payload_of(4));
+  ASSERT_EQ(parse(f4, p), ParseError::ok);
+  EXPECT_EQ(p.src_gid(), gid_from_ipv4({10, 77, 0, 11}));
+  EXPECT_EQ(p.dst_gid(), gid_from_ipv4({10, 77, 0, 12}));
+}
+
+TEST(Frame, UdpChecksumIsWrittenAndVerified) {
+  for (const Variant& v : kVariants) {
+    for (size_t len : {0u, 1u, 7u, 200u}) {
+      SCOPED_TRACE(std::string(v.name) + " " + std::to_string(len));
+      FrameSpec s = make_spec(op::kUc | op::send_only, v);
+      s.udp_checksum = true;
+      Bytes f = build(s, payload_of(len));
+      const size_t l3 = kEthLen + (v.vlan ? 4 : 0), ip_hdr = v.ip_version == 4 ? 20 : 40;
+      const size_t udp = l3 + ip_hdr;
+      EXPECT_NE(get_be16(f, udp + 6), 0);
+      EXPECT_EQ(ref_udp_sum(f, l3, v.ip_version, ip_hdr), 0xffff) << "checksum verifies independently";
+      Packet p;
+      ASSERT_EQ(parse(f, p), ParseError::ok);
+      EXPECT_EQ(p.udp.checksum, get_be16(f, udp + 6));
+
+      // Wrong checksum field: the ICRC does not cover it, so only the UDP check can catch it.
+      Bytes bad = f;
+      bad[udp + 7] ^= 0x01;
+      EXPECT_EQ(parse(bad), ParseError::bad_checksum);
+      EXPECT_EQ(parse(bad, ParseOptions{.verify_icrc = true, .verify_checksums = false}), ParseError::ok);
+      // Payload changed and the ICRC redone: the stale UDP checksum still catches it.
+      if (len > 0) {
+        bad = f;
+        bad[p.payload_offset] ^= 0x40;
+        store_le32(&bad[bad.size() - 4], ref_icrc(&bad[l3], bad.size() - l3 - 4, v.ip_version, ip_hdr));
+        EXPECT_EQ(parse(bad), ParseError::bad_checksum);
+      }
+      // A zero checksum means "none" and is not verified (what RoCE NICs and rxe send).
+      Bytes none = f;
+      set_be16(none, udp + 6, 0);
+      EXPECT_EQ(parse(none), ParseError::ok);
+    }
+  }
+}

@@ -1,0 +1,52 @@
+// Unit tests of wire/: The opcode table against IBTA Table 35.
+#include <gtest/gtest.h>
+
+#include "tests/wire/wire_test_util.h"
+
+using namespace urxe::wire;
+using namespace wire_test;
+
+// ================================ Opcode table ================================
+
+TEST(OpcodeTable, EveryOpcodeMatchesIbtaTable35) {
+  const auto expected = expected_opcodes();
+  EXPECT_EQ(expected.size(), 23u + 12u + 2u + 1u);
+  std::set<int> seen;
+  for (const auto& [op, e] : expected) {
+    SCOPED_TRACE(e.name);
+    seen.insert(op);
+    const OpcodeInfo& i = opcode_info(op);
+    ASSERT_TRUE(i.valid());
+    EXPECT_EQ(i.name, e.name);
+    EXPECT_EQ(i.transport, e.transport);
+    EXPECT_EQ(i.kind, e.row.kind);
+    EXPECT_EQ(i.position, e.row.pos);
+    EXPECT_EQ(i.headers, e.row.headers);
+    EXPECT_EQ(i.has_payload, e.row.payload);
+    if (e.transport == Transport::cnp) {
+      EXPECT_EQ(i.ext_len, kCnpPayloadLen);  // 16 reserved bytes, no payload after them
+      EXPECT_FALSE(i.is_request);
+      EXPECT_FALSE(i.is_response);
+    } else {
+      EXPECT_EQ(i.ext_len, header_len(e.row.headers));
+      EXPECT_EQ(i.is_request, e.row.request);
+      EXPECT_EQ(i.is_response, !e.row.request);
+    }
+    EXPECT_EQ(i.with_imm, (e.row.headers & kImmDt) != 0);
+    EXPECT_EQ(i.with_inv, (e.row.headers & kIeth) != 0);
+    EXPECT_EQ(i.is_first(), e.row.pos == Position::first || e.row.pos == Position::only);
+    EXPECT_EQ(i.is_last(), e.row.pos == Position::last || e.row.pos == Position::only);
+    // Responses are never UC/UD: those transports have no responder packets.
+    if (i.is_response) {
+      EXPECT_EQ(i.transport, Transport::rc);
+    }
+  }
+  for (int op = 0; op < 256; ++op) {
+    if (seen.count(op)) continue;
+    SCOPED_TRACE(op);
+    EXPECT_FALSE(opcode_info(static_cast<uint8_t>(op)).valid());
+    EXPECT_EQ(opcode_info(static_cast<uint8_t>(op)).transport, Transport::none);
+  }
+  EXPECT_EQ(make_opcode(op::kUc, op::send_only), 0x24);
+  EXPECT_EQ(make_opcode(op::kUd, op::send_only_imm), 0x65);
+}
