@@ -47,16 +47,7 @@ class DeviceTreeTest : public ::testing::Test {
   Paths paths_;
 };
 
-TEST(DeviceTreeFormat, GuidAndGidText) {
-  EXPECT_EQ(format_guid(node_guid_from_mac({0x00, 0x11, 0x22, 0x33, 0x44, 0x55})), "0211:22ff:fe33:4455");
-  std::array<uint8_t, 16> g{};
-  ASSERT_TRUE(parse_gid("0000:0000:0000:0000:0000:ffff:0a00:0001", g));
-  EXPECT_EQ(g[10], 0xff);
-  EXPECT_EQ(g[12], 10);
-  EXPECT_EQ(g[15], 1);
-  EXPECT_EQ(format_gid(g), "0000:0000:0000:0000:0000:ffff:0a00:0001");
-  EXPECT_FALSE(parse_gid("fe80::1", g));
-}
+// DeviceTreeFormat.GuidAndGidText moved to tests/hostnet/interface_gid_test.cc with the code it tests.
 
 TEST_F(DeviceTreeTest, CreateWritesWhatLibibverbsReads) {
   DeviceConfig cfg;
