@@ -1,10 +1,14 @@
 #include "hostnet/interface.h"
 
+#include <linux/ethtool.h>
 #include <linux/if_link.h>
 #include <linux/rtnetlink.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -122,6 +126,24 @@ bool query_interface(const std::string& name, Interface& out, std::string* err, 
   out.addrs = std::move(d.v4);
   out.addrs.insert(out.addrs.end(), d.v6.begin(), d.v6.end());
   return true;
+}
+
+uint32_t link_speed_mbps(const std::string& name) {
+  if (name.empty() || name.size() >= IFNAMSIZ) return 0;
+  const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return 0;
+  ethtool_cmd cmd{};
+  cmd.cmd = ETHTOOL_GSET;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, name.c_str(), name.size());
+  ifr.ifr_data = reinterpret_cast<char*>(&cmd);
+  uint32_t mbps = 0;
+  if (::ioctl(s, SIOCETHTOOL, &ifr) == 0) {
+    const uint32_t v = ethtool_cmd_speed(&cmd);
+    if (v != static_cast<uint32_t>(SPEED_UNKNOWN)) mbps = v;
+  }
+  ::close(s);
+  return mbps;
 }
 
 std::string interface_names() {

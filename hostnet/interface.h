@@ -37,6 +37,10 @@ struct Interface {
 bool query_interface(const std::string& name, Interface& out, std::string* err = nullptr,
                      bool with_addrs = true);
 
+// The interface's link speed in Mb/s (ethtool ETHTOOL_GSET, which answers for the caller's network
+// namespace where sysfs may not); 0 when unknown (veth, lo) or the interface is not there.
+uint32_t link_speed_mbps(const std::string& name);
+
 // The interfaces of this network namespace, "lo, eth0, ..." (for "no such interface" errors).
 std::string interface_names();
 
