@@ -272,8 +272,11 @@ int remove_device(const Paths& paths, const std::string& name, std::string& err)
 
 bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
   if (!load_device_config(ibdev_path, cfg)) return false;
+  // Unknown on either side (a tree made before namespaces were recorded, no /proc here): visible, as before.
   hostnet::NetnsId ns;
-  return cfg.netns.empty() || !hostnet::NetnsId::parse(cfg.netns, ns) || ns == hostnet::current_netns();
+  if (!hostnet::NetnsId::parse(cfg.netns, ns)) return true;
+  const hostnet::NetnsId here = hostnet::current_netns();
+  return !here.known() || ns == here;
 }
 
 bool load_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
@@ -346,7 +349,8 @@ std::vector<DeviceInfo> list_devices(const Paths& paths) {
     NetdevInfo nd;
     info.netdev_present = query_netdev(info.config.netdev, nd);
     hostnet::NetnsId ns;
-    info.other_netns = hostnet::NetnsId::parse(info.config.netns, ns) && !(ns == hostnet::current_netns());
+    const hostnet::NetnsId here = hostnet::current_netns();
+    info.other_netns = hostnet::NetnsId::parse(info.config.netns, ns) && here.known() && !(ns == here);
     out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(),

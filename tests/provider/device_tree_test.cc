@@ -165,6 +165,31 @@ TEST_F(DeviceTreeTest, RefreshRewritesGidsWithoutTouchingTheDeviceDirectory) {
   EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
 }
 
+// A device belongs to the network namespace it was made in: the provider's reader (match_device) skips
+// another namespace's, the urxe command still loads it, and once that namespace is gone it is removed.
+TEST_F(DeviceTreeTest, DevicesFollowNetworkNamespaces) {
+  std::string err;
+  DeviceConfig cfg = dev("urxe0", "lo");
+  ASSERT_EQ(create_device(paths_, cfg, err), 0) << err;
+  DeviceConfig back;
+  ASSERT_TRUE(read_device_config(ib("urxe0"), back));
+  EXPECT_FALSE(back.netns.empty());
+  {
+    std::ofstream f(ib("urxe0") + "/urxe.conf", std::ios::app);
+    f << "netns=" << back.netns.substr(0, back.netns.find(':')) << ":1\n";  // a namespace that is not this one
+  }
+  EXPECT_FALSE(read_device_config(ib("urxe0"), back));
+  EXPECT_TRUE(load_device_config(ib("urxe0"), back));
+  auto list = list_devices(paths_);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_TRUE(list[0].other_netns);
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: cannot tell whether another namespace is gone";
+  const auto removed = remove_vanished_devices(paths_);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].name, "urxe0");
+  EXPECT_FALSE(fs::exists(ib("urxe0")));
+}
+
 TEST_F(DeviceTreeTest, AppEnvironment) {
   ::setenv("URXE_PROVIDER", "/opt/urxe/lib/liburxe-rdmav34.so", 1);
   auto env = app_environment(paths_);
