@@ -176,7 +176,8 @@ TEST_F(DeviceTreeTest, DevicesFollowNetworkNamespaces) {
   EXPECT_FALSE(back.netns.empty());
   {
     std::ofstream f(ib("urxe0") + "/urxe.conf", std::ios::app);
-    f << "netns=" << back.netns.substr(0, back.netns.find(':')) << ":1\n";  // a namespace that is not this one
+    f << "netns=" << back.netns.substr(0, back.netns.find(':'))
+      << ":1\n";  // a namespace that is not this one
   }
   EXPECT_FALSE(read_device_config(ib("urxe0"), back));
   EXPECT_TRUE(load_device_config(ib("urxe0"), back));
