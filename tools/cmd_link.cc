@@ -4,6 +4,7 @@
 // frames (hostnet/kernel_guard.h), which belongs to the device's owner, so `link add` installs it and
 // `link del` removes it. Devices whose interface has gone are removed by `link show` and `link add`, as the
 // kernel removes an rdma link whose netdev goes.
+#include <getopt.h>
 #include <linux/capability.h>
 #include <net/if.h>
 
@@ -220,26 +221,49 @@ int add_main(Args args) {
   uint32_t mtu = 0;
   std::string port = "auto", dpdk;
   bool filter = true;
-  for (size_t i = 3; i < args.size(); ++i) {
-    const std::string_view k = args[i];
+  // The options after NAME netdev IFACE, by getopt_long: whole option names only (an abbreviation is an
+  // unknown option), a value as the next word or after '='.
+  static const option kOptions[] = {{"dpdk", required_argument, nullptr, 0},
+                                    {"mtu", required_argument, nullptr, 0},
+                                    {"port", required_argument, nullptr, 0},
+                                    {"gids", required_argument, nullptr, 0},
+                                    {"pcap", required_argument, nullptr, 0},
+                                    {"pcap-size", required_argument, nullptr, 0},
+                                    {"pcap-files", required_argument, nullptr, 0},
+                                    {"no-filter", no_argument, nullptr, 0},
+                                    {nullptr, 0, nullptr, 0}};
+  std::vector<std::string> words = {"urxe link add"};
+  for (size_t i = 3; i < args.size(); ++i) words.emplace_back(args[i]);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const int argc = static_cast<int>(words.size());
+  opterr = 0;  // the messages are ours
+  optind = 0;  // glibc: start afresh
+  for (;;) {
+    const int at = optind == 0 ? 1 : optind;  // the word getopt_long reads next
+    int index = -1;
+    const int c = getopt_long(argc, argv.data(), "-:", kOptions, &index);
+    if (c == -1 && !(at < argc && words[at] == "--")) break;
+    const std::string word = at < argc ? words[at] : std::string();
+    const std::string opt_name = word.substr(0, word.find('='));
+    if (c == ':') {
+      std::fprintf(stderr, "urxe link add: %s needs a value (see urxe link add --help)\n", word.c_str());
+      return kExitUsage;
+    }
+    if (c != 0 || opt_name != std::string("--") + kOptions[index].name) {
+      std::fprintf(stderr,
+                   "urxe link add: unknown option '%s' (valid: --dpdk, --mtu, --port, --gids, --pcap, "
+                   "--pcap-size, --pcap-files, --no-filter)\n",
+                   word.c_str());
+      return kExitUsage;
+    }
+    const std::string_view k = opt_name;
     if (k == "--no-filter") {
       filter = false;
       continue;
     }
-    if (k != "--dpdk" && k != "--mtu" && k != "--port" && k != "--gids" && k != "--pcap" &&
-        k != "--pcap-size" && k != "--pcap-files") {
-      std::fprintf(stderr,
-                   "urxe link add: unknown option '%.*s' (valid: --dpdk, --mtu, --port, --gids, --pcap, "
-                   "--pcap-size, --pcap-files, --no-filter)\n",
-                   static_cast<int>(k.size()), k.data());
-      return kExitUsage;
-    }
-    if (i + 1 >= args.size()) {
-      std::fprintf(stderr, "urxe link add: %.*s needs a value (see urxe link add --help)\n",
-                   static_cast<int>(k.size()), k.data());
-      return kExitUsage;
-    }
-    const std::string_view v = args[++i];
+    const std::string_view v = optarg;
     uint32_t n = 0;
     if (k == "--mtu") {
       if (!parse_u32(v, n) || n < 348) {
