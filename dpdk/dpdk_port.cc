@@ -1,6 +1,7 @@
 #include "dpdk/dpdk_port.h"
 
 #include <dirent.h>
+#include <linux/capability.h>
 #include <rte_bus_vdev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -27,6 +28,7 @@
 
 #include "dpdk/port_factory.h"
 #include "dpdk/socket_port.h"
+#include "hostnet/capability.h"
 #include "wire/bytes.h"
 #include "wire/opcode.h"
 
@@ -218,10 +220,10 @@ static std::set<int> packet_socket_fds(int ifindex) {
 
 std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string* err) {
   std::unique_ptr<DpdkPort> p(new DpdkPort());
-  if (!query_netdev(cfg.ifname, p->info_, err)) return nullptr;
+  if (!hostnet::query_interface(cfg.ifname, p->info_, err)) return nullptr;
   p->attr_.mac = p->info_.mac;
   p->attr_.mtu = p->info_.mtu;
-  p->attr_.gids = cfg.gids.empty() ? build_gid_table(p->info_) : cfg.gids;
+  p->attr_.gids = cfg.gids.empty() ? hostnet::build_gid_table(p->info_) : cfg.gids;
 
   // Split the user's words: every --vdev is hot-plugged after EAL is up (so a second port in the same
   // process works too); the rest are EAL arguments.
@@ -249,7 +251,8 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
     // default 8 MiB; Docker's may be 64 KiB), so they take at most a quarter of it, else the old 512.
     uint64_t budget = kRxRingBytes;
     rlimit rl{};
-    if (!have_cap_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    if (!hostnet::have_capability(CAP_IPC_LOCK) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+        rl.rlim_cur != RLIM_INFINITY)
       budget = std::min<uint64_t>(budget, rl.rlim_cur / 4);
     const uint32_t per_block = blocksz / framesz;
     const uint32_t want = std::max<uint32_t>(512, static_cast<uint32_t>(budget / framesz));
@@ -523,9 +526,9 @@ void DpdkPort::rx_wait_arm(bool armed) {
   }
 }
 
-bool DpdkPort::set_rx_qpn_range(QpnRange qpns) {
-  qpns_ = qpns;
-  qpn_filter_ = qpns.first != 0 || qpns.end != (1u << 24);
+bool DpdkPort::set_rx_qpn_range(uint32_t first, uint32_t end) {
+  qpns_ = {first, end};
+  qpn_filter_ = first != 0 || end != (1u << 24);
   if (ring_fd_ >= 0) return attach_roce_filter(ring_fd_, info_.mac, UINT32_MAX, qpns_, nullptr);
   return true;
 }

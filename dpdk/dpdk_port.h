@@ -1,5 +1,5 @@
 // A Port on a DPDK ethdev. EAL is started lazily inside the application, once per process, with arguments
-// that work without any host setup (research/dpdk-on-this-machine.md): a unique --file-prefix, --no-huge
+// that work without any host setup: a unique --file-prefix, --no-huge
 // -m N when no hugepages are free, --no-pci unless the user names a PCI device, --no-telemetry, the main
 // lcore allowed on every CPU the process may use (so the app's thread is not pinned). The default device is
 // net_af_packet on the kernel interface (needs CAP_NET_RAW and CAP_NET_ADMIN: it sets promiscuous mode);
@@ -14,10 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "dpdk/kernel_guard.h"
-#include "dpdk/netdev_info.h"
 #include "dpdk/socket_port.h"
 #include "engine/port.h"
+#include "hostnet/gid.h"
+#include "hostnet/interface.h"
+#include "hostnet/kernel_guard.h"
 
 struct rte_mempool;
 struct rte_mbuf;
@@ -63,12 +64,12 @@ class DpdkPort final : public engine::Port {
 
   uint16_t port_id() const { return port_id_; }
   const std::string& device_name() const { return dev_name_; }
-  const NetdevInfo& netdev() const { return info_; }
+  const hostnet::Interface& netdev() const { return info_; }
   bool udp_guard_active() const { return guard_.active(); }
   DpdkPortStats stats() const;
   // Deliver only RoCE frames whose destination QP is in `qpns` (checked in rx_burst; the PMD still copies
   // them) and wake only for those.
-  bool set_rx_qpn_range(QpnRange qpns);
+  bool set_rx_qpn_range(uint32_t first, uint32_t end) override;
 
  private:
   DpdkPort() = default;
@@ -90,9 +91,9 @@ class DpdkPort final : public engine::Port {
   bool wait_is_socket_ = false;  // our own packet socket (else the PMD's rx interrupt or ring socket)
   int ring_fd_ = -1;             // af_packet: the PMD's own ring socket (polled; owned by the PMD)
   uint64_t multiseg_dropped_ = 0, not_ours_dropped_ = 0;
-  NetdevInfo info_;
+  hostnet::Interface info_;
   engine::PortAttr attr_;
-  UdpPortGuard guard_;
+  hostnet::UdpPortGuard guard_;
   LoopbackSender loop_;
 };
 

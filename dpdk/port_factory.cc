@@ -1,49 +1,40 @@
 #include "dpdk/port_factory.h"
 
 #include <linux/capability.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "dpdk/dpdk_port.h"
+#include "dpdk/memory_port.h"
 #include "dpdk/socket_port.h"
+#include "hostnet/capability.h"
 
 namespace urxe::dpdk {
-namespace {
 
-bool have_cap(int cap) {
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2]{};
-  if (syscall(SYS_capget, &hdr, data) != 0) return false;
-  return (data[cap / 32].effective >> (cap % 32)) & 1;
-}
-
-}  // namespace
-
-bool have_cap_net_admin() {
-  return have_cap(CAP_NET_ADMIN);
-}
-bool have_cap_net_raw() {
-  return have_cap(CAP_NET_RAW);
-}
-bool have_cap_ipc_lock() {
-  return have_cap(CAP_IPC_LOCK);
-}
-
-bool set_rx_qpn_range(engine::Port& port, uint32_t first, uint32_t end) {
-  if (auto* s = dynamic_cast<SocketPort*>(&port)) return s->set_rx_qpn_range({first, end});
-  if (auto* d = dynamic_cast<DpdkPort*>(&port)) return d->set_rx_qpn_range({first, end});
+bool parse_port_kind(const std::string& text, PortKind& kind) {
+  static constexpr std::pair<const char*, PortKind> kNames[] = {{"auto", PortKind::automatic},
+                                                                {"dpdk", PortKind::dpdk},
+                                                                {"socket", PortKind::socket},
+                                                                {"loop", PortKind::loop},
+                                                                {"null", PortKind::null}};
+  for (const auto& [name, k] : kNames) {
+    if (text == name) {
+      kind = k;
+      return true;
+    }
+  }
   return false;
 }
 
 std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* notice, std::string* err) {
+  if (opt.kind == PortKind::loop || opt.kind == PortKind::null)
+    return open_memory_port(opt.attr, opt.kind == PortKind::loop ? opt.bus : std::string());
   std::string why;
   bool try_dpdk = opt.kind == PortKind::dpdk;
   if (opt.kind == PortKind::automatic) {
     if (!opt.dpdk_args.empty())
       try_dpdk = true;
-    else if (!have_cap_net_admin())
+    else if (!hostnet::have_capability(CAP_NET_ADMIN))
       why = "no CAP_NET_ADMIN for DPDK af_packet";
-    else if (!have_cap_net_raw())
+    else if (!hostnet::have_capability(CAP_NET_RAW))
       why = "no CAP_NET_RAW for DPDK af_packet";
     else
       try_dpdk = true;

@@ -1,6 +1,6 @@
-// Opens the right Port for an interface: DPDK when it can start (the user passed DPDK arguments, or the
-// process has CAP_NET_ADMIN and CAP_NET_RAW for the default af_packet vdev), else the kernel-socket port,
-// with a one-line notice saying which and why.
+// Opens the right Port for a device. Real I/O: DPDK when it can start (the user passed DPDK arguments, or
+// the process has CAP_NET_ADMIN and CAP_NET_RAW for the default af_packet vdev), else the kernel-socket
+// port, with a one-line notice saying which and why. In-process: the loop and null ports (memory_port.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -11,27 +11,26 @@
 
 namespace urxe::dpdk {
 
-enum class PortKind { automatic, dpdk, socket };
+enum class PortKind { automatic, dpdk, socket, loop, null };
+
+// "auto", "dpdk", "socket", "loop", "null"; false for anything else.
+bool parse_port_kind(const std::string& text, PortKind& kind);
 
 struct PortOptions {
   std::string ifname;
   std::string dpdk_args;  // EAL/vdev words passed through (see DpdkPortConfig)
   PortKind kind = PortKind::automatic;
   std::vector<wire::Gid> gids;  // GID table override; empty = from the interface
-  bool guard_udp_port = true;   // hold a UdpPortGuard (see kernel_guard.h)
+  bool guard_udp_port = true;   // hold a UdpPortGuard (see hostnet/kernel_guard.h)
+  // loop and null: the attributes the port presents (nothing to read them from), and the loop's bus (ports
+  // with the same bus name in this process hear each other; the provider uses the device name).
+  engine::PortAttr attr;
+  std::string bus;
 };
 
-// Whether the process has CAP_NET_ADMIN / CAP_NET_RAW in its effective set.
-bool have_cap_net_admin();
-bool have_cap_net_raw();
-bool have_cap_ipc_lock();  // locked memory beyond RLIMIT_MEMLOCK (DPDK's af_packet rings are MAP_LOCKED)
-
-// Tells a port from open_port which destination QPNs this process owns, [first, end): frames for other
-// QPNs (another process's on the same device) are dropped by the port. False for other Port types.
-bool set_rx_qpn_range(engine::Port& port, uint32_t first, uint32_t end);
-
 // nullptr with *err set when no port could be opened. *notice receives one line (no newline) describing
-// the choice, e.g. "urxe: eth0: using the kernel-socket port (no CAP_NET_ADMIN for DPDK af_packet)".
+// the choice, e.g. "urxe: eth0: using the kernel-socket port (no CAP_NET_ADMIN for DPDK af_packet)";
+// nothing for loop and null.
 std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* notice, std::string* err);
 
 }  // namespace urxe::dpdk

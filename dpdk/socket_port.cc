@@ -124,10 +124,10 @@ bool LoopbackSender::send(const uint8_t* frame, uint32_t len) {
 
 std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::string* err) {
   std::unique_ptr<SocketPort> p(new SocketPort());
-  if (!query_netdev(cfg.ifname, p->info_, err)) return nullptr;
+  if (!hostnet::query_interface(cfg.ifname, p->info_, err)) return nullptr;
   p->attr_.mac = p->info_.mac;
   p->attr_.mtu = p->info_.mtu;
-  p->attr_.gids = cfg.gids.empty() ? build_gid_table(p->info_) : cfg.gids;
+  p->attr_.gids = cfg.gids.empty() ? hostnet::build_gid_table(p->info_) : cfg.gids;
 
   p->max_frame_ = cfg.max_frame ? cfg.max_frame : p->info_.mtu + 18;
   // Slot = tpacket2 header + sockaddr_ll + alignment (the kernel puts the MAC header at ~66) + frame.
@@ -299,8 +299,8 @@ void SocketPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
   }
 }
 
-bool SocketPort::set_rx_qpn_range(QpnRange qpns, std::string* err) {
-  return attach_roce_filter(fd_, info_.mac, kSnapAll, qpns, err);
+bool SocketPort::set_rx_qpn_range(uint32_t first, uint32_t end) {
+  return attach_roce_filter(fd_, info_.mac, kSnapAll, {first, end}, nullptr);
 }
 
 PortStats SocketPort::stats() {

@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "dpdk/kernel_guard.h"
-#include "dpdk/netdev_info.h"
 #include "engine/port.h"
+#include "hostnet/gid.h"
+#include "hostnet/interface.h"
+#include "hostnet/kernel_guard.h"
 
 namespace urxe::dpdk {
 
@@ -94,11 +95,11 @@ class SocketPort final : public engine::Port {
   void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
   int rx_wait_fd() const override { return fd_; }  // POLLIN when the rx ring holds a frame
 
-  const NetdevInfo& netdev() const { return info_; }
+  const hostnet::Interface& netdev() const { return info_; }
   bool udp_guard_active() const { return guard_.active(); }
   PortStats stats();
   // Deliver only RoCE frames whose destination QP is in `qpns` (in the kernel's socket filter).
-  bool set_rx_qpn_range(QpnRange qpns, std::string* err = nullptr);
+  bool set_rx_qpn_range(uint32_t first, uint32_t end) override;
 
  private:
   SocketPort() = default;
@@ -115,9 +116,9 @@ class SocketPort final : public engine::Port {
   std::vector<uint32_t> pool_free_;
   std::vector<uint8_t> rx_held_;  // rx slots handed to the engine and not yet returned
   PortStats stats_;
-  NetdevInfo info_;
+  hostnet::Interface info_;
   engine::PortAttr attr_;
-  UdpPortGuard guard_;
+  hostnet::UdpPortGuard guard_;
   LoopbackSender loop_;
 };
 

@@ -42,6 +42,11 @@ class Port {
   // means the port has nothing to sleep on: sleep briefly (tens of microseconds) instead.
   virtual int rx_wait_fd() const { return -1; }
   virtual void rx_wait_arm(bool /*armed*/) {}
+
+  // This process owns destination QPNs [first, end) only (the provider's urxe.qpn blocks): a port with a
+  // receive filter then drops other processes' frames on the same device before they cost a wakeup. False
+  // when the filter could not be set; a port without one takes every QPN and returns true.
+  virtual bool set_rx_qpn_range(uint32_t /*first*/, uint32_t /*end*/) { return true; }
 };
 
 class Clock {

@@ -3,12 +3,9 @@
 // turned into the records libibverbs reads (async fd, completion channels).
 #include <endian.h>
 #include <fcntl.h>
-#include <linux/ethtool.h>
-#include <linux/sockios.h>
 #include <net/if.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +16,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "hostnet/interface.h"
 #include "provider/capture_port.h"
 #include "provider/internal.h"
 #include "provider/ports.h"
@@ -262,7 +260,7 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
           dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
     }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
-    urxe::provider::restrict_rx_qpns(*st->port, ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
+    st->port->set_rx_qpn_range(ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
     {
       const char* names[static_cast<size_t>(en::Counter::num_counters)];
       for (size_t c = 0; c < std::size(names); ++c) names[c] = en::counter_name(static_cast<en::Counter>(c));
@@ -389,23 +387,10 @@ enum : uint8_t {
   IBV_SPEED_HDR = 64
 };
 void eth_speed(const std::string& netdev, uint8_t& width, uint8_t& speed) {
-  // ETHTOOL_GSET through the socket API answers for the caller's network namespace (sysfs may not).
-  long mbps = 0;
-  if (int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0); s >= 0) {
-    ethtool_cmd cmd{};
-    cmd.cmd = ETHTOOL_GSET;
-    ifreq ifr{};
-    std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", netdev.c_str());
-    ifr.ifr_data = reinterpret_cast<char*>(&cmd);
-    if (::ioctl(s, SIOCETHTOOL, &ifr) == 0) {
-      const uint32_t v = ethtool_cmd_speed(&cmd);
-      if (v != static_cast<uint32_t>(SPEED_UNKNOWN)) mbps = v;
-    }
-    ::close(s);
-  }
+  const uint32_t mbps = urxe::hostnet::link_speed_mbps(netdev);  // this netns's view
   width = IBV_WIDTH_1X;
   speed = IBV_SPEED_SDR;
-  if (mbps <= 0) return;  // unknown (veth, lo): as the kernel, 1X SDR
+  if (mbps == 0) return;  // unknown (veth, lo): as the kernel, 1X SDR
   if (mbps <= 2500) {
     speed = IBV_SPEED_SDR;
   } else if (mbps <= 5000) {

@@ -1,17 +1,8 @@
 #include "provider/device_tree.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <linux/if_link.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <sys/file.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -25,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "hostnet/interface.h"
+#include "hostnet/netns.h"
 #include "provider/stats.h"
 
 #ifndef URXE_PROVIDER_BUILD_PATH
@@ -86,14 +79,6 @@ bool valid_name(const std::string& name) {
   });
 }
 
-std::array<uint8_t, 16> v4_mapped(const in_addr& a) {
-  std::array<uint8_t, 16> g{};
-  g[10] = 0xff;
-  g[11] = 0xff;
-  std::memcpy(&g[12], &a, 4);
-  return g;
-}
-
 std::string class_ib(const Paths& p) {
   return p.sysfs() + "/class/infiniband";
 }
@@ -119,6 +104,7 @@ std::string config_text(const DeviceConfig& c) {
   std::ostringstream o;
   o << "name=" << c.name << "\nnetdev=" << c.netdev << "\ndpdk=" << c.dpdk << "\nmtu=" << c.mtu
     << "\nport=" << c.port << "\ngid_tbl_len=" << c.gid_tbl_len << "\nuverbs=" << c.uverbs << "\n";
+  if (!c.netns.empty()) o << "netns=" << c.netns << "\n";
   if (!c.pcap.empty())
     o << "pcap=" << c.pcap << "\npcap_size=" << c.pcap_size_mb << "\npcap_files=" << c.pcap_files << "\n";
   return o.str();
@@ -147,146 +133,27 @@ Paths Paths::from_env() {
 }
 
 bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err) {
-  if (netdev.empty() || netdev.size() >= IFNAMSIZ) {
-    if (err) *err = "bad interface name '" + netdev + "'";
-    return false;
-  }
-  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) {
-    if (err) *err = std::string("socket: ") + std::strerror(errno);
-    return false;
-  }
-  ifreq ifr{};
-  std::memcpy(ifr.ifr_name, netdev.c_str(), netdev.size());
-  bool ok = false;
-  if (::ioctl(s, SIOCGIFINDEX, &ifr) == 0) {
-    out.ifindex = ifr.ifr_ifindex;
-    if (::ioctl(s, SIOCGIFHWADDR, &ifr) == 0) {
-      std::memcpy(out.mac.data(), ifr.ifr_hwaddr.sa_data, 6);
-      if (::ioctl(s, SIOCGIFMTU, &ifr) == 0) {
-        out.mtu = static_cast<uint32_t>(ifr.ifr_mtu);
-        if (::ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-          out.up = (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING);
-          ok = true;
-        }
-      }
-    }
-  }
-  if (!ok && err) *err = "interface '" + netdev + "': " + std::strerror(errno);
-  ::close(s);
-  return ok;
-}
-
-bool carrier_down_count(const std::string& netdev, uint64_t& out) {
-  if (netdev.empty() || netdev.size() >= IFNAMSIZ) return false;
-  const int s = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-  if (s < 0) return false;
-  struct {
-    nlmsghdr h;
-    ifinfomsg ifi;
-    alignas(NLMSG_ALIGNTO) char attrs[RTA_SPACE(IFNAMSIZ)];
-  } req{};
-  req.h.nlmsg_type = RTM_GETLINK;
-  req.h.nlmsg_flags = NLM_F_REQUEST;
-  req.h.nlmsg_seq = 1;
-  req.ifi.ifi_family = AF_UNSPEC;
-  auto* rta = reinterpret_cast<rtattr*>(req.attrs);
-  rta->rta_type = IFLA_IFNAME;
-  rta->rta_len = static_cast<unsigned short>(RTA_LENGTH(netdev.size() + 1));
-  std::memcpy(RTA_DATA(rta), netdev.c_str(), netdev.size() + 1);
-  req.h.nlmsg_len = static_cast<uint32_t>(NLMSG_LENGTH(sizeof(ifinfomsg)) + RTA_ALIGN(rta->rta_len));
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
-  bool found = false;
-  alignas(nlmsghdr) char buf[16384];
-  if (::sendto(s, &req, req.h.nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
-      static_cast<ssize_t>(req.h.nlmsg_len)) {
-    const ssize_t n = ::recv(s, buf, sizeof buf, 0);
-    auto* h = reinterpret_cast<nlmsghdr*>(buf);
-    if (n > 0 && NLMSG_OK(h, static_cast<uint32_t>(n)) && h->nlmsg_type == RTM_NEWLINK) {
-      auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(h));
-      int left = static_cast<int>(IFLA_PAYLOAD(h));
-      for (rtattr* a = IFLA_RTA(ifi); RTA_OK(a, left); a = RTA_NEXT(a, left)) {
-        if (a->rta_type == IFLA_CARRIER_DOWN_COUNT && RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
-          uint32_t v;
-          std::memcpy(&v, RTA_DATA(a), sizeof v);
-          out = v;
-          found = true;
-        }
-      }
-    }
-  }
-  ::close(s);
-  return found;
-}
-
-uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& m) {
-  const uint8_t b[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
-  uint64_t g = 0;
-  for (uint8_t x : b) g = (g << 8) | x;
-  return g;
-}
-
-std::string format_guid(uint64_t guid) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%04x:%04x:%04x:%04x", static_cast<unsigned>((guid >> 48) & 0xffff),
-                static_cast<unsigned>((guid >> 32) & 0xffff), static_cast<unsigned>((guid >> 16) & 0xffff),
-                static_cast<unsigned>(guid & 0xffff));
-  return buf;
-}
-
-std::string format_gid(const std::array<uint8_t, 16>& g) {
-  char buf[48];
-  int n = 0;
-  for (int i = 0; i < 8; ++i)
-    n += std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), i ? ":%02x%02x" : "%02x%02x", g[2 * i],
-                       g[2 * i + 1]);
-  return buf;
-}
-
-bool parse_gid(const std::string& text, std::array<uint8_t, 16>& g) {
-  unsigned v[8];
-  if (std::sscanf(text.c_str(), "%4x:%4x:%4x:%4x:%4x:%4x:%4x:%4x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                  &v[6], &v[7]) != 8)
-    return false;
-  for (int i = 0; i < 8; ++i) {
-    g[2 * i] = static_cast<uint8_t>(v[i] >> 8);
-    g[2 * i + 1] = static_cast<uint8_t>(v[i]);
-  }
+  hostnet::Interface i;
+  if (!hostnet::query_interface(netdev, i, err, false)) return false;
+  out.mac = i.mac;
+  out.mtu = i.mtu;
+  out.ifindex = i.ifindex;
+  out.up = i.active();
   return true;
 }
 
-std::vector<GidEntry> build_gid_table(const std::string& netdev, const std::array<uint8_t, 6>& mac) {
-  std::vector<std::array<uint8_t, 16>> addrs;
-  // The default GID: the link-local address the MAC's EUI-64 gives, present even without IPv6.
-  std::array<uint8_t, 16> def{};
-  def[0] = 0xfe;
-  def[1] = 0x80;
-  uint64_t eui = node_guid_from_mac(mac);
-  for (int i = 0; i < 8; ++i) def[8 + i] = static_cast<uint8_t>(eui >> (56 - 8 * i));
-  addrs.push_back(def);
+bool carrier_down_count(const std::string& netdev, uint64_t& out) {
+  hostnet::Interface i;
+  if (!hostnet::query_interface(netdev, i, nullptr, false) || !i.has_carrier_down_count) return false;
+  out = i.carrier_down_count;
+  return true;
+}
 
-  std::vector<std::array<uint8_t, 16>> v4, v6;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) == 0) {
-    for (ifaddrs* a = list; a; a = a->ifa_next) {
-      if (!a->ifa_addr || !a->ifa_name || netdev != a->ifa_name) continue;
-      if (a->ifa_addr->sa_family == AF_INET) {
-        v4.push_back(v4_mapped(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr));
-      } else if (a->ifa_addr->sa_family == AF_INET6) {
-        std::array<uint8_t, 16> g{};
-        std::memcpy(g.data(), &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, 16);
-        v6.push_back(g);
-      }
-    }
-    ::freeifaddrs(list);
-  }
-  for (auto* group : {&v4, &v6})
-    for (auto& g : *group)
-      if (std::find(addrs.begin(), addrs.end(), g) == addrs.end()) addrs.push_back(g);
-
+std::vector<GidEntry> build_gid_table(const std::string& netdev) {
   std::vector<GidEntry> table;
-  for (auto& g : addrs) table.push_back({g, GidType::roce_v2, netdev});
+  hostnet::Interface info;
+  if (!hostnet::query_interface(netdev, info)) return table;
+  for (const wire::Gid& g : hostnet::build_gid_table(info)) table.push_back({g, GidType::roce_v2, netdev});
   return table;
 }
 
@@ -301,6 +168,7 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
   }
   NetdevInfo nd;
   if (!query_netdev(cfg.netdev, nd, &err)) return ENODEV;
+  cfg.netns = hostnet::current_netns().to_string();
 
   RunLock lock(paths);
   std::error_code ec;
@@ -352,7 +220,7 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
   }
   // Every process that opens the device takes a lock in this file, whoever it runs as.
   ::chmod((dev_path + "/urxe.qpn").c_str(), 0666);
-  write_gid_files(port_dir, cfg.gid_tbl_len, build_gid_table(cfg.netdev, nd.mac));
+  write_gid_files(port_dir, cfg.gid_tbl_len, build_gid_table(cfg.netdev));
   // Counters (provider/stats.h): made now, since the device directory must not change once created.
   if (!init_device_stats(dev_path, cfg.netdev, err)) return EIO;
 
@@ -382,7 +250,7 @@ int remove_device(const Paths& paths, const std::string& name, std::string& err)
   RunLock lock(paths);
   const std::string dev_path = class_ib(paths) + "/" + name;
   DeviceConfig cfg;
-  if (!valid_name(name) || !read_device_config(dev_path, cfg)) {
+  if (!valid_name(name) || !load_device_config(dev_path, cfg)) {
     err = "no urxe device '" + name + "'";
     return ENODEV;
   }
@@ -403,6 +271,15 @@ int remove_device(const Paths& paths, const std::string& name, std::string& err)
 }
 
 bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
+  if (!load_device_config(ibdev_path, cfg)) return false;
+  // Unknown on either side (a tree made before namespaces were recorded, no /proc here): visible, as before.
+  hostnet::NetnsId ns;
+  if (!hostnet::NetnsId::parse(cfg.netns, ns)) return true;
+  const hostnet::NetnsId here = hostnet::current_netns();
+  return !here.known() || ns == here;
+}
+
+bool load_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
   std::ifstream f(ibdev_path + "/urxe.conf");
   if (!f) return false;
   std::string line;
@@ -433,6 +310,8 @@ bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
       cfg.pcap_size_mb = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
     } else if (k == "pcap_files") {
       cfg.pcap_files = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
+    } else if (k == "netns") {
+      cfg.netns = v;
     }
   }
   return have_name && !cfg.netdev.empty() && cfg.gid_tbl_len > 0;
@@ -463,12 +342,15 @@ std::vector<DeviceInfo> list_devices(const Paths& paths) {
     info.uverbs_name = u;
     std::string ibdev = read_text(ent.path().string() + "/ibdev");
     info.ibdev_path = class_ib(paths) + "/" + ibdev;
-    if (ibdev.empty() || !read_device_config(info.ibdev_path, info.config)) continue;
+    if (ibdev.empty() || !load_device_config(info.ibdev_path, info.config)) continue;
     for (auto& [idx, e] : read_gid_table(info.ibdev_path, info.config.gid_tbl_len)) info.gids.push_back(e);
     struct stat st {};
     info.dev_node_ok = ::stat((paths.dev_dir + "/" + u).c_str(), &st) == 0 && S_ISCHR(st.st_mode);
     NetdevInfo nd;
     info.netdev_present = query_netdev(info.config.netdev, nd);
+    hostnet::NetnsId ns;
+    const hostnet::NetnsId here = hostnet::current_netns();
+    info.other_netns = hostnet::NetnsId::parse(info.config.netns, ns) && here.known() && !(ns == here);
     out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(),
@@ -476,10 +358,22 @@ std::vector<DeviceInfo> list_devices(const Paths& paths) {
   return out;
 }
 
+std::vector<DeviceConfig> remove_vanished_devices(const Paths& paths) {
+  std::vector<DeviceConfig> removed;
+  for (const DeviceInfo& d : list_devices(paths)) {
+    hostnet::NetnsId ns;
+    if (!hostnet::NetnsId::parse(d.config.netns, ns)) continue;  // no namespace recorded: cannot tell
+    if (hostnet::interface_presence(ns, d.config.netdev) != hostnet::Presence::gone) continue;
+    std::string err;
+    if (remove_device(paths, d.config.name, err) == 0) removed.push_back(d.config);
+  }
+  return removed;
+}
+
 int refresh_gids(const Paths& paths, const std::string& name, std::string& err) {
   const std::string dev_path = class_ib(paths) + "/" + name;
   DeviceConfig cfg;
-  if (!valid_name(name) || !read_device_config(dev_path, cfg)) {
+  if (!valid_name(name) || !load_device_config(dev_path, cfg)) {
     err = "no urxe device '" + name + "'";
     return ENODEV;
   }
@@ -525,10 +419,8 @@ int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::
   // directory itself, which an app that may only read the tree can take too.
   const int lock_fd = ::open(port_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);
-  NetdevInfo nd;
-  std::vector<GidEntry> live;
   // A vanished interface leaves an all-empty table (the kernel drops the GIDs too).
-  if (query_netdev(cfg.netdev, nd)) live = build_gid_table(cfg.netdev, nd.mac);
+  const std::vector<GidEntry> live = build_gid_table(cfg.netdev);
   const auto current = read_gid_table(ibdev_path, cfg.gid_tbl_len);
   table = merge_gid_table(current, live, cfg.gid_tbl_len);
   int rc = 0;

@@ -1,6 +1,6 @@
 // A urxe device as libibverbs sees it without a kernel: a fake sysfs tree (found through SYSFS_PATH), a
 // /dev/infiniband/uverbsN node with /dev/null's numbers, and the device's config, kept inside the tree so the
-// provider finds it from the ibdev_path libibverbs gives it. Facts: research/provider-without-kernel.md §1.
+// provider finds it from the ibdev_path libibverbs gives it.
 //
 // Layout under Paths::sysfs():
 //   class/infiniband_verbs/abi_version                 "6"
@@ -15,6 +15,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "hostnet/gid.h"
 
 namespace urxe::provider {
 
@@ -39,6 +41,10 @@ struct DeviceConfig {
   std::string pcap;
   uint32_t pcap_size_mb = 100;
   uint32_t pcap_files = 10;
+  // The network namespace netdev was in at creation (hostnet::NetnsId text, "DEV:INO"): the device belongs
+  // to it, as an rdma link belongs to its netdev's namespace in the kernel's exclusive mode. "" = every
+  // namespace (trees made before it was recorded).
+  std::string netns;
 };
 
 enum class GidType { roce_v1, roce_v2 };
@@ -49,6 +55,8 @@ struct GidEntry {
   std::string ndev;  // "" for an unused slot
 };
 
+// The provider's view of its interface (hostnet::Interface cut down): `up` is the port's ACTIVE, i.e.
+// IFF_UP and IFF_RUNNING.
 struct NetdevInfo {
   std::array<uint8_t, 6> mac{};
   uint32_t mtu = 0;
@@ -58,31 +66,33 @@ struct NetdevInfo {
 
 struct DeviceInfo {
   DeviceConfig config;
-  std::string uverbs_name;     // "uverbs0"
-  std::string ibdev_path;      // sysfs()/class/infiniband/<name>
-  std::vector<GidEntry> gids;  // as currently in the tree, unused slots left out
-  bool dev_node_ok = false;    // /dev/infiniband/uverbsN exists
-  bool netdev_present = false;
+  std::string uverbs_name;      // "uverbs0"
+  std::string ibdev_path;       // sysfs()/class/infiniband/<name>
+  std::vector<GidEntry> gids;   // as currently in the tree, unused slots left out
+  bool dev_node_ok = false;     // /dev/infiniband/uverbsN exists
+  bool netdev_present = false;  // in the caller's network namespace
+  bool other_netns = false;     // the device belongs to another network namespace (config.netns)
 };
 
-// Interface facts from the current network namespace (ioctl on a socket, so it follows the netns).
+// Interface facts from the caller's network namespace (hostnet::query_interface, without addresses).
 bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err = nullptr);
 
-// How many times the interface lost its carrier since it was created (the kernel's carrier_down_count,
-// IFLA_CARRIER_DOWN_COUNT over rtnetlink, so it follows the netns). false when the interface is not there.
+// How many times the interface lost its carrier since it was created (hostnet::Interface's
+// carrier_down_count, so it follows the netns). false when the interface is not there.
 bool carrier_down_count(const std::string& netdev, uint64_t& out);
 
-// The RoCE GID table for an interface in the kernel's order (roce_gid_mgmt): the default GID
-// fe80::<EUI-64 of the MAC> first, then each IPv4 address (as ::ffff:a.b.c.d), then each IPv6 address not
-// already present. One RoCE v2 entry per address (urxe speaks RoCE v2 only; the kernel would add a v1 twin),
-// so a sysfs GID index is the engine's sgid_index.
-std::vector<GidEntry> build_gid_table(const std::string& netdev, const std::array<uint8_t, 6>& mac);
+// The device's GID table (hostnet::build_gid_table: the kernel's order, one RoCE v2 entry per address, so
+// a sysfs GID index is the engine's sgid_index) with `netdev` as every entry's ndev. Empty when the
+// interface is not there.
+std::vector<GidEntry> build_gid_table(const std::string& netdev);
 
-// "0200:00ff:fe00:0001" style EUI-64 from a MAC, as rxe derives its node GUID.
-uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac);
-std::string format_guid(uint64_t guid);
-std::string format_gid(const std::array<uint8_t, 16>& gid);  // 8 groups of 4 hex digits, as sysfs
-bool parse_gid(const std::string& text, std::array<uint8_t, 16>& gid);
+// The node GUID, as rxe derives it: the MAC's EUI-64. The text forms are hostnet/gid.h's.
+inline uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac) {
+  return hostnet::eui64(mac);
+}
+using hostnet::format_gid;
+using hostnet::format_guid;
+using hostnet::parse_gid;
 
 // Creates the tree, the config and the /dev node. Returns 0 or an errno (EEXIST, ENODEV for a missing
 // netdev, EINVAL for a bad name, ...) with a message in err. cfg.uverbs is filled in.
@@ -106,8 +116,17 @@ std::vector<GidEntry> merge_gid_table(const std::vector<std::pair<uint32_t, GidE
 int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::vector<GidEntry>& table,
                    std::string& err);
 
-// Reads ibdev_path/urxe.conf (what the provider does in alloc_device). Returns false if missing/invalid.
+// Reads ibdev_path/urxe.conf as the provider does in match_device and alloc_device: false if missing or
+// invalid, and false for a device of another network namespace (config.netns), so libibverbs in a process
+// lists only the devices whose interface is in its own namespace.
 bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg);
+// The same whatever the namespace (the `urxe` command manages every device of the run directory).
+bool load_device_config(const std::string& ibdev_path, DeviceConfig& cfg);
+
+// Removes the devices whose interface has gone (deleted, or its namespace destroyed), as the kernel removes
+// an rdma link whose netdev goes (hostnet::interface_presence; a device it cannot tell about stays).
+// Returns the removed devices' configs; a device that cannot be removed (no write access) stays listed.
+std::vector<DeviceConfig> remove_vanished_devices(const Paths& paths);
 // Reads the GID table back from ports/1 (used entries only, index order preserved in `index`).
 std::vector<std::pair<uint32_t, GidEntry>> read_gid_table(const std::string& ibdev_path,
                                                           uint32_t gid_tbl_len);

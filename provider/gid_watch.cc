@@ -1,21 +1,8 @@
 #include "provider/gid_watch.h"
 
-#include <linux/if_link.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <net/if.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include "hostnet/interface.h"
 
 namespace urxe::provider {
-
-GidWatch::~GidWatch() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 std::vector<wire::Gid> GidWatch::table_as_gids(const std::vector<GidEntry>& t) const {
   std::vector<wire::Gid> g(cfg_.gid_tbl_len, wire::Gid{});
@@ -28,20 +15,10 @@ std::vector<wire::Gid> GidWatch::open(const std::string& ibdev_path, const Devic
   ibdev_path_ = ibdev_path;
   cfg_ = cfg;
   ifindex_ = ifindex;
-  fd_ = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
-  if (fd_ >= 0) {
-    sockaddr_nl sa{};
-    sa.nl_family = AF_NETLINK;
-    sa.nl_groups = RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_LINK;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  NetdevInfo nd;
-  uint64_t down_count = 0;
-  const bool have_count = carrier_down_count(cfg.netdev, down_count);
-  port_.reset(query_netdev(cfg.netdev, nd) && nd.up, have_count, static_cast<uint32_t>(down_count));
+  monitor_.open(true);
+  hostnet::Interface nd;
+  const bool present = hostnet::query_interface(cfg.netdev, nd, nullptr, false);
+  port_.reset(present && nd.active(), nd.has_carrier_down_count, nd.carrier_down_count);
   mac_ = nd.mac;
   std::vector<GidEntry> table;
   std::string err;
@@ -50,60 +27,37 @@ std::vector<wire::Gid> GidWatch::open(const std::string& ibdev_path, const Devic
   return table_as_gids(table);
 }
 
-int GidWatch::handle(engine::Engine& engine) {
-  if (fd_ < 0) return 0;
-  bool relevant = false, lost = false;
-  alignas(nlmsghdr) char buf[8192];
-  for (int reads = 0; reads < 64; ++reads) {  // bounded: a flood of other interfaces' changes waits
-    const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == ENOBUFS) {  // the kernel dropped messages: ours may be among them
-        relevant = lost = true;
-        continue;
-      }
-      break;  // EAGAIN: drained
-    }
-    if (n == 0) break;
-    int len = static_cast<int>(n);
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
-      if (h->nlmsg_type == NLMSG_OVERRUN) {
-        relevant = lost = true;
-      } else if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR) {
-        const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
-        if (static_cast<int>(ifa->ifa_index) == ifindex_) relevant = true;
-      } else if (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_DELLINK) {
-        const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
-        if (ifi->ifi_index != ifindex_) continue;
-        // The GIDs depend on the addresses and the MAC (the default GID): a link message matters to them
-        // only when the interface is gone or its MAC changed, not for the flag changes that come often
-        // (promiscuous mode when DPDK starts, carrier), whose sync would write files and allocate.
-        if (h->nlmsg_type == RTM_DELLINK) relevant = true;
-        // Each message's own state, in order (provider/port_tracker.h), not a query after the batch.
-        bool have_count = false;
-        uint32_t down_count = 0;
-        int alen = static_cast<int>(IFLA_PAYLOAD(h));
-        for (auto* a = IFLA_RTA(ifi); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
-          if (a->rta_type == IFLA_CARRIER_DOWN_COUNT && RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
-            std::memcpy(&down_count, RTA_DATA(a), sizeof down_count);
-            have_count = true;
-          } else if (a->rta_type == IFLA_ADDRESS && RTA_PAYLOAD(a) == mac_.size() &&
-                     std::memcmp(RTA_DATA(a), mac_.data(), mac_.size()) != 0) {
-            std::memcpy(mac_.data(), RTA_DATA(a), mac_.size());
-            relevant = true;
-          }
-        }
-        const bool up =
-            h->nlmsg_type == RTM_NEWLINK && (ifi->ifi_flags & IFF_UP) && (ifi->ifi_flags & IFF_RUNNING);
-        port_.on_link(up, have_count, down_count);
-      }
-    }
+void GidWatch::on_address(const hostnet::AddressChange& c) {
+  if (c.ifindex == ifindex_) relevant_ = true;
+}
+
+void GidWatch::on_link(const hostnet::LinkChange& c) {
+  if (c.ifindex != ifindex_) return;
+  // The GIDs depend on the addresses and the MAC (the default GID): a link message matters to them only
+  // when the interface is gone or its MAC changed, not for the flag changes that come often (promiscuous
+  // mode when DPDK starts, carrier), whose sync would write files and allocate.
+  if (c.deleted) relevant_ = true;
+  if (c.has_mac && c.mac != mac_) {
+    mac_ = c.mac;
+    relevant_ = true;
   }
-  if (lost) {  // messages were dropped: take the state as it is now
-    NetdevInfo nd;
-    uint64_t down_count = 0;
-    const bool have_count = carrier_down_count(cfg_.netdev, down_count);
-    port_.on_link(query_netdev(cfg_.netdev, nd) && nd.up, have_count, static_cast<uint32_t>(down_count));
+  // Each message's own state, in order (provider/port_tracker.h), not a query after the batch.
+  port_.on_link(!c.deleted && c.up && c.running, c.has_carrier_down_count, c.carrier_down_count);
+}
+
+void GidWatch::on_lost() {  // the kernel dropped messages: ours may be among them
+  relevant_ = lost_ = true;
+}
+
+int GidWatch::handle(engine::Engine& engine) {
+  if (fd() < 0) return 0;
+  relevant_ = lost_ = false;
+  monitor_.drain(*this);  // bounded: a flood of other interfaces' changes waits
+  const bool relevant = relevant_;
+  if (lost_) {  // messages were dropped: take the state as it is now
+    hostnet::Interface nd;
+    const bool present = hostnet::query_interface(cfg_.netdev, nd, nullptr, false);
+    port_.on_link(present && nd.active(), nd.has_carrier_down_count, nd.carrier_down_count);
   }
   if (!relevant) return 0;
   std::vector<GidEntry> table;

@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "hostnet/monitor.h"
 #include "provider/device_tree.h"
 #include "provider/port_tracker.h"
 
 namespace urxe::provider {
 
-class GidWatch {
+class GidWatch : private hostnet::MonitorSink {
  public:
   GidWatch() = default;
-  ~GidWatch();
   GidWatch(const GidWatch&) = delete;
   GidWatch& operator=(const GidWatch&) = delete;
 
@@ -31,11 +31,11 @@ class GidWatch {
   // engine's port (gid_tbl_len entries, zero = unused). If rtnetlink is refused, fd() is -1 and the GIDs
   // stay what they were at open.
   std::vector<wire::Gid> open(const std::string& ibdev_path, const DeviceConfig& cfg, int ifindex);
-  int fd() const { return fd_; }
+  int fd() const { return monitor_.fd(); }
   // Whether the busy progress thread (which does not sleep on fd()) should call handle() now: at most
   // every 100 ms, so the check costs nothing on the data path.
   bool due(uint64_t now_ns) {
-    if (fd_ < 0 || now_ns - last_check_ns_ < 100'000'000) return false;
+    if (fd() < 0 || now_ns - last_check_ns_ < 100'000'000) return false;
     last_check_ns_ = now_ns;
     return true;
   }
@@ -47,7 +47,12 @@ class GidWatch {
   bool take_port_change(bool& up);
 
  private:
-  int fd_ = -1;
+  void on_link(const hostnet::LinkChange& c) override;
+  void on_address(const hostnet::AddressChange& c) override;
+  void on_lost() override;
+
+  hostnet::Monitor monitor_;
+  bool relevant_ = false, lost_ = false;  // what the messages of one handle() said
   int ifindex_ = 0;
   std::string ibdev_path_;
   DeviceConfig cfg_;

@@ -1,13 +1,11 @@
-// `urxe env`: the environment an unmodified verbs application needs to see urxe devices (provider/cli.h
-// prints it), with a check that the provider library it names exists.
+// `urxe env`: the environment an unmodified verbs application needs to see urxe devices
+// (provider/device_tree.h's app_environment), with a check that the provider library it names exists.
 #include <unistd.h>
 
 #include <cstdio>
-#include <iostream>
-#include <sstream>
+#include <cstdlib>
 #include <string>
 
-#include "provider/cli.h"
 #include "provider/device_tree.h"
 #include "tools/command.h"
 #include "tools/diagnose.h"
@@ -74,9 +72,14 @@ int env_main(Args args) {
   if (!provider_library_ok("urxe env")) return 1;
   warn_if_kernel_rdma("urxe env");
   warn_unusable_devices("urxe env", provider::Paths::from_env());
-  char word[] = "--driver";
-  char* argv[] = {word, nullptr};
-  return provider::cli::env_main(driver ? 1 : 0, argv, std::cout, std::cerr);
+  if (driver) {
+    std::fputs(provider::driver_file_content().c_str(), stdout);
+    return 0;
+  }
+  const char* preload = std::getenv("LD_PRELOAD");
+  for (const auto& [k, v] : provider::app_environment(provider::Paths::from_env(), preload ? preload : ""))
+    std::printf("export %s='%s'\n", k.c_str(), v.c_str());
+  return 0;
 }
 
 }  // namespace urxe::tools

@@ -1,31 +1,27 @@
-// `urxe link ...`: create, remove and list urxe devices (provider/cli.h does the work on the device tree).
-// This file adds the user-facing part: argument checks whose errors say how to fix them, --help texts, and
-// the nftables ingress drop of UDP/4791 that keeps the kernel from answering RoCE frames
-// (dpdk/kernel_guard.h), which belongs to the device's owner, so `link add` installs it and `link del`
-// removes it.
-#include <fcntl.h>
+// `urxe link ...`: create, remove, list and refresh urxe devices on the device tree
+// (provider/device_tree.h): argument checks whose errors say how to fix them, --help texts, the output like
+// `rdma link show`, and the nftables ingress drop of UDP/4791 that keeps the kernel from answering RoCE
+// frames (hostnet/kernel_guard.h), which belongs to the device's owner, so `link add` installs it and
+// `link del` removes it. Devices whose interface has gone are removed by `link show` and `link add`, as the
+// kernel removes an rdma link whose netdev goes.
+#include <getopt.h>
 #include <linux/capability.h>
 #include <net/if.h>
-#include <spawn.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <charconv>
-#include <filesystem>
 #include <cstdio>
-#include <iostream>
-#include <sstream>
+#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "dpdk/kernel_guard.h"
-#include "provider/cli.h"
+#include "hostnet/capability.h"
+#include "hostnet/interface.h"
+#include "hostnet/kernel_guard.h"
+#include "hostnet/monitor.h"
+#include "hostnet/netns.h"
 #include "provider/device_tree.h"
 #include "tools/command.h"
 #include "tools/diagnose.h"
-
-extern char** environ;
 
 namespace urxe::tools {
 namespace {
@@ -41,6 +37,9 @@ constexpr char kAddUsage[] =
     "refresh'\n"
     "or 'urxe link watch' after address changes). Applications then see it through 'urxe run' / 'urxe env'.\n"
     "Needs root (mknod in /dev/infiniband). Several devices may coexist.\n"
+    "The device belongs to this network namespace: applications see only the devices whose interface is\n"
+    "in their own namespace. A device whose interface has gone (removed, or its namespace deleted) is\n"
+    "removed by the next 'link add' or 'link show', which frees its NAME.\n"
     "\n"
     "  --dpdk ARGS   EAL/vdev arguments passed to DPDK as they are, e.g. --dpdk "
     "'--vdev=net_af_xdp0,iface=eth0'\n"
@@ -97,6 +96,8 @@ constexpr char kShowUsage[] =
     "  link urxe0/1 state ACTIVE physical_state LINK_UP netdev eth0 port auto dev uverbs0\n"
     "      gid 10.0.0.1\n"
     "state is the interface's (ACTIVE when up); each GID in use follows (IPv4-mapped ones as a.b.c.d).\n"
+    "A device of another network namespace ends with 'netns DEV:INO (another network namespace)'; one whose\n"
+    "interface has gone is removed first.\n"
     "'urxe link' with no arguments does the same.\n"
     "\n"
     "examples:\n"
@@ -134,44 +135,39 @@ bool parse_u32(std::string_view s, uint32_t& v) {
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
-// Calls provider/cli's link_main with the words given; its stderr is collected so it can be annotated.
-int call_link_main(const std::vector<std::string>& words, std::string& err_text) {
-  std::vector<char*> argv;
-  for (const std::string& w : words) argv.push_back(const_cast<char*>(w.c_str()));
-  std::ostringstream err;
-  const int rc = prov::cli::link_main(static_cast<int>(argv.size()), argv.data(), std::cout, err);
-  std::cout.flush();
-  err_text = err.str();
-  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
-  if (err_text.rfind("urxe: ", 0) == 0) err_text.erase(0, 6);
-  return rc;
-}
-
 bool have_cap_net_admin() {
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2]{};
-  if (syscall(SYS_capget, &hdr, data) != 0) return false;
-  return (data[CAP_NET_ADMIN / 32].effective >> (CAP_NET_ADMIN % 32)) & 1;
+  return hostnet::have_capability(CAP_NET_ADMIN);
 }
 
-// Whether our nftables table for ifname exists (`nft list table` exits 0), so `link del` only removes a
-// table that is there instead of making nft print an error.
-bool ingress_drop_present(const std::string& ifname) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  const std::string table = "urxe_" + ifname;
-  const char* argv[] = {"nft", "list", "table", "netdev", table.c_str(), nullptr};
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, "nft", &fa, nullptr, const_cast<char* const*>(argv), environ);
-  if (rc != 0) rc = posix_spawn(&pid, "/usr/sbin/nft", &fa, nullptr, const_cast<char* const*>(argv), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return false;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+// Removes the nftables table `link add` installed on ifname when no device uses ifname any more.
+void remove_unused_ingress_drop(const prov::Paths& paths, const std::string& ifname) {
+  for (const prov::DeviceInfo& d : prov::list_devices(paths))
+    if (d.config.netdev == ifname && !d.other_netns) return;  // still in use by another device
+  if (have_cap_net_admin() && hostnet::ingress_drop_present(ifname)) {
+    std::string why;
+    if (!hostnet::remove_ingress_drop(ifname, &why))
+      std::fprintf(stderr,
+                   "urxe: warning: could not remove the nftables table netdev urxe_%s (%s); remove it with "
+                   "'nft delete table netdev urxe_%s'\n",
+                   ifname.c_str(), why.c_str(), ifname.c_str());
   }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Drops the devices whose interface has gone (prov::remove_vanished_devices), and the ingress drop of an
+// interface of this namespace that went with them (a destroyed namespace took its tables along).
+void remove_vanished(const prov::Paths& paths) {
+  const std::string here = hostnet::current_netns().to_string();
+  for (const prov::DeviceConfig& c : prov::remove_vanished_devices(paths))
+    if (c.netns == here) remove_unused_ingress_drop(paths, c.netdev);
+}
+
+std::string gid_text(const prov::GidEntry& e) {
+  // Compact form for `link show`: IPv4-mapped GIDs as dotted quads.
+  const auto& g = e.gid;
+  if (wire::gid_is_ipv4_mapped(g))
+    return std::to_string(g[12]) + "." + std::to_string(g[13]) + "." + std::to_string(g[14]) + "." +
+           std::to_string(g[15]);
+  return prov::format_gid(g);
 }
 
 bool device_exists(const prov::Paths& paths, const std::string& name, prov::DeviceInfo* info = nullptr) {
@@ -219,30 +215,55 @@ int add_main(Args args) {
                  static_cast<int>(args[1].size()), args[1].data(), name.c_str());
     return kExitUsage;
   }
-  std::vector<std::string> words = {"add", name, "netdev", ifname};
+  prov::DeviceConfig cfg;
+  cfg.name = name;
+  cfg.netdev = ifname;
   uint32_t mtu = 0;
   std::string port = "auto", dpdk;
   bool filter = true;
-  for (size_t i = 3; i < args.size(); ++i) {
-    const std::string_view k = args[i];
+  // The options after NAME netdev IFACE, by getopt_long: whole option names only (an abbreviation is an
+  // unknown option), a value as the next word or after '='.
+  static const option kOptions[] = {{"dpdk", required_argument, nullptr, 0},
+                                    {"mtu", required_argument, nullptr, 0},
+                                    {"port", required_argument, nullptr, 0},
+                                    {"gids", required_argument, nullptr, 0},
+                                    {"pcap", required_argument, nullptr, 0},
+                                    {"pcap-size", required_argument, nullptr, 0},
+                                    {"pcap-files", required_argument, nullptr, 0},
+                                    {"no-filter", no_argument, nullptr, 0},
+                                    {nullptr, 0, nullptr, 0}};
+  std::vector<std::string> words = {"urxe link add"};
+  for (size_t i = 3; i < args.size(); ++i) words.emplace_back(args[i]);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const int argc = static_cast<int>(words.size());
+  opterr = 0;  // the messages are ours
+  optind = 0;  // glibc: start afresh
+  for (;;) {
+    const int at = optind == 0 ? 1 : optind;  // the word getopt_long reads next
+    int index = -1;
+    const int c = getopt_long(argc, argv.data(), "-:", kOptions, &index);
+    if (c == -1 && !(at < argc && words[at] == "--")) break;
+    const std::string word = at < argc ? words[at] : std::string();
+    const std::string opt_name = word.substr(0, word.find('='));
+    if (c == ':') {
+      std::fprintf(stderr, "urxe link add: %s needs a value (see urxe link add --help)\n", word.c_str());
+      return kExitUsage;
+    }
+    if (c != 0 || opt_name != std::string("--") + kOptions[index].name) {
+      std::fprintf(stderr,
+                   "urxe link add: unknown option '%s' (valid: --dpdk, --mtu, --port, --gids, --pcap, "
+                   "--pcap-size, --pcap-files, --no-filter)\n",
+                   word.c_str());
+      return kExitUsage;
+    }
+    const std::string_view k = opt_name;
     if (k == "--no-filter") {
       filter = false;
       continue;
     }
-    if (k != "--dpdk" && k != "--mtu" && k != "--port" && k != "--gids" && k != "--pcap" &&
-        k != "--pcap-size" && k != "--pcap-files") {
-      std::fprintf(stderr,
-                   "urxe link add: unknown option '%.*s' (valid: --dpdk, --mtu, --port, --gids, --pcap, "
-                   "--pcap-size, --pcap-files, --no-filter)\n",
-                   static_cast<int>(k.size()), k.data());
-      return kExitUsage;
-    }
-    if (i + 1 >= args.size()) {
-      std::fprintf(stderr, "urxe link add: %.*s needs a value (see urxe link add --help)\n",
-                   static_cast<int>(k.size()), k.data());
-      return kExitUsage;
-    }
-    const std::string_view v = args[++i];
+    const std::string_view v = optarg;
     uint32_t n = 0;
     if (k == "--mtu") {
       if (!parse_u32(v, n) || n < 348) {
@@ -253,12 +274,14 @@ int add_main(Args args) {
         return kExitUsage;
       }
       mtu = n;
+      cfg.mtu = n;
     } else if (k == "--gids") {
       if (!parse_u32(v, n) || n < 2 || n > 1024) {
         std::fprintf(stderr, "urxe link add: --gids '%.*s': the GID table size must be a number 2..1024\n",
                      static_cast<int>(v.size()), v.data());
         return kExitUsage;
       }
+      cfg.gid_tbl_len = n;
     } else if (k == "--port") {
       if (v != "auto" && v != "dpdk" && v != "socket" && v != "loop" && v != "null") {
         std::fprintf(stderr, "urxe link add: --port '%.*s': valid kinds are auto, dpdk, socket, loop, null\n",
@@ -266,25 +289,25 @@ int add_main(Args args) {
         return kExitUsage;
       }
       port = v;
+      cfg.port = port;
     } else if (k == "--pcap-size" || k == "--pcap-files") {
       if (!parse_u32(v, n)) {
         std::fprintf(stderr, "urxe link add: %.*s '%.*s' must be a number (0 = no limit)\n",
                      static_cast<int>(k.size()), k.data(), static_cast<int>(v.size()), v.data());
         return kExitUsage;
       }
+      (k == "--pcap-size" ? cfg.pcap_size_mb : cfg.pcap_files) = n;
     } else if (k == "--pcap") {
       // Stored absolute: applications open the device from any directory. Created now when missing.
       std::error_code ec;
       const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(v), ec);
-      if (v.empty() || ec || (!std::filesystem::is_directory(dir, ec) &&
-                              !std::filesystem::create_directories(dir, ec))) {
+      if (v.empty() || ec ||
+          (!std::filesystem::is_directory(dir, ec) && !std::filesystem::create_directories(dir, ec))) {
         std::fprintf(stderr, "urxe link add: --pcap '%.*s': cannot create the directory (%s)\n",
                      static_cast<int>(v.size()), v.data(), ec ? ec.message().c_str() : "empty path");
         return 1;
       }
-      words.emplace_back(k);
-      words.emplace_back(dir.lexically_normal().string());
-      continue;
+      cfg.pcap = dir.lexically_normal().string();
     } else if (k == "--dpdk") {
       if (v.empty()) {
         std::fputs(
@@ -293,9 +316,8 @@ int add_main(Args args) {
         return kExitUsage;
       }
       dpdk = v;
+      cfg.dpdk = dpdk;
     }
-    words.emplace_back(k);
-    words.emplace_back(v);
   }
   if (!dpdk.empty() && port != "auto" && port != "dpdk") {
     std::fprintf(stderr, "urxe link add: --dpdk is for the DPDK port; it cannot be combined with --port %s\n",
@@ -304,13 +326,15 @@ int add_main(Args args) {
   }
 
   const prov::Paths paths = prov::Paths::from_env();
-  if (ifname.empty() || ifname.size() >= IFNAMSIZ || if_nametoindex(ifname.c_str()) == 0) {
-    print_error("add", "no interface '" + ifname + "' in this network namespace (there are: " +
-                           interface_names() +
+  hostnet::Interface iface;
+  if (!hostnet::query_interface(ifname, iface, nullptr, false)) {
+    print_error("add", "no interface '" + ifname +
+                           "' in this network namespace (there are: " + hostnet::interface_names() +
                            "; 'ip link' lists them; in a container, use the container's interface, e.g. "
                            "eth0)");
     return 1;
   }
+  remove_vanished(paths);  // a device whose interface has gone no longer holds its name
   prov::DeviceInfo existing;
   if (device_exists(paths, name, &existing)) {
     print_error("add", "device '" + name + "' already exists (on " + existing.config.netdev + ", in " +
@@ -322,22 +346,20 @@ int add_main(Args args) {
     print_error("add", why);
     return 1;
   }
-  if (mtu) {
-    prov::NetdevInfo nd;
-    if (prov::query_netdev(ifname, nd) && mtu > nd.mtu) {
-      print_error("add", "--mtu " + std::to_string(mtu) + " is larger than " + ifname + "'s MTU " +
-                             std::to_string(nd.mtu) + " (raise it first: ip link set " + ifname + " mtu " +
-                             std::to_string(mtu) + ")");
-      return 1;
-    }
+  if (mtu && mtu > iface.mtu) {
+    print_error("add", "--mtu " + std::to_string(mtu) + " is larger than " + ifname + "'s MTU " +
+                           std::to_string(iface.mtu) + " (raise it first: ip link set " + ifname + " mtu " +
+                           std::to_string(mtu) + ")");
+    return 1;
   }
 
   std::string err;
-  const int rc = call_link_main(words, err);
-  if (rc != 0) {
+  if (prov::create_device(paths, cfg, err) != 0) {
     print_error("add", err + permission_hint(err));
-    return rc == kExitUsage ? kExitUsage : 1;
+    return 1;
   }
+  std::printf("%s: uverbs%d on %s\n", cfg.name.c_str(), cfg.uverbs, cfg.netdev.c_str());
+  std::fflush(stdout);
   warn_if_kernel_rdma("urxe link add");
 
   // The ingress drop only matters for ports that put frames on the wire.
@@ -350,7 +372,7 @@ int add_main(Args args) {
     return 0;
   }
   std::string why;
-  if (dpdk::install_ingress_drop(ifname, &why)) {
+  if (hostnet::install_ingress_drop(ifname, &why)) {
     std::printf("%s: nftables ingress drop of UDP/4791 (table netdev urxe_%s)\n", ifname.c_str(),
                 ifname.c_str());
   } else {
@@ -389,25 +411,77 @@ int del_main(Args args) {
     return 1;
   }
   std::string err;
-  if (call_link_main({"del", name}, err) != 0) {
+  if (prov::remove_device(paths, name, err) != 0) {
     print_error("del", err + permission_hint(err));
     return 1;
   }
-  const std::string& ifname = dev.config.netdev;
-  for (const prov::DeviceInfo& d : prov::list_devices(paths))
-    if (d.config.netdev == ifname) return 0;  // still in use by another device
-  if (have_cap_net_admin() && ingress_drop_present(ifname)) {
-    std::string why;
-    if (!dpdk::remove_ingress_drop(ifname, &why))
-      std::fprintf(stderr,
-                   "urxe: warning: could not remove the nftables table netdev urxe_%s (%s); remove it with "
-                   "'nft delete table netdev urxe_%s'\n",
-                   ifname.c_str(), why.c_str(), ifname.c_str());
-  }
+  // The table is this namespace's: a device of another one left it alone.
+  if (!dev.other_netns) remove_unused_ingress_drop(paths, dev.config.netdev);
   return 0;
 }
 
-// show / refresh / watch: only the optional NAME to check, the rest is provider/cli's.
+// Like `rdma link show`: "link urxe0/1 state ACTIVE physical_state LINK_UP netdev eth0 ...", then its GIDs.
+// A device of another network namespace is described as it is there.
+int link_show(const prov::Paths& paths, const std::string& only) {
+  for (const prov::DeviceInfo& d : prov::list_devices(paths)) {
+    if (!only.empty() && d.config.name != only) continue;
+    hostnet::Interface nd;
+    hostnet::NetnsId ns;
+    bool present = false;
+    if (d.other_netns && hostnet::NetnsId::parse(d.config.netns, ns))
+      present = hostnet::query_interface_in(ns, d.config.netdev, nd) == hostnet::Presence::present;
+    else
+      present = hostnet::query_interface(d.config.netdev, nd, nullptr, false);
+    const bool up = present && nd.active();
+    std::printf("link %s/1 state %s physical_state %s netdev %s port %s", d.config.name.c_str(),
+                up ? "ACTIVE" : "DOWN", up ? "LINK_UP" : "DISABLED", d.config.netdev.c_str(),
+                d.config.port.c_str());
+    if (d.config.mtu) std::printf(" mtu %u", d.config.mtu);
+    if (!d.config.dpdk.empty()) std::printf(" dpdk '%s'", d.config.dpdk.c_str());
+    if (!d.config.pcap.empty())
+      std::printf(" pcap %s pcap-size %u pcap-files %u", d.config.pcap.c_str(), d.config.pcap_size_mb,
+                  d.config.pcap_files);
+    std::printf(" dev %s%s", d.uverbs_name.c_str(), d.dev_node_ok ? "" : " (no /dev node)");
+    if (d.other_netns)
+      std::printf(" netns %s (another network namespace)", d.config.netns.c_str());
+    else if (!d.netdev_present)
+      std::printf(" (netdev missing)");
+    std::printf("\n");
+    for (const prov::GidEntry& g : d.gids) std::printf("    gid %s\n", gid_text(g).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+int refresh(const prov::Paths& paths, const std::string& only) {
+  int rc = 0;
+  for (const prov::DeviceInfo& d : prov::list_devices(paths)) {
+    if (!only.empty() && d.config.name != only) continue;
+    std::string e;
+    if (prov::refresh_gids(paths, d.config.name, e) != 0) {
+      print_error("refresh", e + permission_hint(e));
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+// Every address or link change (rtnetlink) triggers a full refresh (cheap), as do lost messages.
+int watch(const prov::Paths& paths) {
+  hostnet::Monitor monitor;
+  std::string err;
+  if (!monitor.open(false, &err)) {
+    print_error("watch", err);
+    return 1;
+  }
+  refresh(paths, {});
+  struct Any : hostnet::MonitorSink {
+  } sink;
+  while (monitor.drain(sink) >= 0) refresh(paths, {});
+  return 1;
+}
+
+// show / refresh / watch: only the optional NAME.
 int simple_main(const char* sub, const char* usage, Args args, size_t max_args) {
   for (std::string_view a : args) {
     if (is_help(a)) {
@@ -425,16 +499,16 @@ int simple_main(const char* sub, const char* usage, Args args, size_t max_args) 
     return kExitUsage;
   }
   const prov::Paths paths = prov::Paths::from_env();
-  if (!args.empty() && !device_exists(paths, std::string(args[0]))) {
-    print_error(sub, no_device(paths, std::string(args[0])));
+  const std::string sub_name = sub;
+  if (sub_name == "show") remove_vanished(paths);
+  const std::string only = args.empty() ? std::string() : std::string(args[0]);
+  if (!only.empty() && !device_exists(paths, only)) {
+    print_error(sub, no_device(paths, only));
     return 1;
   }
-  std::vector<std::string> words = {sub};
-  for (std::string_view a : args) words.emplace_back(a);
-  std::string err;
-  const int rc = call_link_main(words, err);
-  if (rc != 0 && !err.empty()) print_error(sub, err + permission_hint(err));
-  return rc;
+  if (sub_name == "show") return link_show(paths, only);
+  if (sub_name == "refresh") return refresh(paths, only);
+  return watch(paths);
 }
 
 int show_main(Args args) {

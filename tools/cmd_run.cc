@@ -1,11 +1,15 @@
-// `urxe run -- CMD [ARGS...]`: exec CMD with the environment `urxe env` prints (provider/cli.h).
+// `urxe run -- CMD [ARGS...]`: exec CMD with the environment `urxe env` prints
+// (provider/device_tree.h's app_environment).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
-#include <iostream>
-#include <sstream>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
-#include "provider/cli.h"
 #include "provider/device_tree.h"
 #include "tools/command.h"
 #include "tools/diagnose.h"
@@ -61,28 +65,28 @@ int run_main(Args args) {
   warn_if_kernel_rdma("urxe run");
   warn_if_no_net_raw("urxe run", paths);
   warn_unusable_devices("urxe run", paths);
-  if (provider::list_devices(paths).empty())
+  const auto devices = provider::list_devices(paths);
+  if (std::none_of(devices.begin(), devices.end(),
+                   [](const provider::DeviceInfo& d) { return !d.other_netns; }))
     std::fprintf(stderr,
                  "urxe run: note: no urxe device in %s (the application will find none; create one with "
                  "'urxe link add urxe0 netdev IFACE' as root, or set URXE_RUN_DIR)\n",
                  paths.run_dir.c_str());
-  std::vector<std::string> words = {"--"};
-  for (size_t i = first; i < args.size(); ++i) words.emplace_back(args[i]);
+  const char* preload = std::getenv("LD_PRELOAD");
+  for (const auto& [k, v] : provider::app_environment(paths, preload ? preload : ""))
+    ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<std::string> words(args.begin() + static_cast<std::ptrdiff_t>(first), args.end());
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
   std::fflush(stdout);
-  std::ostringstream err;
-  const int rc = provider::cli::run_main(static_cast<int>(words.size()), argv.data(), err);
+  ::execvp(argv[0], argv.data());
   // Only reached when the exec failed.
-  std::string e = err.str();
-  while (!e.empty() && e.back() == '\n') e.pop_back();
-  if (e.rfind("urxe: ", 0) == 0) e.erase(0, 6);
   std::fprintf(stderr,
-               "urxe run: cannot run %s (is it installed and on PATH? e.g. apt-get install ibverbs-utils "
+               "urxe run: cannot run %s: %s (is it installed and on PATH? e.g. apt-get install ibverbs-utils "
                "perftest)\n",
-               e.c_str());
-  return rc;
+               argv[0], std::strerror(errno));
+  return 127;
 }
 
 }  // namespace urxe::tools

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "hostnet/capability.h"
+
 namespace fs = std::filesystem;
 
 namespace urxe::tools {
@@ -87,29 +89,12 @@ std::string check_device_dirs_writable(const provider::Paths& paths) {
   return "";
 }
 
-std::string interface_names() {
-  std::string names;
-  if (struct if_nameindex* list = ::if_nameindex()) {
-    for (const struct if_nameindex* i = list; i->if_index != 0; ++i)
-      names += (names.empty() ? "" : ", ") + std::string(i->if_name);
-    ::if_freenameindex(list);
-  }
-  return names;
-}
-
-bool have_capability(int cap) {
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2]{};
-  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
-  return (data[cap / 32].effective >> (cap % 32)) & 1;
-}
-
 bool warn_if_no_net_raw(const char* prog, const provider::Paths& paths) {
-  if (have_capability(CAP_NET_RAW)) return false;
+  if (hostnet::have_capability(CAP_NET_RAW)) return false;
   std::string wire;
   for (const provider::DeviceInfo& d : provider::list_devices(paths)) {
     const std::string& p = d.config.port;
-    if (p == "loop" || p == "null") continue;
+    if (p == "loop" || p == "null" || d.other_netns) continue;
     wire += (wire.empty() ? "" : ", ") + d.config.name + " (port " + p + " on " + d.config.netdev + ")";
   }
   if (wire.empty()) return false;
@@ -127,6 +112,8 @@ bool warn_if_no_net_raw(const char* prog, const provider::Paths& paths) {
 int warn_unusable_devices(const char* prog, const provider::Paths& paths) {
   int n = 0;
   for (const provider::DeviceInfo& d : provider::list_devices(paths)) {
+    // A device of another network namespace is not this process's to see (libibverbs here skips it).
+    if (d.other_netns) continue;
     const std::string& name = d.config.name;
     if (!d.dev_node_ok) {
       ++n;

@@ -21,12 +21,6 @@ bool warn_if_kernel_rdma(const char* prog);
 // "" when both are writable, else one message saying which, why (errno) and how to fix it.
 std::string check_device_dirs_writable(const provider::Paths& paths);
 
-// The interfaces of this network namespace, "lo, eth0, ..." (for "no such interface" errors).
-std::string interface_names();
-
-// Whether the calling process has the capability in its effective set.
-bool have_capability(int cap);
-
 // For `urxe run` / `urxe env`: when some device of paths moves real packets (port auto, dpdk or socket) and
 // this process has no CAP_NET_RAW, prints on stderr that opening it will fail and how to grant the
 // capability. Returns whether it printed.

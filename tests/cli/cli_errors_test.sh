@@ -22,18 +22,7 @@ if [ "${URXE_IN_NETNS:-}" != 1 ]; then
 fi
 U=$1
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH URXE_TEST_KERNEL_RDMA
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-check() {  # check DESCRIPTION PATTERN TEXT
-  if printf '%s\n' "$3" | grep -qE -- "$2"; then ok "$1"; else bad "$1 (no /$2/ in:)"; printf '%s\n' "$3" | sed 's/^/    /'; fi
-}
-check_not() {  # check_not DESCRIPTION PATTERN TEXT
-  if printf '%s\n' "$3" | grep -qE -- "$2"; then bad "$1 (/$2/ in:)"; printf '%s\n' "$3" | sed 's/^/    /'; else ok "$1"; fi
-}
-expect_rc() {  # expect_rc DESCRIPTION WANT GOT
-  if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else bad "$1: exit $3, want $2"; fi
-}
+. "$(dirname "$0")/check.sh"
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 
 mount -t tmpfs -o mode=755 urxe-cli-errors /dev/infiniband || exit 1

@@ -14,15 +14,7 @@ if [ "${URXE_IN_NETNS:-}" != 1 ]; then
 fi
 U=$1
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-check() {  # check DESCRIPTION PATTERN TEXT
-  if printf '%s\n' "$3" | grep -qE -- "$2"; then ok "$1"; else bad "$1 (no /$2/ in:)"; printf '%s\n' "$3" | sed 's/^/    /'; fi
-}
-expect_rc() {  # expect_rc DESCRIPTION WANT GOT
-  if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else bad "$1: exit $3, want $2"; fi
-}
+. "$(dirname "$0")/check.sh"
 has_nft=0; command -v nft >/dev/null && has_nft=1
 
 mount -t tmpfs -o mode=755 urxe-cli-test /dev/infiniband || exit 1

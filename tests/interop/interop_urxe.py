@@ -14,7 +14,7 @@ from interop_peer import sysfs_gid_to_addr
 
 def urxe_side_bin():
     """The command that provides `link`, `env` and `run` (urxe; URXE_INTEROP_URXE overrides it, e.g. with
-    tests/provider's urxe_devctl, which implements the same three subcommands)."""
+    another build's urxe)."""
     return os.environ.get("URXE_INTEROP_URXE") or urxe_bin()
 
 

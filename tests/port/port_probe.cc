@@ -12,7 +12,7 @@
 //     pong --dst-ip IP --seconds T   answer every RoCE frame with one of the same size to IP
 //     ping --dst-ip IP --count N --size S   N round trips one at a time; prints RTT p50/p99 in us
 //       (--sleep: both wait on rx_wait_fd between frames, as an idle progress thread does)
-//     guard-install | guard-remove   the nftables ingress drop of UDP/4791 on IFACE (kernel_guard.h)
+//     guard-install | guard-remove   the nftables ingress drop of UDP/4791 on IFACE (hostnet/kernel_guard.h)
 //   --qpn-range FIRST:END: deliver only RoCE frames to QPNs in [FIRST, END) (the frames here go to 0x123)
 //   --no-guard: do not hold UDP port 4791 (to measure what the kernel does without it)
 // Prints "ready" on stdout once the port is open (receivers), and one "key=value ..." result line.
@@ -30,10 +30,12 @@
 #include <vector>
 
 #include "dpdk/dpdk_port.h"
-#include "dpdk/kernel_guard.h"
-#include "dpdk/netdev_info.h"
 #include "dpdk/port_factory.h"
 #include "dpdk/socket_port.h"
+#include "hostnet/gid.h"
+#include "hostnet/interface.h"
+#include "hostnet/kernel_guard.h"
+#include "hostnet/neighbour.h"
 #include "wire/packet.h"
 
 using namespace urxe;
@@ -127,12 +129,12 @@ Args parse_args(int argc, char** argv) {
 }
 
 // The frame template for one destination: addresses resolved like the engine will resolve them.
-wire::FrameSpec make_spec(engine::Port& port, const dpdk::NetdevInfo& info, const std::string& dst_ip) {
+wire::FrameSpec make_spec(engine::Port& port, const hostnet::Interface& info, const std::string& dst_ip) {
   wire::FrameSpec spec;
   wire::Gid dst{};
-  if (!dpdk::gid_from_string(dst_ip, dst)) die("bad --dst-ip " + dst_ip);
-  auto nr = dpdk::resolve_neighbor(dst, info.ifindex, 3000);
-  if (nr.state != dpdk::NeighState::resolved) die("cannot resolve the MAC of " + dst_ip);
+  if (!hostnet::gid_from_string(dst_ip, dst)) die("bad --dst-ip " + dst_ip);
+  auto nr = hostnet::resolve_neighbor(dst, info.ifindex, 3000);
+  if (nr.state != hostnet::NeighState::resolved) die("cannot resolve the MAC of " + dst_ip);
   spec.dst_mac = nr.mac;
   spec.src_mac = port.attr().mac;
   spec.ip_version = wire::gid_is_ipv4_mapped(dst) ? 4 : 6;
@@ -216,8 +218,8 @@ int main(int argc, char** argv) {
   Args a = parse_args(argc, argv);
   if (a.cmd == "guard-install" || a.cmd == "guard-remove") {
     std::string gerr;
-    bool ok = a.cmd == "guard-install" ? dpdk::install_ingress_drop(a.ifname, &gerr)
-                                       : dpdk::remove_ingress_drop(a.ifname, &gerr);
+    bool ok = a.cmd == "guard-install" ? hostnet::install_ingress_drop(a.ifname, &gerr)
+                                       : hostnet::remove_ingress_drop(a.ifname, &gerr);
     if (!ok) die(a.cmd + ": " + gerr);
     return 0;
   }
@@ -232,9 +234,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<engine::Port> port = dpdk::open_port(opt, &notice, &err);
   if (!port) die("open_port: " + err);
   fprintf(stderr, "%s\n", notice.c_str());
-  if (a.qpn_end && !dpdk::set_rx_qpn_range(*port, a.qpn_first, a.qpn_end)) die("set_rx_qpn_range failed");
-  dpdk::NetdevInfo info;
-  if (!dpdk::query_netdev(a.ifname, info, &err)) die(err);
+  if (a.qpn_end && !port->set_rx_qpn_range(a.qpn_first, a.qpn_end)) die("set_rx_qpn_range failed");
+  hostnet::Interface info;
+  if (!hostnet::query_interface(a.ifname, info, &err)) die(err);
   const char* kind = dynamic_cast<dpdk::DpdkPort*>(port.get()) ? "dpdk" : "socket";
 
   if (a.cmd == "info") {
@@ -242,16 +244,16 @@ int main(int argc, char** argv) {
            port->attr().mac[1], port->attr().mac[2], port->attr().mac[3], port->attr().mac[4],
            port->attr().mac[5], port->attr().mtu, info.ifindex);
     for (size_t i = 0; i < port->attr().gids.size(); ++i)
-      printf("gid %zu %s\n", i, dpdk::gid_to_string(port->attr().gids[i]).c_str());
+      printf("gid %zu %s\n", i, hostnet::gid_to_string(port->attr().gids[i]).c_str());
     return 0;
   }
   if (a.cmd == "neigh") {
     wire::Gid dst{};
-    if (!dpdk::gid_from_string(a.dst_ip, dst)) die("bad --dst-ip");
-    auto r = dpdk::resolve_neighbor(dst, info.ifindex, 3000);
+    if (!hostnet::gid_from_string(a.dst_ip, dst)) die("bad --dst-ip");
+    auto r = hostnet::resolve_neighbor(dst, info.ifindex, 3000);
     printf("state=%d local=%d mac=%02x:%02x:%02x:%02x:%02x:%02x\n", static_cast<int>(r.state),
            r.local ? 1 : 0, r.mac[0], r.mac[1], r.mac[2], r.mac[3], r.mac[4], r.mac[5]);
-    return r.state == dpdk::NeighState::resolved ? 0 : 1;
+    return r.state == hostnet::NeighState::resolved ? 0 : 1;
   }
   if (a.cmd == "send") {
     auto sizes = parse_sizes(a.sizes);
@@ -308,7 +310,8 @@ int main(int argc, char** argv) {
       for (uint32_t i = 0; i < n; ++i) {
         wire::Packet pkt;
         auto e = wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt);
-        // not RoCE, or an empty UDP/4791 datagram (how netdev_info makes the kernel resolve a neighbour)
+        // not RoCE, or an empty UDP/4791 datagram (how hostnet/neighbour.cc makes the kernel resolve a
+        // neighbour)
         if (e == wire::ParseError::not_roce || (pkt.l4_offset && pkt.udp.length == 8)) {
           ++other;
           continue;

@@ -47,16 +47,7 @@ class DeviceTreeTest : public ::testing::Test {
   Paths paths_;
 };
 
-TEST(DeviceTreeFormat, GuidAndGidText) {
-  EXPECT_EQ(format_guid(node_guid_from_mac({0x00, 0x11, 0x22, 0x33, 0x44, 0x55})), "0211:22ff:fe33:4455");
-  std::array<uint8_t, 16> g{};
-  ASSERT_TRUE(parse_gid("0000:0000:0000:0000:0000:ffff:0a00:0001", g));
-  EXPECT_EQ(g[10], 0xff);
-  EXPECT_EQ(g[12], 10);
-  EXPECT_EQ(g[15], 1);
-  EXPECT_EQ(format_gid(g), "0000:0000:0000:0000:0000:ffff:0a00:0001");
-  EXPECT_FALSE(parse_gid("fe80::1", g));
-}
+// DeviceTreeFormat.GuidAndGidText moved to tests/hostnet/interface_gid_test.cc with the code it tests.
 
 TEST_F(DeviceTreeTest, CreateWritesWhatLibibverbsReads) {
   DeviceConfig cfg;
@@ -172,6 +163,32 @@ TEST_F(DeviceTreeTest, RefreshRewritesGidsWithoutTouchingTheDeviceDirectory) {
   // libibverbs identifies a device by this directory's mtime: a change would make it a new device.
   EXPECT_EQ(before.st_mtim.tv_sec, after.st_mtim.tv_sec);
   EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+}
+
+// A device belongs to the network namespace it was made in: the provider's reader (match_device) skips
+// another namespace's, the urxe command still loads it, and once that namespace is gone it is removed.
+TEST_F(DeviceTreeTest, DevicesFollowNetworkNamespaces) {
+  std::string err;
+  DeviceConfig cfg = dev("urxe0", "lo");
+  ASSERT_EQ(create_device(paths_, cfg, err), 0) << err;
+  DeviceConfig back;
+  ASSERT_TRUE(read_device_config(ib("urxe0"), back));
+  EXPECT_FALSE(back.netns.empty());
+  {
+    std::ofstream f(ib("urxe0") + "/urxe.conf", std::ios::app);
+    f << "netns=" << back.netns.substr(0, back.netns.find(':'))
+      << ":1\n";  // a namespace that is not this one
+  }
+  EXPECT_FALSE(read_device_config(ib("urxe0"), back));
+  EXPECT_TRUE(load_device_config(ib("urxe0"), back));
+  auto list = list_devices(paths_);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_TRUE(list[0].other_netns);
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: cannot tell whether another namespace is gone";
+  const auto removed = remove_vanished_devices(paths_);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].name, "urxe0");
+  EXPECT_FALSE(fs::exists(ib("urxe0")));
 }
 
 TEST_F(DeviceTreeTest, AppEnvironment) {

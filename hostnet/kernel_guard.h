@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-namespace urxe::dpdk {
+namespace urxe::hostnet {
 
 // Per process, needs no capability: a dual-stack UDP socket bound to [::]:4791 (SO_REUSEADDR|SO_REUSEPORT so
 // several processes can hold one) with a classic-BPF filter that drops everything. The kernel then finds a
@@ -30,5 +30,8 @@ class UdpPortGuard {
 // add/del`), not to a process. The table is named `urxe_<ifname>`.
 bool install_ingress_drop(const std::string& ifname, std::string* err);
 bool remove_ingress_drop(const std::string& ifname, std::string* err);
+// Whether the table `urxe_<ifname>` exists (`nft list table` exits 0), so a removal only touches a table
+// that is there.
+bool ingress_drop_present(const std::string& ifname);
 
-}  // namespace urxe::dpdk
+}  // namespace urxe::hostnet

@@ -1,10 +1,12 @@
-// dpdk/netdev_info without the network: the GID table's order and contents from a given address list, the
-// default GID from a MAC, and GID text conversion. (The same against a real interface: port_test.py.)
-#include "dpdk/netdev_info.h"
-
+// hostnet/interface.h and hostnet/gid.h without the network: the GID table's order and contents from a
+// given address list, the default GID from a MAC, GID text conversion (inet and sysfs forms), and queries
+// of `lo`. (The same against a real interface: tests/port/port_test.py.)
 #include <gtest/gtest.h>
 
-namespace urxe::dpdk {
+#include "hostnet/gid.h"
+#include "hostnet/interface.h"
+
+namespace urxe::hostnet {
 namespace {
 
 wire::Gid G(const char* s) {
@@ -13,8 +15,8 @@ wire::Gid G(const char* s) {
   return g;
 }
 
-NetdevAddr A(const char* s, uint8_t prefix) {
-  NetdevAddr a;
+Address A(const char* s, uint8_t prefix) {
+  Address a;
   a.addr = G(s);
   a.ipv4 = wire::gid_is_ipv4_mapped(a.addr);
   a.prefix_len = prefix;
@@ -28,7 +30,7 @@ TEST(NetdevInfo, DefaultGidIsModifiedEui64OfTheMac) {
 }
 
 TEST(NetdevInfo, GidTableOrderDefaultThenIpv4ThenIpv6WithoutDuplicates) {
-  NetdevInfo info;
+  Interface info;
   info.mac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
   // As getifaddrs lists them: IPv4 in address-list order, then IPv6 (global before link-local).
   info.addrs = {A("10.0.0.1", 24), A("192.168.7.9", 16), A("2001:db8::1", 64), A("fd00::5", 64),
@@ -41,7 +43,7 @@ TEST(NetdevInfo, GidTableOrderDefaultThenIpv4ThenIpv6WithoutDuplicates) {
 }
 
 TEST(NetdevInfo, NonEui64LinkLocalIsKeptBesideTheDefaultGid) {
-  NetdevInfo info;
+  Interface info;
   info.mac = {0x02, 0, 0, 0, 0, 1};
   info.addrs = {A("fe80::1234", 64)};  // e.g. addr_gen_mode stable-privacy
   auto t = build_gid_table(info);
@@ -51,7 +53,7 @@ TEST(NetdevInfo, NonEui64LinkLocalIsKeptBesideTheDefaultGid) {
 }
 
 TEST(NetdevInfo, NoAddressesStillHasTheDefaultGid) {
-  NetdevInfo info;
+  Interface info;
   info.mac = {0x02, 0, 0, 0, 0, 1};
   EXPECT_EQ(build_gid_table(info).size(), 1u);
 }
@@ -67,21 +69,33 @@ TEST(NetdevInfo, GidText) {
   EXPECT_FALSE(gid_from_string("eth0", g));
 }
 
+// Moved from tests/provider/device_tree_test.cc (the text forms are hostnet's now).
+TEST(DeviceTreeFormat, GuidAndGidText) {
+  EXPECT_EQ(format_guid(eui64({0x00, 0x11, 0x22, 0x33, 0x44, 0x55})), "0211:22ff:fe33:4455");
+  std::array<uint8_t, 16> g{};
+  ASSERT_TRUE(parse_gid("0000:0000:0000:0000:0000:ffff:0a00:0001", g));
+  EXPECT_EQ(g[10], 0xff);
+  EXPECT_EQ(g[12], 10);
+  EXPECT_EQ(g[15], 1);
+  EXPECT_EQ(format_gid(g), "0000:0000:0000:0000:0000:ffff:0a00:0001");
+  EXPECT_FALSE(parse_gid("fe80::1", g));
+}
+
 TEST(NetdevInfo, QueryUnknownInterfaceFails) {
-  NetdevInfo info;
+  Interface info;
   std::string err;
-  EXPECT_FALSE(query_netdev("urxe-nonexist0", info, &err));
+  EXPECT_FALSE(query_interface("urxe-nonexist0", info, &err));
   EXPECT_NE(err.find("urxe-nonexist0"), std::string::npos);
-  EXPECT_FALSE(query_netdev("", info, &err));
+  EXPECT_FALSE(query_interface("", info, &err));
 }
 
 TEST(NetdevInfo, LoopbackInterface) {
-  NetdevInfo info;
+  Interface info;
   std::string err;
-  ASSERT_TRUE(query_netdev("lo", info, &err)) << err;
+  ASSERT_TRUE(query_interface("lo", info, &err)) << err;
   EXPECT_GT(info.ifindex, 0);
   EXPECT_GE(info.mtu, 1500u);
 }
 
 }  // namespace
-}  // namespace urxe::dpdk
+}  // namespace urxe::hostnet

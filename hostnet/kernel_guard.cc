@@ -1,4 +1,4 @@
-#include "dpdk/kernel_guard.h"
+#include "hostnet/kernel_guard.h"
 
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -13,7 +13,7 @@
 
 #include "wire/opcode.h"
 
-namespace urxe::dpdk {
+namespace urxe::hostnet {
 
 UdpPortGuard::~UdpPortGuard() {
   if (fd_ >= 0) close(fd_);
@@ -63,25 +63,34 @@ bool UdpPortGuard::open(std::string* err) {
 
 namespace {
 
-// Runs `nft -f -` with `script` on stdin; true when it exits 0.
-bool run_nft(const std::string& script, std::string* err) {
+// Runs nft(8) with `args` (after "nft"), `script` on its stdin, its output discarded when `quiet`. Returns
+// its exit status: 127 when nft is not found, -1 when it could not be started.
+int run_nft(std::vector<const char*> args, const std::string& script, bool quiet, std::string* err) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) {
     if (err) *err = std::string("pipe: ") + std::strerror(errno);
-    return false;
+    return -1;
   }
+  args.insert(args.begin(), "nft");
+  args.push_back(nullptr);
   pid_t pid = fork();
   if (pid < 0) {
     if (err) *err = std::string("fork: ") + std::strerror(errno);
     close(p[0]);
     close(p[1]);
-    return false;
+    return -1;
   }
   if (pid == 0) {
     dup2(p[0], 0);
-    const char* argv[] = {"nft", "-f", "-", nullptr};
-    execvp("nft", const_cast<char* const*>(argv));
-    execv("/usr/sbin/nft", const_cast<char* const*>(argv));
+    if (quiet) {
+      const int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) {
+        dup2(null, 1);
+        dup2(null, 2);
+      }
+    }
+    execvp("nft", const_cast<char* const*>(args.data()));
+    execv("/usr/sbin/nft", const_cast<char* const*>(args.data()));
     _exit(127);
   }
   close(p[0]);
@@ -95,9 +104,13 @@ bool run_nft(const std::string& script, std::string* err) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!ok && err) *err = WIFEXITED(status) && WEXITSTATUS(status) == 127 ? "nft(8) not found" : "nft failed";
-  return ok;
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (rc != 0 && err) *err = rc == 127 ? "nft(8) not found" : "nft failed";
+  return rc;
+}
+
+bool run_nft_script(const std::string& script, std::string* err) {
+  return run_nft({"-f", "-"}, script, false, err) == 0;
 }
 
 }  // namespace
@@ -109,11 +122,16 @@ bool install_ingress_drop(const std::string& ifname, std::string* err) {
                        " {\n chain ingress {\n  type filter hook ingress device \"" + ifname +
                        "\" priority -500; policy accept;\n  udp dport " + std::to_string(wire::kRoceV2Port) +
                        " drop\n }\n}\n";
-  return run_nft(script, err);
+  return run_nft_script(script, err);
 }
 
 bool remove_ingress_drop(const std::string& ifname, std::string* err) {
-  return run_nft("delete table netdev urxe_" + ifname + "\n", err);
+  return run_nft_script("delete table netdev urxe_" + ifname + "\n", err);
 }
 
-}  // namespace urxe::dpdk
+bool ingress_drop_present(const std::string& ifname) {
+  const std::string table = "urxe_" + ifname;
+  return run_nft({"list", "table", "netdev", table.c_str()}, "", true, nullptr) == 0;
+}
+
+}  // namespace urxe::hostnet

@@ -1,0 +1,47 @@
+// Facts about a network interface of the caller's network namespace, from rtnetlink: index, name, MAC,
+// MTU, flags, carrier and its down count, and its IPv4/IPv6 addresses. Needs no capability.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wire/headers.h"
+
+namespace urxe::hostnet {
+
+struct Address {
+  wire::Gid addr{};  // IPv4 as ::ffff:a.b.c.d
+  uint8_t prefix_len = 0;
+  bool ipv4 = false;
+};
+
+struct Interface {
+  std::string name;
+  int ifindex = 0;
+  wire::MacAddr mac{};
+  uint32_t mtu = 0;
+  bool up = false;       // IFF_UP
+  bool running = false;  // IFF_RUNNING (carrier)
+  // How many times the carrier went down since the interface was created (IFLA_CARRIER_DOWN_COUNT, kernel
+  // 4.16+); has_carrier_down_count false on older kernels.
+  bool has_carrier_down_count = false;
+  uint32_t carrier_down_count = 0;
+  std::vector<Address> addrs;  // IPv4 first, then IPv6, each in the kernel's order (query_interface only)
+
+  // What a RoCE port calls ACTIVE: administratively up and with carrier.
+  bool active() const { return up && running; }
+};
+
+// false (with a reason in *err) when the interface does not exist here or cannot be queried.
+// `with_addrs` also fills addrs (one more rtnetlink dump).
+bool query_interface(const std::string& name, Interface& out, std::string* err = nullptr,
+                     bool with_addrs = true);
+
+// The interface's link speed in Mb/s (ethtool ETHTOOL_GSET, which answers for the caller's network
+// namespace where sysfs may not); 0 when unknown (veth, lo) or the interface is not there.
+uint32_t link_speed_mbps(const std::string& name);
+
+// The interfaces of this network namespace, "lo, eth0, ..." (for "no such interface" errors).
+std::string interface_names();
+
+}  // namespace urxe::hostnet
