@@ -171,13 +171,14 @@ int stats_main(Args args) {
   if (opts.help()) return print_help(kUsage);
   Options o;
   for (Token t; (t = opts.next());) {
+    // t.opt is set for an option, and for --count without its value (the only one that needs a value).
     const std::string_view k = t.opt ? t.opt->name : std::string_view();
     const std::string_view a = t.word;
-    if (t.kind == Token::option && k == "json") {
+    if (k == "json") {
       o.json = true;
-    } else if (t.kind == Token::option && k == "processes") {
+    } else if (k == "processes") {
       o.processes = true;
-    } else if (t.kind == Token::option && k == "watch") {
+    } else if (k == "watch") {
       o.watch = true;
       double v;
       if (t.value) {
@@ -185,7 +186,7 @@ int stats_main(Args args) {
           return usage_error("--watch SECS must be 0.05 .. 86400");
         o.interval = v;
       }
-    } else if (k == "count") {  // also a missing value
+    } else if (k == "count") {
       const std::string_view v = t.value.value_or(std::string_view());
       auto r = std::from_chars(v.data(), v.data() + v.size(), o.count);
       if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || o.count < 1)

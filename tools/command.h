@@ -1,6 +1,7 @@
 // The `urxe` command's subcommand plumbing. Each subcommand lives in its own cmd_<name>.cc, exposes one
 // `int <name>_main(Args)` declared here, and is listed once in main.cc's table; a subcommand with its own
-// subcommands (pcap decode, link add/del/show) dispatches with the same `dispatch`.
+// subcommands (pcap decode, link add/del/show) dispatches with the same `dispatch`. Each command declares
+// its options once, as a table of Option, and reads its arguments with OptionParser (getopt_long).
 #pragma once
 #include <getopt.h>
 
