@@ -4,7 +4,6 @@
 // frames (hostnet/kernel_guard.h), which belongs to the device's owner, so `link add` installs it and
 // `link del` removes it. Devices whose interface has gone are removed by `link show` and `link add`, as the
 // kernel removes an rdma link whose netdev goes.
-#include <getopt.h>
 #include <linux/capability.h>
 #include <net/if.h>
 
