@@ -54,19 +54,14 @@ bool provider_library_ok(const char* prog) {
 }
 
 int env_main(Args args) {
+  static constexpr Option kOptions[] = {{"driver"}};
+  OptionParser opts(args, kOptions);
+  if (opts.help()) return print_help(kEnvUsage);
   bool driver = false;
-  for (std::string_view a : args) {
-    if (is_help(a)) {
-      std::fputs(kEnvUsage, stdout);
-      return 0;
-    }
-    if (a == "--driver") {
-      driver = true;
-    } else {
-      std::fprintf(stderr, "urxe env: unknown argument '%.*s'\n%s", static_cast<int>(a.size()), a.data(),
-                   kEnvUsage);
-      return kExitUsage;
-    }
+  for (Token t; (t = opts.next());) {
+    if (t.kind != Token::option)
+      return usage_error("urxe env", "unknown argument '" + std::string(t.word) + "'", kEnvUsage);
+    driver = true;
   }
   // Printing a LD_PRELOAD of a missing file would make every later command in that shell warn.
   if (!provider_library_ok("urxe env")) return 1;

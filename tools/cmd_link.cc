@@ -4,7 +4,6 @@
 // frames (hostnet/kernel_guard.h), which belongs to the device's owner, so `link add` installs it and
 // `link del` removes it. Devices whose interface has gone are removed by `link show` and `link add`, as the
 // kernel removes an rdma link whose netdev goes.
-#include <getopt.h>
 #include <linux/capability.h>
 #include <net/if.h>
 
@@ -196,17 +195,16 @@ std::string permission_hint(const std::string& msg) {
   return "";
 }
 
+// The options after NAME netdev IFACE.
+constexpr Option kAddOptions[] = {{"dpdk", Option::required},       {"mtu", Option::required},
+                                  {"port", Option::required},       {"gids", Option::required},
+                                  {"pcap", Option::required},       {"pcap-size", Option::required},
+                                  {"pcap-files", Option::required}, {"no-filter"}};
+
 int add_main(Args args) {
-  for (std::string_view a : args) {
-    if (is_help(a)) {
-      std::fputs(kAddUsage, stdout);
-      return 0;
-    }
-  }
-  if (args.size() < 3) {
-    std::fprintf(stderr, "urxe link add: expected NAME netdev IFACE\n%s", kAddUsage);
-    return kExitUsage;
-  }
+  OptionParser opts(args, kAddOptions, {.leading = 3});
+  if (opts.help()) return print_help(kAddUsage);
+  if (args.size() < 3) return usage_error("urxe link add", "expected NAME netdev IFACE", kAddUsage);
   const std::string name(args[0]), ifname(args[2]);
   if (args[1] != "netdev") {
     std::fprintf(stderr,
@@ -221,49 +219,18 @@ int add_main(Args args) {
   uint32_t mtu = 0;
   std::string port = "auto", dpdk;
   bool filter = true;
-  // The options after NAME netdev IFACE, by getopt_long: whole option names only (an abbreviation is an
-  // unknown option), a value as the next word or after '='.
-  static const option kOptions[] = {{"dpdk", required_argument, nullptr, 0},
-                                    {"mtu", required_argument, nullptr, 0},
-                                    {"port", required_argument, nullptr, 0},
-                                    {"gids", required_argument, nullptr, 0},
-                                    {"pcap", required_argument, nullptr, 0},
-                                    {"pcap-size", required_argument, nullptr, 0},
-                                    {"pcap-files", required_argument, nullptr, 0},
-                                    {"no-filter", no_argument, nullptr, 0},
-                                    {nullptr, 0, nullptr, 0}};
-  std::vector<std::string> words = {"urxe link add"};
-  for (size_t i = 3; i < args.size(); ++i) words.emplace_back(args[i]);
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  argv.push_back(nullptr);
-  const int argc = static_cast<int>(words.size());
-  opterr = 0;  // the messages are ours
-  optind = 0;  // glibc: start afresh
-  for (;;) {
-    const int at = optind == 0 ? 1 : optind;  // the word getopt_long reads next
-    int index = -1;
-    const int c = getopt_long(argc, argv.data(), "-:", kOptions, &index);
-    if (c == -1 && !(at < argc && words[at] == "--")) break;
-    const std::string word = at < argc ? words[at] : std::string();
-    const std::string opt_name = word.substr(0, word.find('='));
-    if (c == ':') {
-      std::fprintf(stderr, "urxe link add: %s needs a value (see urxe link add --help)\n", word.c_str());
-      return kExitUsage;
-    }
-    if (c != 0 || opt_name != std::string("--") + kOptions[index].name) {
-      std::fprintf(stderr,
-                   "urxe link add: unknown option '%s' (valid: --dpdk, --mtu, --port, --gids, --pcap, "
-                   "--pcap-size, --pcap-files, --no-filter)\n",
-                   word.c_str());
-      return kExitUsage;
-    }
-    const std::string_view k = opt_name;
+  for (Token t; (t = opts.next());) {
+    if (t.kind == Token::missing_value)
+      return usage_error("urxe link add", std::string(t.word) + " needs a value (see urxe link add --help)");
+    if (t.kind != Token::option)
+      return usage_error("urxe link add",
+                         "unknown option '" + std::string(t.word) + "' (valid: " + opts.valid() + ")");
+    const std::string k = "--" + std::string(t.opt->name);
     if (k == "--no-filter") {
       filter = false;
       continue;
     }
-    const std::string_view v = optarg;
+    const std::string_view v = *t.value;
     uint32_t n = 0;
     if (k == "--mtu") {
       if (!parse_u32(v, n) || n < 348) {
@@ -386,19 +353,13 @@ int add_main(Args args) {
 }
 
 int del_main(Args args) {
-  if (!args.empty() && is_help(args[0])) {
-    std::fputs(kDelUsage, stdout);
-    return 0;
-  }
-  if (args.size() != 1) {
-    std::fprintf(stderr, "urxe link del: expected exactly one device NAME\n%s", kDelUsage);
-    return kExitUsage;
-  }
-  if (args[0].size() > 1 && args[0][0] == '-') {
-    std::fprintf(stderr, "urxe link del: unknown option '%.*s' (link del takes only a device NAME)\n%s",
-                 static_cast<int>(args[0].size()), args[0].data(), kDelUsage);
-    return kExitUsage;
-  }
+  OptionParser opts(args, {});
+  if (opts.help()) return print_help(kDelUsage);
+  if (args.size() != 1) return usage_error("urxe link del", "expected exactly one device NAME", kDelUsage);
+  if (const Token t = opts.next(); t.kind != Token::operand)
+    return usage_error("urxe link del",
+                       "unknown option '" + std::string(t.word) + "' (link del takes only a device NAME)",
+                       kDelUsage);
   const std::string name(args[0]);
   const prov::Paths paths = prov::Paths::from_env();
   prov::DeviceInfo dev;
@@ -483,25 +444,20 @@ int watch(const prov::Paths& paths) {
 
 // show / refresh / watch: only the optional NAME.
 int simple_main(const char* sub, const char* usage, Args args, size_t max_args) {
-  for (std::string_view a : args) {
-    if (is_help(a)) {
-      std::fputs(usage, stdout);
-      return 0;
-    }
-    if (a.size() > 1 && a[0] == '-') {
-      std::fprintf(stderr, "urxe link %s: unknown option '%.*s'\n%s", sub, static_cast<int>(a.size()),
-                   a.data(), usage);
-      return kExitUsage;
-    }
+  OptionParser opts(args, {});
+  if (opts.help()) return print_help(usage);
+  const std::string prog = std::string("urxe link ") + sub;
+  std::vector<std::string_view> names;
+  for (Token t; (t = opts.next());) {
+    if (t.kind != Token::operand)
+      return usage_error(prog, "unknown option '" + std::string(t.word) + "'", usage);
+    names.push_back(t.word);
   }
-  if (args.size() > max_args) {
-    std::fprintf(stderr, "urxe link %s: too many arguments\n%s", sub, usage);
-    return kExitUsage;
-  }
+  if (names.size() > max_args) return usage_error(prog, "too many arguments", usage);
   const prov::Paths paths = prov::Paths::from_env();
   const std::string sub_name = sub;
   if (sub_name == "show") remove_vanished(paths);
-  const std::string only = args.empty() ? std::string() : std::string(args[0]);
+  const std::string only = names.empty() ? std::string() : std::string(names[0]);
   if (!only.empty() && !device_exists(paths, only)) {
     print_error(sub, no_device(paths, only));
     return 1;

@@ -29,26 +29,21 @@ constexpr char kDecodeUsage[] =
     "exit status: 0 ok, 1 bad RoCEv2 frames (--strict), 2 usage or file error\n";
 
 int decode_main(Args args) {
+  static constexpr Option kOptions[] = {{"json"}, {"strict"}};
+  OptionParser opts(args, kOptions);
+  if (opts.help()) return print_help(kDecodeUsage);
   DecodeOptions opt;
   std::string path;
   bool have_path = false;
-  for (std::string_view a : args) {
-    if (is_help(a)) {
-      std::fputs(kDecodeUsage, stdout);
-      return 0;
-    } else if (a == "--json") {
-      opt.json = true;
-    } else if (a == "--strict") {
-      opt.strict = true;
-    } else if (a.size() > 1 && a[0] == '-') {
-      std::fprintf(stderr, "urxe pcap decode: unknown option '%.*s'\n%s", static_cast<int>(a.size()),
-                   a.data(), kDecodeUsage);
-      return kExitUsage;
+  for (Token t; (t = opts.next());) {
+    if (t.kind == Token::option) {
+      (t.opt->name == "json" ? opt.json : opt.strict) = true;
+    } else if (t.kind != Token::operand) {
+      return usage_error("urxe pcap decode", "unknown option '" + std::string(t.word) + "'", kDecodeUsage);
     } else if (have_path) {
-      std::fprintf(stderr, "urxe pcap decode: one FILE only\n%s", kDecodeUsage);
-      return kExitUsage;
+      return usage_error("urxe pcap decode", "one FILE only", kDecodeUsage);
     } else {
-      path = a;
+      path = t.word;
       have_path = true;
     }
   }

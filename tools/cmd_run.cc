@@ -44,22 +44,14 @@ int run_main(Args args) {
     std::fputs(kRunUsage, stderr);
     return kExitUsage;
   }
-  if (is_help(args[0])) {
-    std::fputs(kRunUsage, stdout);
-    return 0;
-  }
-  size_t first = 0;
-  if (args[0] == "--") {
-    first = 1;
-  } else if (args[0].size() > 1 && args[0][0] == '-') {
-    std::fprintf(stderr, "urxe run: unknown option '%.*s' (put '--' before the command)\n%s",
-                 static_cast<int>(args[0].size()), args[0].data(), kRunUsage);
-    return kExitUsage;
-  }
-  if (first >= args.size()) {
-    std::fprintf(stderr, "urxe run: no command after '--'\n%s", kRunUsage);
-    return kExitUsage;
-  }
+  // CMD's own options are CMD's: the parse ends at CMD (or after "--").
+  OptionParser opts(args, {}, {.stop_at_operand = true});
+  if (opts.help()) return print_help(kRunUsage);
+  if (const Token t = opts.next())
+    return usage_error(
+        "urxe run", "unknown option '" + std::string(t.word) + "' (put '--' before the command)", kRunUsage);
+  const Args cmd = opts.rest();
+  if (cmd.empty()) return usage_error("urxe run", "no command after '--'", kRunUsage);
   if (!provider_library_ok("urxe run")) return 1;
   const provider::Paths paths = provider::Paths::from_env();
   warn_if_kernel_rdma("urxe run");
@@ -75,7 +67,7 @@ int run_main(Args args) {
   const char* preload = std::getenv("LD_PRELOAD");
   for (const auto& [k, v] : provider::app_environment(paths, preload ? preload : ""))
     ::setenv(k.c_str(), v.c_str(), 1);
-  std::vector<std::string> words(args.begin() + static_cast<std::ptrdiff_t>(first), args.end());
+  std::vector<std::string> words(cmd.begin(), cmd.end());
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);

@@ -78,9 +78,13 @@ bool parse_number(std::string_view s, double& out) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
+bool is_number(std::string_view s) {
+  double v;
+  return parse_number(s, v);
+}
+
 int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "urxe stats: %s ('urxe stats --help' lists the options)\n", msg.c_str());
-  return kExitUsage;
+  return tools::usage_error("urxe stats", msg + " ('urxe stats --help' lists the options)");
 }
 
 void json_counters(JsonWriter& w, std::string_view key, const prov::CounterSet& s) {
@@ -158,32 +162,36 @@ double now_s() {
 }  // namespace
 
 int stats_main(Args args) {
+  static constexpr Option kOptions[] = {
+      {"json"},
+      {"processes", Option::none, 'p'},
+      {"watch", Option::optional, 0, is_number},  // SECS only when the next word is a number
+      {"count", Option::required}};
+  OptionParser opts(args, kOptions);
+  if (opts.help()) return print_help(kUsage);
   Options o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    if (is_help(a)) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (a == "--json") {
+  for (Token t; (t = opts.next());) {
+    // t.opt is set for an option, and for --count without its value (the only one that needs a value).
+    const std::string_view k = t.opt ? t.opt->name : std::string_view();
+    const std::string_view a = t.word;
+    if (k == "json") {
       o.json = true;
-    } else if (a == "-p" || a == "--processes") {
+    } else if (k == "processes") {
       o.processes = true;
-    } else if (a == "--watch") {
+    } else if (k == "watch") {
       o.watch = true;
       double v;
-      if (i + 1 < args.size() && parse_number(args[i + 1], v)) {
-        if (!(v >= 0.05 && v <= 86400)) return usage_error("--watch SECS must be 0.05 .. 86400");
+      if (t.value) {
+        if (!parse_number(*t.value, v) || !(v >= 0.05 && v <= 86400))
+          return usage_error("--watch SECS must be 0.05 .. 86400");
         o.interval = v;
-        ++i;
       }
-    } else if (a == "--count") {
-      const std::string_view v = i + 1 < args.size() ? args[i + 1] : std::string_view{};
+    } else if (k == "count") {
+      const std::string_view v = t.value.value_or(std::string_view());
       auto r = std::from_chars(v.data(), v.data() + v.size(), o.count);
       if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || o.count < 1)
         return usage_error("--count needs a whole number >= 1");
-      ++i;
-    } else if (!a.empty() && a[0] == '-') {
+    } else if (t.kind != Token::operand || a == "-") {  // "-" names no device: an unknown option, as it looks
       return usage_error("unknown option '" + std::string(a) + "'");
     } else if (o.name.empty()) {
       o.name = a;

@@ -129,6 +129,42 @@ out=$("$U" link del --force 2>&1); expect_rc "link del --force (no such option)"
 check "  is an unknown option" "unknown option '--force'" "$out"
 out=$("$U" link add urxe2 netdev va --colour red 2>&1); expect_rc "link add with an unknown option" 2 $?
 check "  lists the valid ones" "unknown option '--colour' \(valid: --dpdk" "$out"
+
+# --- each command's options, by one getopt_long parser: the same errors, values as the next word or after
+# '=', whole option names only, and nothing after `run`'s CMD read as urxe's
+out=$("$U" link add urxe2 netdev va --mtu 2>&1); expect_rc "link add --mtu without a value" 2 $?
+check "  says it needs one" "urxe link add: --mtu needs a value" "$out"
+out=$("$U" link add urxe2 netdev va --mtu=100 2>&1); expect_rc "link add --mtu=100" 2 $?
+check "  checks the value after '='" "urxe link add: --mtu '100' is not an Ethernet MTU" "$out"
+out=$("$U" link add urxe2 netdev va --mt 9000 2>&1); expect_rc "link add --mt (an abbreviation)" 2 $?
+check "  is an unknown option" "unknown option '--mt' \(valid: " "$out"
+out=$("$U" link show urxe1 -x 2>&1); expect_rc "link show urxe1 -x" 2 $?
+check "  is an unknown option" "urxe link show: unknown option '-x'" "$out"
+out=$("$U" link watch urxe1 2>&1); expect_rc "link watch NAME" 2 $?
+check "  is too many arguments" "urxe link watch: too many arguments" "$out"
+out=$("$U" link del urxe1 urxe2 2>&1); expect_rc "link del with two names" 2 $?
+check "  wants exactly one" "urxe link del: expected exactly one device NAME" "$out"
+out=$("$U" env --driver=yes 2>&1); expect_rc "env --driver=yes" 2 $?
+check "  is an unknown argument" "urxe env: unknown argument '--driver=yes'" "$out"
+out=$("$U" run --colour -- true 2>&1); expect_rc "run --colour" 2 $?
+check "  is an unknown option, with the fix" "urxe run: unknown option '--colour' \(put '--' before the command\)" "$out"
+out=$("$U" run -- sh -c 'echo "$0 $*"' --help -x --colour 2>/dev/null); expect_rc "run -- CMD --help -x --colour" 0 $?
+check "  passes CMD's options untouched" "^--help -x --colour$" "$out"
+out=$("$U" run sh -c 'exit 3' --help 2>/dev/null); expect_rc "run CMD --help (no '--') runs CMD" 3 $?
+out=$("$U" stats urxe1 --colour 2>&1); expect_rc "stats --colour" 2 $?
+check "  is an unknown option" "urxe stats: unknown option '--colour' \('urxe stats --help' lists the options\)" "$out"
+out=$("$U" stats urxe1 -pp 2>&1); expect_rc "stats -pp (bundled)" 2 $?
+check "  is an unknown option" "urxe stats: unknown option '-pp'" "$out"
+out=$("$U" stats urxe1 --count 2>&1); expect_rc "stats --count without a value" 2 $?
+check "  says what it needs" "urxe stats: --count needs a whole number >= 1" "$out"
+out=$("$U" stats urxe1 --watch 0 2>&1); expect_rc "stats --watch 0" 2 $?
+check "  says the range" "urxe stats: --watch SECS must be 0.05 .. 86400" "$out"
+out=$("$U" stats --watch 0.05 urxe1 --count 2 2>&1); expect_rc "stats --watch 0.05 NAME --count 2" 0 $?
+[ "$(printf '%s\n' "$out" | grep -c '^urxe1: ')" = 2 ] && ok "  two rounds" || bad "  not two rounds: $out"
+out=$("$U" stats --watch urxe1 --count=1 2>&1); expect_rc "stats --watch NAME --count=1 (NAME is no SECS)" 0 $?
+check "  shows urxe1" "^urxe1: " "$out"
+out=$("$U" stats -p --processes --json --watch=0.05 --count 1 urxe1 2>&1); expect_rc "stats -p --processes --json --watch=0.05" 0 $?
+check "  one JSON line" '^\{"device":"urxe1"' "$out"
 "$U" link del urxe1 >/dev/null 2>&1; expect_rc "link del urxe1" 0 $?
 
 [ $fail = 0 ] && echo "cli_errors_test: all checks passed"

@@ -68,6 +68,10 @@ for cmd in $leaves; do
   for form in "-h" "help"; do
     [ "$("$U" $cmd $form 2>&1)" = "$help" ] || bad "urxe $cmd $form differs from --help"
   done
+  # Anywhere in the arguments, also after an option the command does not know.
+  # shellcheck disable=SC2086
+  [ "$("$U" $cmd $(min_args "$cmd") --urxe-no-such-option -h 2>&1)" = "$help" ] ||
+    bad "urxe $cmd ARGS --urxe-no-such-option -h is not the help"
   printf '%s\n' "$help" | head -1 | grep -q "^usage: urxe $cmd" || bad "urxe $cmd --help: first line is not 'usage: urxe $cmd ...'"
   printf '%s\n' "$help" | grep -q "^exit status:" || bad "urxe $cmd --help: no 'exit status:'"
   printf '%s\n' "$help" | awk '/^examples:/ {on = 1; next} on && /^  .*urxe / {found = 1} on && /^$/ {exit} END {exit !found}' ||
