@@ -149,18 +149,17 @@ netns_urxe_side() {  # netns_urxe_side NS IF OUT URXE SO "LINK OPTIONS" CMD...
 }
 
 netns_urxe_side_in() {  # netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPTIONS" CMD...
-  _run=$1 _ns=$2 _if=$3 _out=$4 _urxe=$5 _so=$6 _opts=$7
+  _run=$1 _ns=$2 _if=$3 _out=$4 _urxe=$5 _so=$6 _opts=$7 _fresh=""
   shift 7
+  if [ -z "$_run" ]; then
+    # Made and removed out here: the side's processes are killed (SIGKILL) when its namespace is deleted.
+    _run=$(mktemp -d /tmp/urxe-run.XXXXXX) || return 1
+    _fresh=$_run
+  fi
   ip netns exec "$_ns" unshare --mount --propagation private sh -c '
     mount -t tmpfs urxe-test /dev/infiniband || exit 1
-    if [ -n "$1" ]; then
-      export URXE_RUN_DIR="$1"
-    else
-      export URXE_RUN_DIR=$(mktemp -d /tmp/urxe-run.XXXXXX)
-      trap "rm -rf \"\$URXE_RUN_DIR\"" EXIT
-    fi
-    export URXE_PROVIDER="$2"
-    if [ -n "$1" ] && [ -e "$1/sys/class/infiniband/urxe0" ]; then  # a later app on the same device: its node
+    export URXE_RUN_DIR="$1" URXE_PROVIDER="$2"
+    if [ -e "$1/sys/class/infiniband/urxe0" ]; then  # a later app on the same device: its node only
       mknod /dev/infiniband/uverbs0 c 1 3 || exit 1
     else
       # shellcheck disable=SC2086
@@ -169,4 +168,7 @@ netns_urxe_side_in() {  # netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPT
     eval "$("$3" env)"
     shift 5
     timeout 60 "$@"' side "$_run" "$_so" "$_urxe" "$_if" "$_opts" "$@" >"$_out" 2>&1
+  _rc=$?
+  [ -z "$_fresh" ] || rm -rf "$_fresh"
+  return $_rc
 }
