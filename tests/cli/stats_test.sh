@@ -24,10 +24,7 @@ a=ustA$$; b=ustB$$
 netns_tmpdir tmp urxe-stats || exit 1
 srv=
 netns_at_exit '[ -n "$srv" ] && kill "$srv" 2>/dev/null'
-netns_pair $a $b va vb 10.89.0.1/24 10.89.0.2/24 || exit 1
-# Both ends up (carrier) before anything is sent.
-netns_wait_up $a va
-netns_wait_up $b vb
+netns_pair $a $b va vb 10.89.0.1/24 10.89.0.2/24 || exit 1  # both ends up (carrier) before anything is sent
 
 fail=0
 check() {  # check WHAT GOT WANT

@@ -18,8 +18,9 @@
 #                                           e.g. 10.77.0.1/24)
 #   netns_pair NS_A NS_B IF_A IF_B ADDR_A ADDR_B
 #                                           two new namespaces joined by a veth IF_A (in NS_A) <-> IF_B (in
-#                                           NS_B), with addresses, MTU $URXE_TEST_MTU, lo and both ends up;
-#                                           at exit their processes are killed and both are deleted
+#                                           NS_B), with addresses, MTU $URXE_TEST_MTU, lo and both ends up
+#                                           (returns once both have their carrier, netns_wait_up); at exit
+#                                           their processes are killed and both are deleted
 #   netns_wait_up [NS] IF                   wait (at most 10 s) until IF has its carrier ("" = this namespace)
 #   netns_urxe_side NS IF OUT URXE SO "LINK OPTIONS" CMD...
 #                                           CMD in NS with its own mount namespace (tmpfs on /dev/infiniband,
@@ -121,7 +122,8 @@ netns_pair() {  # netns_pair NS_A NS_B IF_A IF_B ADDR_A ADDR_B
   ip -n "$1" addr add "$5" dev "$3" || return 1
   ip -n "$2" addr add "$6" dev "$4" || return 1
   ip -n "$1" link set lo up && ip -n "$2" link set lo up &&
-    ip -n "$1" link set "$3" up && ip -n "$2" link set "$4" up
+    ip -n "$1" link set "$3" up && ip -n "$2" link set "$4" up || return 1
+  netns_wait_up "$1" "$3" && netns_wait_up "$2" "$4"
 }
 
 netns_wait_up() {  # netns_wait_up [NS] IF: `urxe link add` reads the port state from the interface
