@@ -23,10 +23,7 @@ unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH URXE_TEST_KERNEL_RDMA
 . "$(dirname "$0")/../lib/check.sh"
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 
-netns_devfs || exit 1
-netns_no_ipv6
-netns_veth va vb 10.67.0.1/24 || exit 1
-netns_tmpdir tmp urxe-cli-errors || exit 1
+netns_private_veth tmp urxe-cli-errors 10.67.0.1/24 || exit 1
 netns_at_exit 'umount "$tmp/ro" 2>/dev/null'
 export URXE_RUN_DIR=$tmp/run
 

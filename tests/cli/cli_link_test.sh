@@ -15,10 +15,7 @@ unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH
 . "$(dirname "$0")/../lib/check.sh"
 has_nft=0; command -v nft >/dev/null && has_nft=1
 
-netns_devfs || exit 1
-netns_no_ipv6
-netns_veth va vb 10.66.0.1/24 || exit 1
-netns_tmpdir URXE_RUN_DIR urxe-cli-test || exit 1
+netns_private_veth URXE_RUN_DIR urxe-cli-test 10.66.0.1/24 || exit 1
 export URXE_RUN_DIR
 
 # --- help and usage

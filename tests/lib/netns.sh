@@ -16,6 +16,9 @@
 #                                           a veth pair in this namespace (-n: in namespace NS), MTU
 #                                           $URXE_TEST_MTU (default 1500), lo and both ends up (ADDR: CIDR,
 #                                           e.g. 10.77.0.1/24)
+#   netns_private_veth VAR NAME ADDR_A [ADDR_B]
+#                                           the usual start after netns_private: netns_devfs, netns_no_ipv6,
+#                                           netns_veth va vb ADDR_A [ADDR_B], netns_tmpdir VAR NAME
 #   netns_pair NS_A NS_B IF_A IF_B ADDR_A ADDR_B
 #                                           two new namespaces joined by a veth IF_A (in NS_A) <-> IF_B (in
 #                                           NS_B), with addresses, MTU $URXE_TEST_MTU, lo and both ends up
@@ -101,6 +104,13 @@ netns_veth() {  # netns_veth [-n NS] IF_A IF_B [ADDR_A [ADDR_B]]
   [ -z "${3:-}" ] || _netns_ip addr add "$3" dev "$1" || return 1
   [ -z "${4:-}" ] || _netns_ip addr add "$4" dev "$2" || return 1
   _netns_ip link set "$1" up && _netns_ip link set "$2" up
+}
+
+netns_private_veth() {  # netns_private_veth VAR NAME ADDR_A [ADDR_B]
+  netns_devfs || return 1
+  netns_no_ipv6
+  netns_veth va vb "$3" "${4:-}" || return 1
+  netns_tmpdir "$1" "$2"
 }
 
 _netns_delete() {

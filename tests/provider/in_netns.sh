@@ -8,10 +8,9 @@ set -eu
 . "$(dirname "$0")/../lib/netns.sh"
 netns_private "$0" "$@"
 devctl=$1; so=$2; shift 2
-netns_devfs
-netns_no_ipv6
-netns_veth va vb 10.77.0.1/24 10.77.0.2/24
-netns_tmpdir run urxe-provider-test  # mode 755: the tree must be readable by unprivileged apps too
+# IPv6 off (a GID table that does not change over the run); the run directory mode 755: the tree must be
+# readable by unprivileged apps too.
+netns_private_veth run urxe-provider-test 10.77.0.1/24 10.77.0.2/24
 export URXE_RUN_DIR="$run" URXE_PROVIDER="$so" URXE_DEVCTL="$devctl"
 "$devctl" link add urxe0 netdev va --port "${URXE_TEST_PORT:-loop}" >/dev/null
 eval "$("$devctl" env)"
