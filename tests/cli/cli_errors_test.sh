@@ -13,29 +13,19 @@
 #   - device not found for show / refresh / del, unknown options
 #   usage: cli_errors_test.sh URXE
 set -u
-if [ "${URXE_IN_NETNS:-}" != 1 ]; then
-  [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, mknod)"; exit 77; }
-  command -v setpriv >/dev/null || { echo "SKIP: setpriv missing (util-linux)"; exit 77; }
-  command -v ibv_devinfo >/dev/null || { echo "SKIP: ibv_devinfo missing (apt-get install ibverbs-utils)"; exit 77; }
-  mkdir -p /dev/infiniband
-  URXE_IN_NETNS=1 exec timeout 100 unshare --mount --net --propagation private "$0" "$@"
-fi
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
+command -v setpriv >/dev/null || { echo "SKIP: setpriv missing (util-linux)"; exit 77; }
+command -v ibv_devinfo >/dev/null || { echo "SKIP: ibv_devinfo missing (apt-get install ibverbs-utils)"; exit 77; }
+netns_private -t 100 "$0" "$@"
 U=$1
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH URXE_TEST_KERNEL_RDMA
-. "$(dirname "$0")/check.sh"
+. "$(dirname "$0")/../lib/check.sh"
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 
-mount -t tmpfs -o mode=755 urxe-cli-errors /dev/infiniband || exit 1
-ip link set lo up
-ip link add va type veth peer name vb
-sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
-ip addr add 10.67.0.1/24 dev va
-ip link set va up
-ip link set vb up
-tmp=$(mktemp -d /tmp/urxe-cli-errors.XXXXXX)
-chmod 755 "$tmp"
+netns_private_veth tmp urxe-cli-errors 10.67.0.1/24 || exit 1
+netns_at_exit 'umount "$tmp/ro" 2>/dev/null'
 export URXE_RUN_DIR=$tmp/run
-trap 'umount "$tmp/ro" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # --- unprivileged user: no write access to /dev/infiniband
 out=$(nobody "$U" link add urxe0 netdev va 2>&1); expect_rc "link add as an unprivileged user fails" 1 $?
@@ -100,7 +90,7 @@ out=$("$U" run -- true 2>&1); expect_rc "run with urxe1's /dev node missing stil
 check "  warning that libibverbs skips urxe1, with the fix" \
   "warning: urxe1 has no device node /dev/infiniband/$node.*urxe link del urxe1 && urxe link add urxe1 netdev va" "$out"
 "$U" link del urxe1 >/dev/null 2>&1 && "$U" link add urxe1 netdev va --port loop >/dev/null 2>&1
-ip link add vc type veth peer name vd && ip link set vc up
+netns_veth vc vd
 "$U" link add urxe3 netdev vc --port loop >/dev/null 2>&1; expect_rc "link add urxe3 netdev vc" 0 $?
 ip link del vc
 out=$("$U" env 2>&1 >/dev/null); expect_rc "env with urxe3's interface gone" 0 $?

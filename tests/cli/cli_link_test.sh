@@ -6,28 +6,17 @@
 # URXE (build tree: <build>/provider/liburxe-rdmav34.so), which `urxe env` must find by itself.
 #   usage: cli_link_test.sh URXE
 set -u
-if [ "${URXE_IN_NETNS:-}" != 1 ]; then
-  [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, mknod)"; exit 77; }
-  command -v ibv_devinfo >/dev/null || { echo "SKIP: ibv_devinfo missing (apt-get install ibverbs-utils)"; exit 77; }
-  mkdir -p /dev/infiniband
-  URXE_IN_NETNS=1 exec timeout 100 unshare --mount --net --propagation private "$0" "$@"
-fi
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
+command -v ibv_devinfo >/dev/null || { echo "SKIP: ibv_devinfo missing (apt-get install ibverbs-utils)"; exit 77; }
+netns_private -t 100 "$0" "$@"
 U=$1
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH
-. "$(dirname "$0")/check.sh"
+. "$(dirname "$0")/../lib/check.sh"
 has_nft=0; command -v nft >/dev/null && has_nft=1
 
-mount -t tmpfs -o mode=755 urxe-cli-test /dev/infiniband || exit 1
-ip link set lo up
-ip link add va type veth peer name vb
-sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
-ip addr add 10.66.0.1/24 dev va
-ip link set va up
-ip link set vb up
-URXE_RUN_DIR=$(mktemp -d /tmp/urxe-cli-test.XXXXXX)
-chmod 755 "$URXE_RUN_DIR"
+netns_private_veth URXE_RUN_DIR urxe-cli-test 10.66.0.1/24 || exit 1
 export URXE_RUN_DIR
-trap 'rm -rf "$URXE_RUN_DIR"' EXIT
 
 # --- help and usage
 for c in "" "link" "link add" "link del" "link show" "env" "run"; do

@@ -6,30 +6,20 @@
 # `urxe link show` / `urxe link add`, and its name can be used again.
 #   usage: cli_netns_test.sh URXE
 set -u
-if [ "${URXE_IN_MNTNS:-}" != 1 ]; then
-  [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, mknod)"; exit 77; }
-  command -v ibv_devices >/dev/null || { echo "SKIP: ibv_devices missing (apt-get install ibverbs-utils)"; exit 77; }
-  mkdir -p /dev/infiniband
-  URXE_IN_MNTNS=1 exec timeout 100 unshare --mount --propagation private "$0" "$@"
-fi
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
+command -v ibv_devices >/dev/null || { echo "SKIP: ibv_devices missing (apt-get install ibverbs-utils)"; exit 77; }
+netns_private -m -t 100 "$0" "$@"
 U=$1
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH IBV_SHOW_WARNINGS
-. "$(dirname "$0")/check.sh"
+. "$(dirname "$0")/../lib/check.sh"
 
 a=urxeNA$$; b=urxeNB$$
-mount -t tmpfs -o mode=755 urxe-cli-netns /dev/infiniband || exit 1
-URXE_RUN_DIR=$(mktemp -d /tmp/urxe-cli-netns.XXXXXX)
-chmod 755 "$URXE_RUN_DIR"
+netns_devfs || exit 1
+netns_tmpdir URXE_RUN_DIR urxe-cli-netns || exit 1
 export URXE_RUN_DIR
-cleanup() { ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$URXE_RUN_DIR"; }
-trap cleanup EXIT
-ip netns add $a && ip netns add $b || exit 1
-ip link add va netns $a type veth peer name vb netns $b
-ip -n $a link add vc type veth peer name vd
-ip -n $a addr add 10.69.0.1/24 dev va
-ip -n $b addr add 10.69.0.2/24 dev vb
-for l in lo va vc vd; do ip -n $a link set $l up; done
-for l in lo vb; do ip -n $b link set $l up; done
+netns_pair $a $b va vb 10.69.0.1/24 10.69.0.2/24 || exit 1
+netns_veth -n $a vc vd || exit 1
 in_a() { ip netns exec $a "$@"; }
 in_b() { ip netns exec $b "$@"; }
 

@@ -12,7 +12,8 @@
 #  - an app killed with SIGKILL keeps its counts (folded into the device total by the next reader).
 #   usage: stats_test.sh URXE PROVIDER_SO
 set -u
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces, mknod)"; exit 77; }
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
 command -v ibv_rc_pingpong >/dev/null || { echo "SKIP: ibv_rc_pingpong (ibverbs-utils) not installed"; exit 77; }
 command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
 /usr/bin/python3 -c 'import scapy.contrib.roce' 2>/dev/null || { echo "SKIP: scapy missing for /usr/bin/python3"; exit 77; }
@@ -20,25 +21,10 @@ urxe=$1; so=$2
 N=100
 mkdir -p /dev/infiniband
 a=ustA$$; b=ustB$$
-tmp=$(mktemp -d /tmp/urxe-stats.XXXXXX)
+netns_tmpdir tmp urxe-stats || exit 1
 srv=
-cleanup() {
-  [ -n "$srv" ] && kill "$srv" 2>/dev/null
-  ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip netns add $a && ip netns add $b || exit 1
-ip link add va netns $a type veth peer name vb netns $b
-ip -n $a addr add 10.89.0.1/24 dev va
-ip -n $b addr add 10.89.0.2/24 dev vb
-for ns in $a $b; do ip -n $ns link set lo up; done
-ip -n $a link set va up
-ip -n $b link set vb up
-# Both ends up (carrier) before anything is sent.
-for i in $(seq 50); do
-  ip -n $a link show va | grep -q LOWER_UP && ip -n $b link show vb | grep -q LOWER_UP && break
-  sleep 0.1
-done
+netns_at_exit '[ -n "$srv" ] && kill "$srv" 2>/dev/null'
+netns_pair $a $b va vb 10.89.0.1/24 10.89.0.2/24 || exit 1  # both ends up (carrier) before anything is sent
 
 fail=0
 check() {  # check WHAT GOT WANT
@@ -50,19 +36,10 @@ stats() {  # stats RUN_DIR [ARGS]: urxe stats of urxe0 there
 }
 hw() { cat "$1/sys/class/infiniband/urxe0/ports/1/hw_counters/$2" 2>/dev/null; }
 
-side() {  # side NS IFACE RUN_DIR OUTFILE CMD...
-  ns=$1; ifc=$2; run=$3; out=$4; shift 4
-  ip netns exec "$ns" unshare --mount --propagation private sh -c '
-    mount -t tmpfs urxe-test /dev/infiniband || exit 1
-    export URXE_RUN_DIR="$1" URXE_PROVIDER="$2"
-    if [ -e "$1/sys/class/infiniband/urxe0" ]; then  # a later app on the same device: only the node
-      mknod /dev/infiniband/uverbs0 c 1 3 || exit 1
-    else
-      "$3" link add urxe0 netdev "$4" >/dev/null || exit 1
-    fi
-    eval "$("$3" env)"
-    shift 4
-    exec timeout 60 "$@"' side "$run" "$so" "$urxe" "$ifc" "$@" >"$out" 2>&1
+side() {  # side NS IFACE RUN_DIR OUTFILE CMD...: each side's run directory stays, for urxe stats
+  _sd_ns=$1 _sd_if=$2 _sd_run=$3 _sd_out=$4
+  shift 4
+  netns_urxe_side_in "$_sd_run" "$_sd_ns" "$_sd_if" "$_sd_out" "$urxe" "$so" "" "$@"
 }
 
 app="ibv_rc_pingpong -d urxe0 -g 1 -n $N -s 64"

@@ -12,12 +12,9 @@
 #   usage: install_deb.sh BUILD_DIR
 set -u
 build=$(cd "$1" && pwd)
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-check() {  # check DESCRIPTION PATTERN TEXT
-  if printf '%s\n' "$3" | grep -qE -- "$2"; then ok "$1"; else bad "$1 (no /$2/ in:)"; printf '%s\n' "$3" | sed 's/^/    /'; fi
-}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/check.sh"
+. "$here/../lib/netns.sh"
 
 if [ "${URXE_IN_OVERLAY:-}" = 1 ]; then
   # --- part 2, inside the private mount namespace (see below): $1 = build dir, $2 = .deb, $3 = work dir
@@ -29,22 +26,22 @@ if [ "${URXE_IN_OVERLAY:-}" = 1 ]; then
     mount -t overlay "urxe-deb-$d" -o "lowerdir=/$d,upperdir=$w/ov/$d.up,workdir=$w/ov/$d.work" "/$d" ||
       { echo "SKIP: cannot mount overlayfs on /$d"; exit 77; }
   done
-  mount -t tmpfs urxe-deb-test /dev/infiniband || exit 1
   find /usr /etc -xdev -type d >"$w/dirs.before"
   if out=$(dpkg -i "$deb" 2>&1); then ok "dpkg -i"; else bad "dpkg -i"; printf '%s\n' "$out" | sed 's/^/    /'; fi
   check "dpkg -s urxe: installed" "^Status: install ok installed" "$(dpkg -s urxe 2>&1)"
   arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
   check "/usr/bin/urxe env names the installed provider" \
     "^export LD_PRELOAD='/usr/lib/$arch/libibverbs/liburxe-rdmav34.so'$" "$(URXE_RUN_DIR=$w/none /usr/bin/urxe env 2>&1)"
-  out=$(unshare --net sh -c '
-    ip link add va type veth peer name vb && ip addr add 10.91.0.1/24 dev va && ip link set va up && ip link set vb up || exit 1
-    export URXE_RUN_DIR=$1/run
-    /usr/bin/urxe link add urxe0 netdev va --port loop >/dev/null || exit 1
+  # The installed urxe's device in a network namespace of its own (tests/lib/netns.sh), on a loop port.
+  a=urxeDA$$; b=urxeDB$$
+  netns_pair $a $b va vb 10.91.0.1/24 10.91.0.2/24 || exit 1
+  netns_urxe_side $a va "$w/devices.out" /usr/bin/urxe "" "--port loop" sh -c '
     echo "== ibv_devices, SYSFS_PATH only"
-    SYSFS_PATH=$URXE_RUN_DIR/sys timeout 20 ibv_devices
+    env -u LD_PRELOAD timeout 20 ibv_devices
     echo "== urxe run -- ibv_devinfo"
     timeout 20 /usr/bin/urxe run -- ibv_devinfo -d urxe0
-    /usr/bin/urxe link del urxe0' sh "$w" 2>&1)
+    /usr/bin/urxe link del urxe0'
+  out=$(cat "$w/devices.out")
   check "ibv_devices finds urxe0 through /etc/libibverbs.d/urxe.driver (no LD_PRELOAD)" \
     "^[[:space:]]+urxe0[[:space:]]+[0-9a-f]{16}" "$out"
   check "urxe run -- ibv_devinfo -d urxe0: port active" "state:[[:space:]]+PORT_ACTIVE" "$out"

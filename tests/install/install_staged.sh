@@ -10,18 +10,13 @@
 set -u
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, mknod)"; exit 77; }
+. "$here/../lib/netns.sh"
+netns_require_root
 command -v ibv_rc_pingpong >/dev/null || { echo "SKIP: ibv_rc_pingpong missing (apt-get install ibverbs-utils)"; exit 77; }
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-check() {  # check DESCRIPTION PATTERN TEXT
-  if printf '%s\n' "$3" | grep -qE -- "$2"; then ok "$1"; else bad "$1 (no /$2/ in:)"; printf '%s\n' "$3" | sed 's/^/    /'; fi
-}
+. "$here/../lib/check.sh"
 mkdir -p /dev/infiniband
-stage=$(mktemp -d /tmp/urxe-install-test.XXXXXX)
-trap 'rm -rf "$stage"' EXIT
+netns_tmpdir stage urxe-install-test || exit 1
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH
 
 # --- prefix /usr: the Debian layout
@@ -71,14 +66,13 @@ check "after moving the installed tree, urxe env follows it" "^export LD_PRELOAD
 
 # The staged .driver line, rewritten for where the tree now is, loads the provider without LD_PRELOAD:
 # libibverbs takes RDMAV_DRIVERS entries exactly like .driver lines.
+# In a network namespace of its own (tests/lib/netns.sh), urxe0 on a loop port.
 drv=$(sed -n 's/^driver //p' "$p/etc/libibverbs.d/urxe.driver" | sed "s|^/opt/urxe|$p|")
-out=$(unshare --mount --net --propagation private sh -c '
-  mount -t tmpfs urxe-install-test /dev/infiniband || exit 1
-  ip link add va type veth peer name vb && ip link set va up || exit 1
-  export URXE_RUN_DIR=$(mktemp -d /tmp/urxe-install-run.XXXXXX)
-  trap "rm -rf \"\$URXE_RUN_DIR\"" EXIT
-  "$1" link add urxe0 netdev va --port loop || exit 1
-  SYSFS_PATH=$URXE_RUN_DIR/sys RDMAV_DRIVERS=$2 timeout 20 ibv_devices' sh "$p/bin/urxe" "$drv" 2>&1)
+a=urxeIA$$; b=urxeIB$$
+netns_pair $a $b va vb 10.92.0.1/24 10.92.0.2/24 || exit 1
+netns_urxe_side $a va "$stage/devices.out" "$p/bin/urxe" "" "--port loop" \
+  env -u LD_PRELOAD RDMAV_DRIVERS="$drv" timeout 20 ibv_devices
+out=$(cat "$stage/devices.out")
 check "staged urxe link add + the .driver line's library: ibv_devices lists urxe0 (no LD_PRELOAD)" \
   "^[[:space:]]+urxe0[[:space:]]" "$out"
 

@@ -3,20 +3,37 @@
 # script exits, also on SIGINT/SIGTERM. Register a script's own cleanup with netns_at_exit.
 #
 #   netns_require_root                      SKIP (exit 77) unless root
-#   netns_private "$0" "$@"                 re-run the script in private mount + network namespaces (once);
-#                                           /dev/infiniband exists as a mount point
-#   netns_veth IF_A IF_B [ADDR_A [ADDR_B]]  a veth pair in this namespace, MTU $URXE_TEST_MTU (default 1500),
-#                                           lo and both ends up (ADDR: CIDR, e.g. 10.77.0.1/24)
+#   netns_private [-m] [-t SECS] "$0" "$@"  re-run the script in private mount + network namespaces (once);
+#                                           /dev/infiniband exists as a mount point. -m: a private mount
+#                                           namespace only (the script makes its network namespaces with
+#                                           netns_pair); -t: the whole run killed after SECS
+#   netns_devfs                             a tmpfs (mode 755) on /dev/infiniband: call after netns_private
+#   netns_no_ipv6                           IPv6 off in this namespace (no link-local address appearing after
+#                                           DAD: GID tables stay the same over the run)
+#   netns_tmpdir VAR NAME                   VAR = a new directory /tmp/NAME.XXXXXX (mode 755, readable by
+#                                           unprivileged apps), removed at exit
+#   netns_veth [-n NS] IF_A IF_B [ADDR_A [ADDR_B]]
+#                                           a veth pair in this namespace (-n: in namespace NS), MTU
+#                                           $URXE_TEST_MTU (default 1500), lo and both ends up (ADDR: CIDR,
+#                                           e.g. 10.77.0.1/24)
+#   netns_private_veth VAR NAME ADDR_A [ADDR_B]
+#                                           the usual start after netns_private: netns_devfs, netns_no_ipv6,
+#                                           netns_veth va vb ADDR_A [ADDR_B], netns_tmpdir VAR NAME
 #   netns_pair NS_A NS_B IF_A IF_B ADDR_A ADDR_B
 #                                           two new namespaces joined by a veth IF_A (in NS_A) <-> IF_B (in
-#                                           NS_B), with addresses, MTU $URXE_TEST_MTU, lo and both ends up;
-#                                           at exit their processes are killed and both are deleted
+#                                           NS_B), with addresses, MTU $URXE_TEST_MTU, lo and both ends up
+#                                           (returns once both have their carrier, netns_wait_up); at exit
+#                                           their processes are killed and both are deleted
 #   netns_wait_up [NS] IF                   wait (at most 10 s) until IF has its carrier ("" = this namespace)
 #   netns_urxe_side NS IF OUT URXE SO "LINK OPTIONS" CMD...
 #                                           CMD in NS with its own mount namespace (tmpfs on /dev/infiniband,
 #                                           a fresh URXE_RUN_DIR), urxe0 on IF (`URXE link add urxe0 netdev IF
 #                                           OPTIONS`), the environment `URXE env` prints, a 60 s timeout;
-#                                           stdout and stderr to OUT
+#                                           stdout and stderr to OUT. SO "" = the provider URXE finds itself
+#   netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPTIONS" CMD...
+#                                           the same in the run directory RUN_DIR, which stays: a later call
+#                                           on the same RUN_DIR (urxe0 already there) only makes CMD's /dev
+#                                           node, so apps one after the other share the device and counters
 #   netns_at_exit 'SHELL CODE'              run at exit (last registered runs first)
 
 _netns_exit=""
@@ -39,21 +56,61 @@ netns_require_root() {
   [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (namespaces, veths, /dev/infiniband)"; exit 77; }
 }
 
-netns_private() {
+netns_private() {  # netns_private [-m] [-t SECS] "$0" "$@"
   [ "${URXE_IN_NETNS:-}" = 1 ] && return 0
   netns_require_root
+  _np_net=--net _np_timeout=""
+  while [ $# -gt 0 ]; do  # bounded: each round takes one or two arguments
+    case $1 in
+      -m) _np_net=""; shift ;;
+      -t) _np_timeout="timeout $2"; shift 2 ;;
+      *) break ;;
+    esac
+  done
   mkdir -p /dev/infiniband
-  URXE_IN_NETNS=1 exec unshare --mount --net --propagation private "$@"
+  # shellcheck disable=SC2086
+  URXE_IN_NETNS=1 exec $_np_timeout unshare --mount $_np_net --propagation private "$@"
 }
 
-netns_veth() {  # netns_veth IF_A IF_B [ADDR_A [ADDR_B]]
-  ip link set lo up || return 1
-  ip link add "$1" type veth peer name "$2" || return 1
-  ip link set "$1" mtu "${URXE_TEST_MTU:-1500}"
-  ip link set "$2" mtu "${URXE_TEST_MTU:-1500}"
-  [ -z "${3:-}" ] || ip addr add "$3" dev "$1" || return 1
-  [ -z "${4:-}" ] || ip addr add "$4" dev "$2" || return 1
-  ip link set "$1" up && ip link set "$2" up
+netns_devfs() {
+  mount -t tmpfs -o mode=755 urxe-test /dev/infiniband
+}
+
+netns_no_ipv6() {
+  sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
+}
+
+netns_tmpdir() {  # netns_tmpdir VAR NAME
+  _nt_dir=$(mktemp -d "/tmp/$2.XXXXXX") || return 1
+  chmod 755 "$_nt_dir"
+  eval "$1=\$_nt_dir"
+  netns_at_exit "rm -rf '$_nt_dir'"
+}
+
+_netns_ip() {  # ip in namespace $_nv_ns ("" = this one)
+  if [ -n "$_nv_ns" ]; then ip -n "$_nv_ns" "$@"; else ip "$@"; fi
+}
+
+netns_veth() {  # netns_veth [-n NS] IF_A IF_B [ADDR_A [ADDR_B]]
+  _nv_ns=""
+  if [ "$1" = -n ]; then
+    _nv_ns=$2
+    shift 2
+  fi
+  _netns_ip link set lo up || return 1
+  _netns_ip link add "$1" type veth peer name "$2" || return 1
+  _netns_ip link set "$1" mtu "${URXE_TEST_MTU:-1500}"
+  _netns_ip link set "$2" mtu "${URXE_TEST_MTU:-1500}"
+  [ -z "${3:-}" ] || _netns_ip addr add "$3" dev "$1" || return 1
+  [ -z "${4:-}" ] || _netns_ip addr add "$4" dev "$2" || return 1
+  _netns_ip link set "$1" up && _netns_ip link set "$2" up
+}
+
+netns_private_veth() {  # netns_private_veth VAR NAME ADDR_A [ADDR_B]
+  netns_devfs || return 1
+  netns_no_ipv6
+  netns_veth va vb "$3" "${4:-}" || return 1
+  netns_tmpdir "$1" "$2"
 }
 
 _netns_delete() {
@@ -75,7 +132,8 @@ netns_pair() {  # netns_pair NS_A NS_B IF_A IF_B ADDR_A ADDR_B
   ip -n "$1" addr add "$5" dev "$3" || return 1
   ip -n "$2" addr add "$6" dev "$4" || return 1
   ip -n "$1" link set lo up && ip -n "$2" link set lo up &&
-    ip -n "$1" link set "$3" up && ip -n "$2" link set "$4" up
+    ip -n "$1" link set "$3" up && ip -n "$2" link set "$4" up || return 1
+  netns_wait_up "$1" "$3" && netns_wait_up "$2" "$4"
 }
 
 netns_wait_up() {  # netns_wait_up [NS] IF: `urxe link add` reads the port state from the interface
@@ -99,15 +157,30 @@ netns_wait_up() {  # netns_wait_up [NS] IF: `urxe link add` reads the port state
 }
 
 netns_urxe_side() {  # netns_urxe_side NS IF OUT URXE SO "LINK OPTIONS" CMD...
-  _ns=$1 _if=$2 _out=$3 _urxe=$4 _so=$5 _opts=$6
-  shift 6
+  netns_urxe_side_in "" "$@"
+}
+
+netns_urxe_side_in() {  # netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPTIONS" CMD...
+  _run=$1 _ns=$2 _if=$3 _out=$4 _urxe=$5 _so=$6 _opts=$7 _fresh=""
+  shift 7
+  if [ -z "$_run" ]; then
+    # Made and removed out here: the side's processes are killed (SIGKILL) when its namespace is deleted.
+    _run=$(mktemp -d /tmp/urxe-run.XXXXXX) || return 1
+    _fresh=$_run
+  fi
   ip netns exec "$_ns" unshare --mount --propagation private sh -c '
     mount -t tmpfs urxe-test /dev/infiniband || exit 1
-    export URXE_RUN_DIR=$(mktemp -d /tmp/urxe-run.XXXXXX) URXE_PROVIDER="$1"
-    trap "rm -rf \"\$URXE_RUN_DIR\"" EXIT
-    # shellcheck disable=SC2086
-    "$2" link add urxe0 netdev "$3" $4 >/dev/null || exit 1
-    eval "$("$2" env)"
-    shift 4
-    timeout 60 "$@"' side "$_so" "$_urxe" "$_if" "$_opts" "$@" >"$_out" 2>&1
+    export URXE_RUN_DIR="$1" URXE_PROVIDER="$2"
+    if [ -e "$1/sys/class/infiniband/urxe0" ]; then  # a later app on the same device: its node only
+      mknod /dev/infiniband/uverbs0 c 1 3 || exit 1
+    else
+      # shellcheck disable=SC2086
+      "$3" link add urxe0 netdev "$4" $5 >/dev/null || exit 1
+    fi
+    eval "$("$3" env)"
+    shift 5
+    timeout 60 "$@"' side "$_run" "$_so" "$_urxe" "$_if" "$_opts" "$@" >"$_out" 2>&1
+  _rc=$?
+  [ -z "$_fresh" ] || rm -rf "$_fresh"
+  return $_rc
 }

@@ -1,5 +1,9 @@
-"""Two network namespaces joined by one veth pair, with unique names, removed at exit (also on signals).
-Shared by port_test.py and port_bench.py."""
+"""Two network namespaces joined by one veth pair, removed at exit (also on signals): netns_pair of
+tests/lib/netns.sh for the Python drivers port_test.py and port_bench.py, with its names and cleanup
+(namespaces <tag>A / <tag>B named after the process, the veth va in A <-> vb in B, created in the namespaces
+so the interface names need not be unique; at exit the namespaces' processes are killed, then both are
+deleted). It stays Python because the drivers use the pair as an object (exec, mac, addrs, snmp) for the
+whole run, which a sourced shell helper cannot hand them."""
 import atexit
 import json
 import os
@@ -14,12 +18,12 @@ def run(cmd, check=True, **kw):
 
 
 class NetnsPair:
-    """Namespaces <tag>a / <tag>b, interfaces <tag>va / <tag>vb, 10.77.0.1|2/24 and fd77::1|2/64."""
+    """Namespaces urxpA<pid> / urxpB<pid>, interfaces va / vb, 10.77.0.1|2/24 and fd77::1|2/64."""
 
     def __init__(self, mtu=4200):
-        tag = f"urxp{os.getpid() % 1000000}"
-        self.ns = {"a": tag + "a", "b": tag + "b"}
-        self.ifname = {"a": tag + "va", "b": tag + "vb"}
+        pid = os.getpid()
+        self.ns = {"a": f"urxpA{pid}", "b": f"urxpB{pid}"}
+        self.ifname = {"a": "va", "b": "vb"}
         self.ip4 = {"a": "10.77.0.1", "b": "10.77.0.2"}
         self.ip6 = {"a": "fd77::1", "b": "fd77::2"}
         self.mtu = mtu
@@ -53,6 +57,13 @@ class NetnsPair:
             return
         self._up = False
         for side in "ab":
+            pids = subprocess.run(["ip", "netns", "pids", self.ns[side]], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, timeout=30).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
             subprocess.run(["ip", "netns", "del", self.ns[side]], stderr=subprocess.DEVNULL, timeout=30)
 
     def prefix(self, side):

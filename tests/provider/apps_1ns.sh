@@ -7,12 +7,10 @@ set -u
 netns_require_root
 netns_private "$0" "$@"
 devctl=$1; so=$2; shift 2
-mount -t tmpfs urxe-test /dev/infiniband || exit 1
+netns_devfs || exit 1
 netns_veth va vb 10.89.0.1/24 || exit 1
 netns_wait_up va
-tmp=$(mktemp -d /tmp/urxe-apps1.XXXXXX)
-netns_at_exit 'rm -rf "$tmp"'
-chmod 755 "$tmp"
+netns_tmpdir tmp urxe-apps1 || exit 1
 export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so"
 "$devctl" link add urxe0 netdev va >/dev/null || exit 1
 eval "$("$devctl" env)"

@@ -13,11 +13,8 @@ netns_require_root
 devctl=$1; so=$2; shift 2
 mkdir -p /dev/infiniband
 a=urxeA$$; b=urxeB$$
-tmp=$(mktemp -d /tmp/urxe-apps.XXXXXX)
-netns_at_exit 'rm -rf "$tmp"'
+netns_tmpdir tmp urxe-apps || exit 1
 netns_pair $a $b va vb 10.88.0.1/24 10.88.0.2/24 || exit 1
-netns_wait_up $a va
-netns_wait_up $b vb
 
 side() {  # side NS IFACE OUTFILE CMD...
   _sd_ns=$1 _sd_if=$2 _sd_out=$3

@@ -17,12 +17,8 @@ command -v tshark >/dev/null || { echo "SKIP: tshark not installed"; exit 77; }
 urxe=$1; so=$2
 mkdir -p /dev/infiniband
 a=urxecapA$$; b=urxecapB$$
-tmp=$(mktemp -d /tmp/urxe-capture.XXXXXX)
-chmod 755 "$tmp"
-netns_at_exit 'rm -rf "$tmp"'
+netns_tmpdir tmp urxe-capture || exit 1
 netns_pair $a $b va vb 10.91.0.1/24 10.91.0.2/24 || exit 1
-netns_wait_up $a va
-netns_wait_up $b vb
 
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }

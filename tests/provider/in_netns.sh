@@ -8,13 +8,9 @@ set -eu
 . "$(dirname "$0")/../lib/netns.sh"
 netns_private "$0" "$@"
 devctl=$1; so=$2; shift 2
-mount -t tmpfs -o mode=755 urxe-test /dev/infiniband
-# IPv6 off: its link-local address appears after DAD and would make the GID table time-dependent.
-sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 2>/dev/null || true
-netns_veth va vb 10.77.0.1/24 10.77.0.2/24
-run=$(mktemp -d /tmp/urxe-provider-test.XXXXXX)
-netns_at_exit 'rm -rf "$run"'
-chmod 755 "$run"  # the tree must be readable by unprivileged apps too
+# IPv6 off (a GID table that does not change over the run); the run directory mode 755: the tree must be
+# readable by unprivileged apps too.
+netns_private_veth run urxe-provider-test 10.77.0.1/24 10.77.0.2/24
 export URXE_RUN_DIR="$run" URXE_PROVIDER="$so" URXE_DEVCTL="$devctl"
 "$devctl" link add urxe0 netdev va --port "${URXE_TEST_PORT:-loop}" >/dev/null
 eval "$("$devctl" env)"

@@ -2,18 +2,19 @@
 // progress() in a loop while the "application" thread posts and polls its CQ, calling try_progress() before
 // every poll as the provider's poll_cq does. Both may run the engine at any moment; what users rely on is
 // that every message still arrives exactly once, in order, with its data, and every WR completes once.
-// Real threads and a real clock, so it runs under ASan/UBSan (label sim) and is bounded in time.
+// Real threads and a real clock (the ports are tests/sim's SimNet, locked), so it runs under ASan/UBSan
+// (label sim) and is bounded in time.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
-#include <mutex>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "engine/engine.h"
+#include "tests/sim/sim_net.h"
 #include "wire/headers.h"
 
 namespace urxe::engine {
@@ -27,54 +28,8 @@ struct SteadyClock : Clock {
   }
 };
 
-// Two ports joined by locked queues: frames one side sends, the other receives.
-struct Wire {
-  std::mutex mu;
-  std::deque<std::vector<uint8_t>> q[2];  // q[i]: frames waiting for side i
-};
-
-class LockedPort : public Port {
- public:
-  LockedPort(Wire& w, int side, PortAttr a) : w_(w), side_(side), attr_(std::move(a)) {}
-  const PortAttr& attr() const override { return attr_; }
-  bool tx_alloc(uint32_t size, PacketBuf& buf) override {
-    auto* v = new std::vector<uint8_t>(size);
-    buf = PacketBuf{v->data(), size, v};
-    return true;
-  }
-  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
-    std::lock_guard g(w_.mu);
-    for (uint32_t i = 0; i < n; i++) {
-      auto* v = static_cast<std::vector<uint8_t>*>(bufs[i].opaque);
-      v->resize(bufs[i].len);
-      w_.q[1 - side_].push_back(std::move(*v));
-      delete v;
-    }
-    return n;
-  }
-  void tx_free(PacketBuf& buf) override { delete static_cast<std::vector<uint8_t>*>(buf.opaque); }
-  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
-    std::lock_guard g(w_.mu);
-    uint32_t k = 0;
-    for (; k < n && !w_.q[side_].empty(); k++) {
-      auto* v = new std::vector<uint8_t>(std::move(w_.q[side_].front()));
-      w_.q[side_].pop_front();
-      bufs[k] = PacketBuf{v->data(), static_cast<uint32_t>(v->size()), v};
-    }
-    return k;
-  }
-  void rx_free(PacketBuf* bufs, uint32_t n) override {
-    for (uint32_t i = 0; i < n; i++) delete static_cast<std::vector<uint8_t>*>(bufs[i].opaque);
-  }
-
- private:
-  Wire& w_;
-  int side_;
-  PortAttr attr_;
-};
-
 struct Side {
-  std::unique_ptr<LockedPort> port;
+  sim::SimPort* port = nullptr;
   std::unique_ptr<Engine> eng;
   uint32_t pd = 0, cq = 0, qpn = 0;
   std::vector<uint8_t> mem;
@@ -86,17 +41,23 @@ struct Side {
 TEST(Threads, AppPollsWhileProgressThreadRuns) {
   constexpr uint32_t kMsg = 3000, kLen = 3000;  // 3 packets per message at path MTU 1024
   constexpr uint32_t kSlots = 32;               // receive buffers in flight
-  Wire w;
+  // The two ports are tests/sim's SimNet with its lock on (both threads of an engine use its port) and a
+  // link of no latency: the net's own clock never moves, so every frame is due at once and a receiver's
+  // rx_burst delivers it (PortConfig::deliver_on_rx). The engines keep the real clock for their timers.
+  sim::SimNet net;
+  net.set_thread_safe(true);
   SteadyClock clock;
   Side s[2];
   for (int i = 0; i < 2; i++) {
     s[i].gid = wire::gid_from_ipv4({10, 1, 0, static_cast<uint8_t>(1 + i)});
     s[i].mac = {0x02, 0, 0, 0, 1, static_cast<uint8_t>(1 + i)};
-    PortAttr pa;
-    pa.mac = s[i].mac;
-    pa.mtu = 1500;
-    pa.gids = {s[i].gid};
-    s[i].port = std::make_unique<LockedPort>(w, i, pa);
+    sim::PortConfig pc;
+    pc.mac = s[i].mac;
+    pc.mtu = 1500;
+    pc.gids = {s[i].gid};
+    pc.grow = true;
+    pc.deliver_on_rx = true;
+    s[i].port = &net.add_port(pc);
     EngineConfig cfg;
     cfg.qpn_base = 0x11 + static_cast<uint32_t>(i) * 0x100;
     s[i].eng = std::make_unique<Engine>(*s[i].port, clock, cfg);
@@ -111,6 +72,9 @@ TEST(Threads, AppPollsWhileProgressThreadRuns) {
     init.qp_type = QPT_RC;
     ASSERT_EQ(0, s[i].eng->create_qp(s[i].pd, init, s[i].qpn));
   }
+  sim::LinkConfig lc;
+  lc.latency_ns = 0;
+  net.connect(0, 1, lc);
   for (int i = 0; i < 2; i++) {
     Side &me = s[i], &peer = s[1 - i];
     QpAttr at;

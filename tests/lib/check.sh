@@ -1,5 +1,5 @@
-# Sourced by the tests/cli scripts: one line per check on stdout ("ok: ..." or "FAIL: ..."); any failure
-# sets fail=1, which the script exits with.
+# Sourced by the tests/cli and tests/install scripts: one line per check on stdout ("ok: ..." or
+# "FAIL: ..."); any failure sets fail=1, which the script exits with.
 fail=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fail=1; }
