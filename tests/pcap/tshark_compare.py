@@ -42,11 +42,12 @@ def flatten(node, tree, out):
 
 def tshark_frames(path):
     env = dict(os.environ)
-    env["HOME"] = tempfile.mkdtemp(prefix="urxe-tshark-")  # no user profile, no recent-files writes
     # rpcordma: Wireshark 4.0's RPC-over-RDMA heuristic claims small SEND payloads and marks them malformed.
     cmd = [TSHARK, "-r", path, "-n", "-T", "json", "--no-duplicate-keys", "--disable-protocol", "rpcordma",
            "-J", "frame eth vlan ip ipv6 udp infiniband data"]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    with tempfile.TemporaryDirectory(prefix="urxe-tshark-") as home:
+        env["HOME"] = home  # no user profile, no recent-files writes
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if res.returncode != 0:
         raise SystemExit(f"tshark failed on {path}: {res.stderr}")
     frames = {}
