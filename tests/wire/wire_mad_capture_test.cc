@@ -80,6 +80,10 @@ struct Expect {
   uint16_t port;       // the listener's port (rping 7174, perftest 18515; tshark's cm.req.serviceid.dport)
 };
 
+void PrintTo(const Expect& e, std::ostream* os) {
+  *os << e.file;
+}
+
 class CmCapture : public ::testing::TestWithParam<Expect> {};
 
 TEST_P(CmCapture, MessagesAgreeWithTheTraffic) {
