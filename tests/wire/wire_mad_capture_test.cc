@@ -1,7 +1,8 @@
 // Kernel rxe's own CM MADs in pcap-fixtures/ (REQ, REP, RTU, DREQ, DREP of rdma_cm connections): each
 // decodes, re-encodes to the same 256 bytes, and its fields agree with the rest of the capture: comm IDs and
 // transaction IDs pair up, the QPNs are the BTH destination QPs and the starting PSNs the first PSNs of the
-// peer's RC requests that follow, the GIDs and the IP CM header are the IP header's addresses.
+// peer's RC requests that follow, the CA GUIDs the senders' MACs, the GIDs and the IP CM header are the IP
+// header's addresses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,6 +59,12 @@ std::vector<Cm> cm_mads(const std::vector<Frame>& frames) {
   return v;
 }
 
+// rxe's node GUID: the modified EUI-64 of its MAC (U/L bit flipped, ff:fe in the middle).
+uint64_t eui64(const MacAddr& m) {
+  const uint8_t b[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  return load_be64(b);
+}
+
 template <typename T>
 const T* as(const Cm& c) {
   return std::get_if<T>(&c.mad.msg);
@@ -108,6 +115,9 @@ TEST_P(CmCapture, MessagesAgreeWithTheTraffic) {
     EXPECT_EQ(req->primary.local_gid, reqp.src_gid());
     EXPECT_EQ(req->primary.remote_gid, reqp.dst_gid());
     EXPECT_EQ(req->alternate, CmPath{});
+    EXPECT_EQ(req->primary.hop_limit, reqp.ip_version == 4 ? reqp.ip4.ttl : reqp.ip6.hop_limit);
+    EXPECT_EQ(req->partition_key, reqp.bth.pkey);
+    EXPECT_EQ(req->local_ca_guid, eui64(reqp.eth.src));
     IpCmHeader ip;
     ASSERT_TRUE(parse_ip_cm_header(req->private_data, ip));
     EXPECT_EQ(ip.cm_version, 0);
@@ -128,6 +138,7 @@ TEST_P(CmCapture, MessagesAgreeWithTheTraffic) {
     EXPECT_NE(rep.local_comm_id, req->local_comm_id);
     EXPECT_EQ(repp.src_gid(), reqp.dst_gid());
     EXPECT_EQ(repp.dst_gid(), reqp.src_gid());
+    EXPECT_EQ(rep.local_ca_guid, eui64(repp.eth.src));
     const Cm* rtuc = nullptr;
     for (const Cm& d : cms)
       if (const CmRtu* r = as<CmRtu>(d); r && r->local_comm_id == req->local_comm_id) rtuc = &d;
