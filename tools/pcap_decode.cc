@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <pcap/pcap.h>
 
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -190,7 +191,17 @@ static std::string cm_text(const DecodedFrame& f) {
   return s;
 }
 
-// The same fields, as a "cm" object (see cm_text).
+static std::string ip_cm_addr_str(const wire::IpCmHeader& h, const std::array<uint8_t, 16>& a) {
+  char b[INET6_ADDRSTRLEN] = {};
+  if (h.ip_version == 4) {
+    inet_ntop(AF_INET, a.data() + 12, b, sizeof b);
+  } else {
+    inet_ntop(AF_INET6, a.data(), b, sizeof b);
+  }
+  return b;
+}
+
+// The same fields and a REQ's connection parameters, as a "cm" object (see cm_text).
 static void cm_json(JsonWriter& j, const DecodedFrame& f) {
   const wire::MadHeader& h = f.cm.header;
   j.begin_object("cm").str("type", wire::cm_attr_name(h.attribute_id));
@@ -216,11 +227,29 @@ static void cm_json(JsonWriter& j, const DecodedFrame& f) {
         }
         if constexpr (std::is_same_v<T, wire::CmReq>) {
           j.num("service_id", m.service_id).num("local_qpn", m.local_qpn).num("starting_psn", m.starting_psn);
-          j.num("local_ca_guid", m.local_ca_guid);
+          j.num("local_ca_guid", m.local_ca_guid).num("responder_resources", m.responder_resources);
+          j.num("initiator_depth", m.initiator_depth).num("transport_service_type", m.transport_service_type);
+          j.num("remote_cm_response_timeout", m.remote_cm_response_timeout);
+          j.num("local_cm_response_timeout", m.local_cm_response_timeout).num("retry_count", m.retry_count);
+          j.num("rnr_retry_count", m.rnr_retry_count).num("max_cm_retries", m.max_cm_retries);
+          j.num("partition_key", m.partition_key).num("path_mtu", m.path_mtu).boolean("srq", m.srq);
+          const wire::CmPath& pp = m.primary;
+          j.begin_object("primary").num("local_lid", pp.local_lid).num("remote_lid", pp.remote_lid);
+          j.num("traffic_class", pp.traffic_class).num("hop_limit", pp.hop_limit).num("sl", pp.sl);
+          j.num("local_ack_timeout", pp.local_ack_timeout).end_object();
+          if (wire::IpCmHeader ip;
+              wire::is_ip_cm_service_id(m.service_id) && wire::parse_ip_cm_header(m.private_data, ip)) {
+            j.begin_object("ip_cm").num("ip_version", ip.ip_version).num("source_port", ip.source_port);
+            j.str("source_ip", ip_cm_addr_str(ip, ip.source_ip));
+            j.str("destination_ip", ip_cm_addr_str(ip, ip.destination_ip)).end_object();
+          }
         } else if constexpr (std::is_same_v<T, wire::CmRep>) {
           j.num("local_qpn", m.local_qpn)
               .num("starting_psn", m.starting_psn)
               .num("local_ca_guid", m.local_ca_guid);
+          j.num("responder_resources", m.responder_resources).num("initiator_depth", m.initiator_depth);
+          j.num("target_ack_delay", m.target_ack_delay).num("rnr_retry_count", m.rnr_retry_count);
+          j.boolean("srq", m.srq);
         } else if constexpr (std::is_same_v<T, wire::CmRej>) {
           j.num("reason", m.reason).num("message_rejected", m.message_rejected);
         } else if constexpr (std::is_same_v<T, wire::CmMra>) {

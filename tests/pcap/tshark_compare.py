@@ -196,6 +196,31 @@ class Checker:
                 eq("cm.local_ca_guid", num(first(t, f"infiniband.cm.{msg}.localcaguid")), cm["local_ca_guid"])
             if msg == "req":
                 eq("cm.service_id", num(first(t, "infiniband.cm.req.serviceid")), cm["service_id"])
+                for ts_name, ours in (("responderres", "responder_resources"), ("initdepth", "initiator_depth"),
+                                      ("transpsvctype", "transport_service_type"),
+                                      ("remoteresptout", "remote_cm_response_timeout"),
+                                      ("localresptout", "local_cm_response_timeout"), ("retrcount", "retry_count"),
+                                      ("rnrretrcount", "rnr_retry_count"), ("maxcmretr", "max_cm_retries"),
+                                      ("pkey", "partition_key"), ("pppmtu", "path_mtu")):
+                    eq("cm." + ours, num(first(t, "infiniband.cm.req." + ts_name)), cm[ours])
+                eq("cm.srq", bool(num(first(t, "infiniband.cm.req.srq"))), cm["srq"])
+                # Primary path; not the flow label and packet rate, which Wireshark 4.0 reads with wrong masks.
+                for ts_name, ours in (("prim_locallid", "local_lid"), ("prim_remotelid", "remote_lid"),
+                                      ("prim_tfcclass", "traffic_class"), ("prim_hoplim", "hop_limit"),
+                                      ("prim_sl", "sl"), ("prim_localacktout", "local_ack_timeout")):
+                    eq("cm.primary." + ours, num(first(t, "infiniband.cm.req." + ts_name)), cm["primary"][ours])
+                if first(t, "infiniband.cm.req.ip_cm.ipv") is not None:
+                    ipcm = cm["ip_cm"]
+                    eq("cm.ip_cm.ip_version", num(first(t, "infiniband.cm.req.ip_cm.ipv")), ipcm["ip_version"])
+                    eq("cm.ip_cm.source_port", num(first(t, "infiniband.cm.req.ip_cm.sport")), ipcm["source_port"])
+                    v = "4" if ipcm["ip_version"] == 4 else "6"
+                    eq("cm.ip_cm.source_ip", first(t, "infiniband.cm.req.ip_cm.sip" + v), ipcm["source_ip"])
+                    eq("cm.ip_cm.destination_ip", first(t, "infiniband.cm.req.ip_cm.dip" + v), ipcm["destination_ip"])
+            if msg == "rep":
+                for ts_name, ours in (("respres", "responder_resources"), ("initdepth", "initiator_depth"),
+                                      ("tgtackdelay", "target_ack_delay"), ("rnrretrcount", "rnr_retry_count")):
+                    eq("cm." + ours, num(first(t, "infiniband.cm.rep." + ts_name)), cm[ours])
+                eq("cm.srq", bool(num(first(t, "infiniband.cm.rep.srq"))), cm["srq"])
             if msg == "dreq":
                 eq("cm.remote_qpn", num(first(t, "infiniband.cm.req.remoteqpneecn")), cm["remote_qpn"])
             if msg == "rej":
