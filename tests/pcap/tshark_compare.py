@@ -204,7 +204,7 @@ class Checker:
                                       ("pkey", "partition_key"), ("pppmtu", "path_mtu")):
                     eq("cm." + ours, num(first(t, "infiniband.cm.req." + ts_name)), cm[ours])
                 eq("cm.srq", bool(num(first(t, "infiniband.cm.req.srq"))), cm["srq"])
-                # Primary path; not the flow label and packet rate, which Wireshark 4.0 reads with wrong masks.
+                # Primary path; not the flow label and packet rate, which Wireshark 4.0 reads from the wrong bits.
                 for ts_name, ours in (("prim_locallid", "local_lid"), ("prim_remotelid", "remote_lid"),
                                       ("prim_tfcclass", "traffic_class"), ("prim_hoplim", "hop_limit"),
                                       ("prim_sl", "sl"), ("prim_localacktout", "local_ack_timeout")):
