@@ -35,7 +35,7 @@ namespace {
 namespace hdr {
 constexpr MadField base_version{0, 0, 8}, mgmt_class{1, 0, 8}, class_version{2, 0, 8}, method{3, 0, 8},
     status{4, 0, 16}, class_specific{6, 0, 16}, transaction_id{8, 0, 64}, attribute_id{16, 0, 16},
-    attribute_modifier{20, 0, 32};
+    reserved{18, 0, 16}, attribute_modifier{20, 0, 32};
 }  // namespace hdr
 
 // Relative to the start of a 44-byte path.
@@ -100,7 +100,7 @@ constexpr uint32_t class_port_info = 24, private_data = 96;
 }  // namespace sidr_rep
 
 namespace ipcm {
-constexpr MadField cm_version{0, 0, 8}, ip_version{1, 0, 4}, source_port{2, 0, 16};
+constexpr MadField cm_version{0, 0, 8}, ip_version{1, 0, 4}, reserved{1, 4, 4}, source_port{2, 0, 16};
 constexpr uint32_t source_ip = 4, destination_ip = 20;
 }  // namespace ipcm
 
@@ -232,7 +232,7 @@ void write_mad_header(uint8_t* mad, const MadHeader& h) {
   put_field(mad, hdr::class_specific, h.class_specific);
   put_field(mad, hdr::transaction_id, h.transaction_id);
   put_field(mad, hdr::attribute_id, h.attribute_id);
-  store_be16(mad + 18, 0);  // reserved
+  put_field(mad, hdr::reserved, 0);
   put_field(mad, hdr::attribute_modifier, h.attribute_modifier);
 }
 
@@ -521,9 +521,9 @@ bool parse_ip_cm_header(ByteSpan pd, IpCmHeader& out) {
 bool write_ip_cm_header(MutByteSpan pd, const IpCmHeader& h) {
   if (pd.size() < kIpCmHeaderSize) return false;
   uint8_t* p = pd.data();
-  p[1] = 0;  // the low nibble of the IP version byte is reserved
   put_field(p, ipcm::cm_version, h.cm_version);
   put_field(p, ipcm::ip_version, h.ip_version);
+  put_field(p, ipcm::reserved, 0);
   put_field(p, ipcm::source_port, h.source_port);
   put_bytes(p, ipcm::source_ip, h.source_ip);
   put_bytes(p, ipcm::destination_ip, h.destination_ip);

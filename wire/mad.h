@@ -20,10 +20,10 @@ inline constexpr uint32_t kMadSize = 256, kMadHeaderSize = 24, kMadDataSize = kM
 inline constexpr uint8_t kMadBaseVersion = 1, kMgmtClassCm = 0x07, kCmClassVersion = 2;
 inline constexpr uint8_t kMadMethodGet = 0x01, kMadMethodSet = 0x02, kMadMethodSend = 0x03,
                          kMadMethodGetResp = 0x81;
-inline constexpr uint32_t kQp1Qkey = 0x80010000;  // the well-known GSI Q_Key (IBTA 13.5.1)
+inline constexpr uint32_t kQp1Qkey = 0x80010000;  // the well-known GSI Q_Key
 inline constexpr uint32_t kQp1 = 1;
 
-// CM attribute IDs (IBTA Table 105).
+// CM attribute IDs.
 enum class CmAttr : uint16_t {
   class_port_info = 0x0001,
   req = 0x0010,
@@ -91,7 +91,8 @@ struct CmPath {
   bool operator==(const CmPath&) const = default;
 };
 
-enum class CmTransport : uint8_t { rc = 0, uc = 1, rd = 2, xrc = 3 };
+// TransportServiceType; 3 means "see ExtendedTransportType" (1 there is XRC).
+enum class CmTransport : uint8_t { rc = 0, uc = 1, rd = 2, extended = 3 };
 
 struct CmReq {
   uint32_t local_comm_id = 0;
@@ -130,7 +131,8 @@ struct CmMra {
   bool operator==(const CmMra&) const = default;
 };
 
-// REJ reasons (IBTA Table 112), the ones RoCE peers send.
+// REJ reasons (IBTA ch. 12); 4 (timeout), 8 (no listener), 10 (stale), 12 (bad GID) and 28 (rdma_reject) are
+// the ones a kernel peer sends over RoCE.
 enum class CmRejReason : uint16_t {
   no_qp = 1,
   no_eec = 2,
