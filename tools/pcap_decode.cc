@@ -3,10 +3,13 @@
 #include <arpa/inet.h>
 #include <pcap/pcap.h>
 
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
+#include <type_traits>
+#include <variant>
 
 #include "tools/json_writer.h"
 
@@ -141,12 +144,140 @@ std::string hex(uint64_t v, int width) {
 
 }  // namespace
 
+// " CM REQ comm_id=... ...": the message type and the fields that tie a connection together.
+static std::string cm_text(const DecodedFrame& f) {
+  const wire::MadHeader& h = f.cm.header;
+  std::string s = " CM ";
+  s += wire::cm_attr_name(h.attribute_id);
+  if (f.mad_error != wire::MadError::ok) {
+    s += " (";
+    s += wire::to_string(f.mad_error);
+    s += " class=" + hex(h.mgmt_class, 2) + " attr=" + hex(h.attribute_id, 4) + ")";
+    return s;
+  }
+  s += " tid=" + hex(h.transaction_id, 16);
+  auto ids = [&](uint32_t local, uint32_t remote) {
+    s += " comm_id=" + hex(local, 8) + " remote_comm_id=" + hex(remote, 8);
+  };
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, wire::CmReq>) {
+          s += " comm_id=" + hex(m.local_comm_id, 8) + " qpn=" + hex(m.local_qpn, 6) +
+               " psn=" + std::to_string(m.starting_psn) + " service_id=" + hex(m.service_id, 16);
+        } else if constexpr (std::is_same_v<T, wire::CmRep>) {
+          ids(m.local_comm_id, m.remote_comm_id);
+          s += " qpn=" + hex(m.local_qpn, 6) + " psn=" + std::to_string(m.starting_psn);
+        } else if constexpr (std::is_same_v<T, wire::CmRej>) {
+          ids(m.local_comm_id, m.remote_comm_id);
+          s += " reason=" + std::to_string(m.reason) + " rejected=" + std::to_string(m.message_rejected);
+        } else if constexpr (std::is_same_v<T, wire::CmMra>) {
+          ids(m.local_comm_id, m.remote_comm_id);
+          s += " mraed=" + std::to_string(m.message_mraed) +
+               " service_timeout=" + std::to_string(m.service_timeout);
+        } else if constexpr (std::is_same_v<T, wire::CmDreq>) {
+          ids(m.local_comm_id, m.remote_comm_id);
+          s += " remote_qpn=" + hex(m.remote_qpn, 6);
+        } else if constexpr (std::is_same_v<T, wire::CmRtu> || std::is_same_v<T, wire::CmDrep>) {
+          ids(m.local_comm_id, m.remote_comm_id);
+        } else if constexpr (std::is_same_v<T, wire::CmSidrReq>) {
+          s += " request_id=" + hex(m.request_id, 8) + " service_id=" + hex(m.service_id, 16);
+        } else if constexpr (std::is_same_v<T, wire::CmSidrRep>) {
+          s += " request_id=" + hex(m.request_id, 8) + " status=" + std::to_string(m.status) +
+               " qpn=" + hex(m.qpn, 6) + " qkey=" + hex(m.qkey, 8);
+        }
+      },
+      f.cm.msg);
+  return s;
+}
+
+static std::string ip_cm_addr_str(const wire::IpCmHeader& h, const std::array<uint8_t, 16>& a) {
+  char b[INET6_ADDRSTRLEN] = {};
+  if (h.ip_version == 4) {
+    inet_ntop(AF_INET, a.data() + 12, b, sizeof b);
+  } else {
+    inet_ntop(AF_INET6, a.data(), b, sizeof b);
+  }
+  return b;
+}
+
+// The same fields and a REQ's connection parameters, as a "cm" object (see cm_text).
+static void cm_json(JsonWriter& j, const DecodedFrame& f) {
+  const wire::MadHeader& h = f.cm.header;
+  j.begin_object("cm").str("type", wire::cm_attr_name(h.attribute_id));
+  if (f.mad_error != wire::MadError::ok) {
+    j.str("error", wire::to_string(f.mad_error))
+        .num("mgmt_class", h.mgmt_class)
+        .num("attribute_id", h.attribute_id);
+    j.end_object();
+    return;
+  }
+  j.num("method", h.method)
+      .num("status", h.status)
+      .num("tid", h.transaction_id)
+      .num("attribute_id", h.attribute_id);
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, wire::CmSidrReq> || std::is_same_v<T, wire::CmSidrRep>) {
+          j.num("request_id", m.request_id);
+        } else {
+          j.num("local_comm_id", m.local_comm_id);
+          if constexpr (!std::is_same_v<T, wire::CmReq>) j.num("remote_comm_id", m.remote_comm_id);
+        }
+        if constexpr (std::is_same_v<T, wire::CmReq>) {
+          j.num("service_id", m.service_id).num("local_qpn", m.local_qpn).num("starting_psn", m.starting_psn);
+          j.num("local_ca_guid", m.local_ca_guid).num("responder_resources", m.responder_resources);
+          j.num("initiator_depth", m.initiator_depth).num("transport_service_type", m.transport_service_type);
+          j.num("remote_cm_response_timeout", m.remote_cm_response_timeout);
+          j.num("local_cm_response_timeout", m.local_cm_response_timeout).num("retry_count", m.retry_count);
+          j.num("rnr_retry_count", m.rnr_retry_count).num("max_cm_retries", m.max_cm_retries);
+          j.num("partition_key", m.partition_key).num("path_mtu", m.path_mtu).boolean("srq", m.srq);
+          const wire::CmPath& pp = m.primary;
+          j.begin_object("primary").num("local_lid", pp.local_lid).num("remote_lid", pp.remote_lid);
+          j.num("traffic_class", pp.traffic_class).num("hop_limit", pp.hop_limit).num("sl", pp.sl);
+          j.num("local_ack_timeout", pp.local_ack_timeout).end_object();
+          if (wire::IpCmHeader ip;
+              wire::is_ip_cm_service_id(m.service_id) && wire::parse_ip_cm_header(m.private_data, ip)) {
+            j.begin_object("ip_cm").num("ip_version", ip.ip_version).num("source_port", ip.source_port);
+            j.str("source_ip", ip_cm_addr_str(ip, ip.source_ip));
+            j.str("destination_ip", ip_cm_addr_str(ip, ip.destination_ip)).end_object();
+          }
+        } else if constexpr (std::is_same_v<T, wire::CmRep>) {
+          j.num("local_qpn", m.local_qpn)
+              .num("starting_psn", m.starting_psn)
+              .num("local_ca_guid", m.local_ca_guid);
+          j.num("responder_resources", m.responder_resources).num("initiator_depth", m.initiator_depth);
+          j.num("target_ack_delay", m.target_ack_delay).num("rnr_retry_count", m.rnr_retry_count);
+          j.boolean("srq", m.srq);
+        } else if constexpr (std::is_same_v<T, wire::CmRej>) {
+          j.num("reason", m.reason).num("message_rejected", m.message_rejected);
+        } else if constexpr (std::is_same_v<T, wire::CmMra>) {
+          j.num("message_mraed", m.message_mraed).num("service_timeout", m.service_timeout);
+        } else if constexpr (std::is_same_v<T, wire::CmDreq>) {
+          j.num("remote_qpn", m.remote_qpn);
+        } else if constexpr (std::is_same_v<T, wire::CmSidrReq>) {
+          j.num("service_id", m.service_id);
+        } else if constexpr (std::is_same_v<T, wire::CmSidrRep>) {
+          j.num("status", m.status).num("qpn", m.qpn).num("service_id", m.service_id).num("qkey", m.qkey);
+        }
+      },
+      f.cm.msg);
+  j.end_object();
+}
+
 DecodedFrame decode_frame(ByteSpan eth_frame, uint64_t number, uint32_t wirelen) {
   DecodedFrame d;
   d.number = number;
   d.caplen = static_cast<uint32_t>(eth_frame.size());
   d.wirelen = wirelen ? wirelen : d.caplen;
   d.error = wire::parse_frame(eth_frame, d.pkt);
+  if (d.error == ParseError::ok || d.error == ParseError::bad_icrc) {
+    if (const ByteSpan mad = wire::qp1_mad(d.pkt); !mad.empty()) {
+      d.mad = true;
+      d.mad_error = wire::parse_cm_mad(mad, d.cm);
+    }
+  }
   d.pkt.payload = {};
   const Classification c = classify(eth_frame);
   if (d.error == ParseError::ok) {
@@ -261,6 +392,7 @@ std::string format_text(const DecodedFrame& f, int64_t t0_sec, uint32_t t0_nsec)
     if (p.present & wire::kIeth) s += " ieth[rkey=" + hex(p.ieth_rkey, 8) + "]";
   }
   if (payload_parsed(f) && f.pkt.info->has_payload) s += " payload=" + std::to_string(f.pkt.payload_len);
+  if (f.mad) s += cm_text(f);
   if (f.error == ParseError::ok) {
     s += " icrc=ok";
   } else {
@@ -366,6 +498,7 @@ std::string format_json(const DecodedFrame& f) {
     } else {
       j.null("payload_len");
     }
+    if (f.mad) cm_json(j, f);
     if (p.icrc_checked) {
       j.num("icrc", p.icrc).num("icrc_expected", p.icrc_expected);
     }

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wire/mad.h"
 #include "wire/packet.h"
 
 namespace urxe::tools {
@@ -25,6 +26,11 @@ struct DecodedFrame {
   std::string_view skip_reason;                   // one word, when !roce: "arp", "tcp", "udp", "fragment" ...
   bool ip_parsed = false, udp_parsed = false, bth_parsed = false;
   wire::Packet pkt;  // as far as parsing got; pkt.payload is cleared (it would point into the frame)
+  // A QP1 frame's MAD (wire::qp1_mad), decoded while the payload was at hand. A MAD that does not decode
+  // is shown with its error but does not make the frame bad: the RoCE frame itself is fine.
+  bool mad = false;
+  wire::MadError mad_error = wire::MadError::ok;
+  wire::CmMad cm;
 
   bool good() const { return roce && error == wire::ParseError::ok && pkt.icrc_ok; }
 };

@@ -132,12 +132,15 @@ def main():
         for path in sorted(glob.glob(os.path.join(d, "**", "*.pcap"), recursive=True)):
             for fr in pcap_frames(path):
                 op = roce_opcode(fr)
+                # QP1 (UD SEND_ONLY to QP 1): one seed per CM attribute, so the MAD decoder sees each message.
+                if op == 0x64 and len(fr) >= 14 + 20 + 8 + 12 + 8 + 24 and fr[47:50] == b"\x00\x00\x01":
+                    op = ("cm", fr[14 + 20 + 8 + 12 + 8 + 17])
                 lens = kept.setdefault(op, set())
                 # A few frames per opcode, of different lengths (pad counts, payload sizes).
                 if op is None or len(lens) >= PER_OPCODE or len(fr) in lens:
                     continue
                 lens.add(len(fr))
-                frames["%s-op%02x-%d" % (os.path.basename(path), op, len(fr))] = fr
+                frames["%s-op%s-%d" % (os.path.basename(path), "cm%02x" % op[1] if isinstance(op, tuple) else "%02x" % op, len(fr))] = fr
     frames.update(crafted())
     for name, fr in sorted(frames.items()):
         h = hashlib.sha1(fr).hexdigest()

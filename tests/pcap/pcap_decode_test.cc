@@ -410,6 +410,29 @@ TEST(Decode, IpChecksumErrorStillCountsAsRoce) {
   EXPECT_EQ(d.pkt.udp.dport, wire::kRoceV2Port);
 }
 
+// A QP1 frame shows its CM message in both forms; the values are tshark's for the same frames.
+TEST(Decode, CmMadsOfRping) {
+  const std::vector<RawFrame> frames = read_frames(fixture("rxe-qemu-rdma_cm_rping.pcap"));
+  ASSERT_GE(frames.size(), 41u);
+  const DecodedFrame req = tools::decode_frame(frames[0].bytes, 1);
+  ASSERT_TRUE(req.mad);
+  EXPECT_EQ(req.mad_error, wire::MadError::ok);
+  const std::string text = tools::format_text(req, 0, 0);
+  EXPECT_NE(text.find(" CM REQ tid=0x00000002fb1295c1 comm_id=0xc19512fb qpn=0x000029 psn=16333753 "
+                      "service_id=0x0000000001061c06 icrc=ok"),
+            std::string::npos)
+      << text;
+  const std::string json = tools::format_json(tools::decode_frame(frames[1].bytes, 2));
+  EXPECT_NE(json.find("\"cm\":{\"type\":\"REP\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"remote_comm_id\":3247772411"), std::string::npos) << json;  // 0xc19512fb
+  const std::string drep = tools::format_text(tools::decode_frame(frames[40].bytes, 41), 0, 0);
+  EXPECT_NE(drep.find(" CM DREP tid=0x00000002fb1295c1 comm_id=0x6365af16 remote_comm_id=0xc19512fb"),
+            std::string::npos)
+      << drep;
+  // Data frames carry no MAD.
+  EXPECT_FALSE(tools::decode_frame(frames[3].bytes, 4).mad);
+}
+
 TEST(JsonWriter, EscapesStringsAndNests) {
   tools::JsonWriter j;
   j.begin_object().str("a\"b", "x\\y\n\t\x01\x7f é").num("n", uint64_t{18446744073709551615ull});

@@ -4,7 +4,8 @@
 For every frame tshark sees as UDP to port 4791 (the RoCEv2 port), urxe must report a RoCE frame with a good
 ICRC, and every field both decode must agree: Ethernet/VLAN/IP/UDP, the BTH, and each extension header
 (DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), plus the payload length where tshark shows the
-payload. Frames tshark does not count as RoCE must be skipped by urxe. Exit 0 when all agree.
+payload, and for a CM MAD to QP1 its header and key fields (comm IDs, QPN, starting PSN, service ID). Frames
+tshark does not count as RoCE must be skipped by urxe. Exit 0 when all agree.
 
 usage: tshark_compare.py URXE_BINARY CAPTURE...
 """
@@ -172,6 +173,58 @@ class Checker:
             eq("immdt", be_int(first(t, "infiniband.immdt")), u["immdt"])
         if "ieth" in ts_ext:
             eq("ieth.rkey", be_int(first(t, "infiniband.ieth")), u["ieth"]["rkey"])
+        # A CM MAD to QP1: the header and the fields `urxe pcap decode` shows (Wireshark names DREP "drsp" and
+        # puts DREQ's remote QPN under "req").
+        attr = first(t, "infiniband.mad.attributeid")
+        eq("cm present", attr is not None and first(t, "infiniband.mad.mgmtclass") == "0x07", "cm" in u)
+        if "cm" in u:
+            cm = u["cm"]
+            eq("cm.attribute_id", num(attr), cm["attribute_id"])
+            eq("cm.tid", num(first(t, "infiniband.mad.transactionid")), cm["tid"])
+            eq("cm.method", num(first(t, "infiniband.mad.method")), cm["method"])
+            eq("cm.status", num(first(t, "infiniband.mad.status")), cm["status"])
+            msg = {0x10: "req", 0x13: "rep", 0x14: "rtu", 0x15: "dreq", 0x16: "drsp", 0x12: "rej"}.get(num(attr))
+            if msg in ("req", "rep"):  # Wireshark shows their local comm ID as the message tree's value
+                eq("cm.local_comm_id", num(first(t, "infiniband.cm." + msg)), cm["local_comm_id"])
+            elif msg:
+                eq("cm.local_comm_id", num(first(t, f"infiniband.cm.{msg}.localcommid")), cm["local_comm_id"])
+            if msg and msg != "req":
+                eq("cm.remote_comm_id", num(first(t, f"infiniband.cm.{msg}.remotecommid")), cm["remote_comm_id"])
+            if msg in ("req", "rep"):
+                eq("cm.local_qpn", num(first(t, f"infiniband.cm.{msg}.localqpn")), cm["local_qpn"])
+                eq("cm.starting_psn", num(first(t, f"infiniband.cm.{msg}.startpsn")), cm["starting_psn"])
+                eq("cm.local_ca_guid", num(first(t, f"infiniband.cm.{msg}.localcaguid")), cm["local_ca_guid"])
+            if msg == "req":
+                eq("cm.service_id", num(first(t, "infiniband.cm.req.serviceid")), cm["service_id"])
+                for ts_name, ours in (("responderres", "responder_resources"), ("initdepth", "initiator_depth"),
+                                      ("transpsvctype", "transport_service_type"),
+                                      ("remoteresptout", "remote_cm_response_timeout"),
+                                      ("localresptout", "local_cm_response_timeout"), ("retrcount", "retry_count"),
+                                      ("rnrretrcount", "rnr_retry_count"), ("maxcmretr", "max_cm_retries"),
+                                      ("pkey", "partition_key"), ("pppmtu", "path_mtu")):
+                    eq("cm." + ours, num(first(t, "infiniband.cm.req." + ts_name)), cm[ours])
+                eq("cm.srq", bool(num(first(t, "infiniband.cm.req.srq"))), cm["srq"])
+                # Primary path; not the flow label and packet rate, which Wireshark 4.0 reads from the wrong bits.
+                for ts_name, ours in (("prim_locallid", "local_lid"), ("prim_remotelid", "remote_lid"),
+                                      ("prim_tfcclass", "traffic_class"), ("prim_hoplim", "hop_limit"),
+                                      ("prim_sl", "sl"), ("prim_localacktout", "local_ack_timeout")):
+                    eq("cm.primary." + ours, num(first(t, "infiniband.cm.req." + ts_name)), cm["primary"][ours])
+                if first(t, "infiniband.cm.req.ip_cm.ipv") is not None:
+                    ipcm = cm["ip_cm"]
+                    eq("cm.ip_cm.ip_version", num(first(t, "infiniband.cm.req.ip_cm.ipv")), ipcm["ip_version"])
+                    eq("cm.ip_cm.source_port", num(first(t, "infiniband.cm.req.ip_cm.sport")), ipcm["source_port"])
+                    v = "4" if ipcm["ip_version"] == 4 else "6"
+                    eq("cm.ip_cm.source_ip", first(t, "infiniband.cm.req.ip_cm.sip" + v), ipcm["source_ip"])
+                    eq("cm.ip_cm.destination_ip", first(t, "infiniband.cm.req.ip_cm.dip" + v), ipcm["destination_ip"])
+            if msg == "rep":
+                for ts_name, ours in (("respres", "responder_resources"), ("initdepth", "initiator_depth"),
+                                      ("tgtackdelay", "target_ack_delay"), ("rnrretrcount", "rnr_retry_count")):
+                    eq("cm." + ours, num(first(t, "infiniband.cm.rep." + ts_name)), cm[ours])
+                eq("cm.srq", bool(num(first(t, "infiniband.cm.rep.srq"))), cm["srq"])
+            if msg == "dreq":
+                eq("cm.remote_qpn", num(first(t, "infiniband.cm.req.remoteqpneecn")), cm["remote_qpn"])
+            if msg == "rej":
+                eq("cm.reason", num(first(t, "infiniband.cm.rej.reason")), cm["reason"])
         # Wireshark shows the ICRC as the big-endian number of its 4 bytes; urxe the little-endian one.
         crc = first(t, "infiniband.invariant.crc")
         if crc is not None:
