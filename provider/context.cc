@@ -16,6 +16,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "provider/capture_port.h"
 #include "provider/internal.h"
@@ -338,7 +339,7 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
     const en::DeviceAttr& d = st.engine->device_attr();
     ibv_device_attr_ex a{};
     std::snprintf(a.orig_attr.fw_ver, sizeof a.orig_attr.fw_ver, "0.1.0");
-    const uint64_t guid = urxe::provider::node_guid_from_mac(st.netdev.mac);
+    const uint64_t guid = urxe::hostnet::eui64(st.netdev.mac);
     a.orig_attr.node_guid = htobe64(guid);
     a.orig_attr.sys_image_guid = htobe64(guid);
     a.orig_attr.max_mr_size = d.max_mr_size;

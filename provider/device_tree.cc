@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "hostnet/netns.h"
 #include "provider/stats.h"
@@ -115,7 +116,7 @@ void write_gid_files(const std::string& port_dir, uint32_t n, const std::vector<
     GidEntry e;
     if (i < table.size()) e = table[i];
     std::string idx = std::to_string(i);
-    write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
+    write_atomic(port_dir + "/gids/" + idx, hostnet::format_gid(e.gid) + "\n");
     write_atomic(port_dir + "/gid_attrs/types/" + idx,
                  std::string(e.type == GidType::roce_v1 ? kV1 : kV2) + "\n");
     // An empty ndevs file reads as "no netdev" (ifindex 0); a wrong name would make query_gid_ex fail.
@@ -206,10 +207,10 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
     err = port_dir + ": " + ec.message();
     return EACCES;
   }
-  const uint64_t guid = node_guid_from_mac(nd.mac);
+  const uint64_t guid = hostnet::eui64(nd.mac);  // the node GUID, as rxe derives it
   bool ok = write_file(dev_path + "/node_type", "1: CA\n") &&
-            write_file(dev_path + "/node_guid", format_guid(guid) + "\n") &&
-            write_file(dev_path + "/sys_image_guid", format_guid(guid) + "\n") &&
+            write_file(dev_path + "/node_guid", hostnet::format_guid(guid) + "\n") &&
+            write_file(dev_path + "/sys_image_guid", hostnet::format_guid(guid) + "\n") &&
             write_file(dev_path + "/board_id", "urxe\n") && write_file(dev_path + "/fw_ver", "0.1.0\n") &&
             write_file(dev_path + "/urxe.conf", config_text(cfg)) &&
             // Byte i locked (OFD lock) by a context = that context owns QPN block i; see provider.
@@ -323,7 +324,7 @@ std::vector<std::pair<uint32_t, GidEntry>> read_gid_table(const std::string& ibd
   for (uint32_t i = 0; i < n; ++i) {
     GidEntry e;
     std::string idx = std::to_string(i);
-    if (!parse_gid(read_text(port_dir + "/gids/" + idx), e.gid)) continue;
+    if (!hostnet::parse_gid(read_text(port_dir + "/gids/" + idx), e.gid)) continue;
     if (e.gid == std::array<uint8_t, 16>{}) continue;
     e.type = read_text(port_dir + "/gid_attrs/types/" + idx) == kV1 ? GidType::roce_v1 : GidType::roce_v2;
     e.ndev = read_text(port_dir + "/gid_attrs/ndevs/" + idx);
@@ -435,12 +436,13 @@ int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::
     // An entry appears with its attributes before its GID and goes away GID first, so a reader never
     // pairs a GID with another entry's type or netdev.
     bool ok = true;
-    if (e.ndev.empty()) ok = write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
+    if (e.ndev.empty()) ok = write_atomic(port_dir + "/gids/" + idx, hostnet::format_gid(e.gid) + "\n");
     ok = ok && write_atomic(port_dir + "/gid_attrs/types/" + idx,
                             std::string(e.type == GidType::roce_v1 ? kV1 : kV2) + "\n");
     ok = ok &&
          write_atomic(port_dir + "/gid_attrs/ndevs/" + idx, e.ndev.empty() ? std::string() : e.ndev + "\n");
-    if (!e.ndev.empty()) ok = ok && write_atomic(port_dir + "/gids/" + idx, format_gid(e.gid) + "\n");
+    if (!e.ndev.empty())
+      ok = ok && write_atomic(port_dir + "/gids/" + idx, hostnet::format_gid(e.gid) + "\n");
     if (!ok && rc == 0) {
       rc = errno ? errno : EIO;
       err = port_dir + ": cannot update GID " + idx + ": " + std::strerror(rc);

@@ -16,8 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "hostnet/gid.h"
-
 namespace urxe::provider {
 
 struct Paths {
@@ -85,14 +83,6 @@ bool carrier_down_count(const std::string& netdev, uint64_t& out);
 // a sysfs GID index is the engine's sgid_index) with `netdev` as every entry's ndev. Empty when the
 // interface is not there.
 std::vector<GidEntry> build_gid_table(const std::string& netdev);
-
-// The node GUID, as rxe derives it: the MAC's EUI-64. The text forms are hostnet/gid.h's.
-inline uint64_t node_guid_from_mac(const std::array<uint8_t, 6>& mac) {
-  return hostnet::eui64(mac);
-}
-using hostnet::format_gid;
-using hostnet::format_guid;
-using hostnet::parse_gid;
 
 // Creates the tree, the config and the /dev node. Returns 0 or an errno (EEXIST, ENODEV for a missing
 // netdev, EINVAL for a bad name, ...) with a message in err. cfg.uverbs is filled in.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hostnet/capability.h"
+#include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "hostnet/kernel_guard.h"
 #include "hostnet/monitor.h"
@@ -166,7 +167,7 @@ std::string gid_text(const prov::GidEntry& e) {
   if (wire::gid_is_ipv4_mapped(g))
     return std::to_string(g[12]) + "." + std::to_string(g[13]) + "." + std::to_string(g[14]) + "." +
            std::to_string(g[15]);
-  return prov::format_gid(g);
+  return hostnet::format_gid(g);
 }
 
 bool device_exists(const prov::Paths& paths, const std::string& name, prov::DeviceInfo* info = nullptr) {
