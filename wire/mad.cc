@@ -1,6 +1,7 @@
 #include "wire/mad.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "wire/packet.h"
 
@@ -129,33 +130,55 @@ void put_bytes(uint8_t* b, uint32_t off, const std::array<uint8_t, N>& a) {
   std::copy_n(a.begin(), N, b + off);
 }
 
-void decode_path(const uint8_t* p, CmPath& m) {
-  get(p, path::local_lid, m.local_lid);
-  get(p, path::remote_lid, m.remote_lid);
-  get_bytes(p, path::local_gid, m.local_gid);
-  get_bytes(p, path::remote_gid, m.remote_gid);
-  get(p, path::flow_label, m.flow_label);
-  get(p, path::packet_rate, m.packet_rate);
-  get(p, path::traffic_class, m.traffic_class);
-  get(p, path::hop_limit, m.hop_limit);
-  get(p, path::sl, m.sl);
-  get(p, path::subnet_local, m.subnet_local);
-  get(p, path::local_ack_timeout, m.local_ack_timeout);
+// Each message lists its fields once, in cm_fields(codec, message); the codec reads them (Reader, into a
+// message) or writes them (Writer, from a const message).
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmPath>
+void cm_fields(C& c, M& m) {
+  c(path::local_lid, m.local_lid);
+  c(path::remote_lid, m.remote_lid);
+  c(path::local_gid, m.local_gid);
+  c(path::remote_gid, m.remote_gid);
+  c(path::flow_label, m.flow_label);
+  c(path::packet_rate, m.packet_rate);
+  c(path::traffic_class, m.traffic_class);
+  c(path::hop_limit, m.hop_limit);
+  c(path::sl, m.sl);
+  c(path::subnet_local, m.subnet_local);
+  c(path::local_ack_timeout, m.local_ack_timeout);
 }
 
-void encode_path(uint8_t* p, const CmPath& m) {
-  put_field(p, path::local_lid, m.local_lid);
-  put_field(p, path::remote_lid, m.remote_lid);
-  put_bytes(p, path::local_gid, m.local_gid);
-  put_bytes(p, path::remote_gid, m.remote_gid);
-  put_field(p, path::flow_label, m.flow_label);
-  put_field(p, path::packet_rate, m.packet_rate);
-  put_field(p, path::traffic_class, m.traffic_class);
-  put_field(p, path::hop_limit, m.hop_limit);
-  put_field(p, path::sl, m.sl);
-  put_field(p, path::subnet_local, m.subnet_local);
-  put_field(p, path::local_ack_timeout, m.local_ack_timeout);
-}
+struct Reader {
+  const uint8_t* b;
+  template <typename T>
+  void operator()(MadField f, T& v) const {
+    get(b, f, v);
+  }
+  template <size_t N>
+  void operator()(uint32_t off, std::array<uint8_t, N>& a) const {
+    get_bytes(b, off, a);
+  }
+  void operator()(uint32_t off, CmPath& p) const {
+    Reader r{b + off};
+    cm_fields(r, p);
+  }
+};
+
+struct Writer {
+  uint8_t* b;
+  template <typename T>
+  void operator()(MadField f, const T& v) const {
+    put_field(b, f, static_cast<uint64_t>(v));
+  }
+  template <size_t N>
+  void operator()(uint32_t off, const std::array<uint8_t, N>& a) const {
+    put_bytes(b, off, a);
+  }
+  void operator()(uint32_t off, const CmPath& p) const {
+    Writer w{b + off};
+    cm_fields(w, p);
+  }
+};
 
 }  // namespace
 
@@ -236,219 +259,133 @@ void write_mad_header(uint8_t* mad, const MadHeader& h) {
   put_field(mad, hdr::attribute_modifier, h.attribute_modifier);
 }
 
-void decode_cm(const uint8_t* d, CmReq& m) {
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmReq>
+void cm_fields(C& c, M& m) {
   using namespace req;
-  get(d, req::local_comm_id, m.local_comm_id);
-  get(d, vendor_id, m.vendor_id);
-  get(d, service_id, m.service_id);
-  get(d, local_ca_guid, m.local_ca_guid);
-  get(d, local_qkey, m.local_qkey);
-  get(d, local_qpn, m.local_qpn);
-  get(d, responder_resources, m.responder_resources);
-  get(d, local_eecn, m.local_eecn);
-  get(d, initiator_depth, m.initiator_depth);
-  get(d, remote_eecn, m.remote_eecn);
-  get(d, remote_cm_response_timeout, m.remote_cm_response_timeout);
-  get(d, transport_service_type, m.transport_service_type);
-  get(d, end_to_end_flow_control, m.end_to_end_flow_control);
-  get(d, starting_psn, m.starting_psn);
-  get(d, local_cm_response_timeout, m.local_cm_response_timeout);
-  get(d, retry_count, m.retry_count);
-  get(d, partition_key, m.partition_key);
-  get(d, path_mtu, m.path_mtu);
-  get(d, rdc_exists, m.rdc_exists);
-  get(d, rnr_retry_count, m.rnr_retry_count);
-  get(d, max_cm_retries, m.max_cm_retries);
-  get(d, srq, m.srq);
-  get(d, extended_transport_type, m.extended_transport_type);
-  decode_path(d + primary, m.primary);
-  decode_path(d + alternate, m.alternate);
-  get_bytes(d, req::private_data, m.private_data);
+  c(req::local_comm_id, m.local_comm_id);
+  c(vendor_id, m.vendor_id);
+  c(service_id, m.service_id);
+  c(local_ca_guid, m.local_ca_guid);
+  c(local_qkey, m.local_qkey);
+  c(local_qpn, m.local_qpn);
+  c(responder_resources, m.responder_resources);
+  c(local_eecn, m.local_eecn);
+  c(initiator_depth, m.initiator_depth);
+  c(remote_eecn, m.remote_eecn);
+  c(remote_cm_response_timeout, m.remote_cm_response_timeout);
+  c(transport_service_type, m.transport_service_type);
+  c(end_to_end_flow_control, m.end_to_end_flow_control);
+  c(starting_psn, m.starting_psn);
+  c(local_cm_response_timeout, m.local_cm_response_timeout);
+  c(retry_count, m.retry_count);
+  c(partition_key, m.partition_key);
+  c(path_mtu, m.path_mtu);
+  c(rdc_exists, m.rdc_exists);
+  c(rnr_retry_count, m.rnr_retry_count);
+  c(max_cm_retries, m.max_cm_retries);
+  c(srq, m.srq);
+  c(extended_transport_type, m.extended_transport_type);
+  c(primary, m.primary);
+  c(alternate, m.alternate);
+  c(req::private_data, m.private_data);
 }
 
-void encode_cm(uint8_t* d, const CmReq& m) {
-  using namespace req;
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, req::local_comm_id, m.local_comm_id);
-  put_field(d, vendor_id, m.vendor_id);
-  put_field(d, service_id, m.service_id);
-  put_field(d, local_ca_guid, m.local_ca_guid);
-  put_field(d, local_qkey, m.local_qkey);
-  put_field(d, local_qpn, m.local_qpn);
-  put_field(d, responder_resources, m.responder_resources);
-  put_field(d, local_eecn, m.local_eecn);
-  put_field(d, initiator_depth, m.initiator_depth);
-  put_field(d, remote_eecn, m.remote_eecn);
-  put_field(d, remote_cm_response_timeout, m.remote_cm_response_timeout);
-  put_field(d, transport_service_type, m.transport_service_type);
-  put_field(d, end_to_end_flow_control, m.end_to_end_flow_control);
-  put_field(d, starting_psn, m.starting_psn);
-  put_field(d, local_cm_response_timeout, m.local_cm_response_timeout);
-  put_field(d, retry_count, m.retry_count);
-  put_field(d, partition_key, m.partition_key);
-  put_field(d, path_mtu, m.path_mtu);
-  put_field(d, rdc_exists, m.rdc_exists);
-  put_field(d, rnr_retry_count, m.rnr_retry_count);
-  put_field(d, max_cm_retries, m.max_cm_retries);
-  put_field(d, srq, m.srq);
-  put_field(d, extended_transport_type, m.extended_transport_type);
-  encode_path(d + primary, m.primary);
-  encode_path(d + alternate, m.alternate);
-  put_bytes(d, req::private_data, m.private_data);
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmMra>
+void cm_fields(C& c, M& m) {
+  c(mra::local_comm_id, m.local_comm_id);
+  c(mra::remote_comm_id, m.remote_comm_id);
+  c(mra::message_mraed, m.message_mraed);
+  c(mra::service_timeout, m.service_timeout);
+  c(mra::private_data, m.private_data);
 }
 
-void decode_cm(const uint8_t* d, CmMra& m) {
-  get(d, mra::local_comm_id, m.local_comm_id);
-  get(d, mra::remote_comm_id, m.remote_comm_id);
-  get(d, mra::message_mraed, m.message_mraed);
-  get(d, mra::service_timeout, m.service_timeout);
-  get_bytes(d, mra::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmMra& m) {
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, mra::local_comm_id, m.local_comm_id);
-  put_field(d, mra::remote_comm_id, m.remote_comm_id);
-  put_field(d, mra::message_mraed, m.message_mraed);
-  put_field(d, mra::service_timeout, m.service_timeout);
-  put_bytes(d, mra::private_data, m.private_data);
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmRej>
+void cm_fields(C& c, M& m) {
+  c(rej::local_comm_id, m.local_comm_id);
+  c(rej::remote_comm_id, m.remote_comm_id);
+  c(rej::message_rejected, m.message_rejected);
+  c(rej::reject_info_length, m.reject_info_length);
+  c(rej::reason, m.reason);
+  c(rej::ari, m.additional_reject_information);
+  c(rej::private_data, m.private_data);
 }
 
-void decode_cm(const uint8_t* d, CmRej& m) {
-  get(d, rej::local_comm_id, m.local_comm_id);
-  get(d, rej::remote_comm_id, m.remote_comm_id);
-  get(d, rej::message_rejected, m.message_rejected);
-  get(d, rej::reject_info_length, m.reject_info_length);
-  get(d, rej::reason, m.reason);
-  get_bytes(d, rej::ari, m.additional_reject_information);
-  get_bytes(d, rej::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmRej& m) {
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, rej::local_comm_id, m.local_comm_id);
-  put_field(d, rej::remote_comm_id, m.remote_comm_id);
-  put_field(d, rej::message_rejected, m.message_rejected);
-  put_field(d, rej::reject_info_length, m.reject_info_length);
-  put_field(d, rej::reason, m.reason);
-  put_bytes(d, rej::ari, m.additional_reject_information);
-  put_bytes(d, rej::private_data, m.private_data);
-}
-
-void decode_cm(const uint8_t* d, CmRep& m) {
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmRep>
+void cm_fields(C& c, M& m) {
   using namespace rep;
-  get(d, rep::local_comm_id, m.local_comm_id);
-  get(d, rep::remote_comm_id, m.remote_comm_id);
-  get(d, local_qkey, m.local_qkey);
-  get(d, local_qpn, m.local_qpn);
-  get(d, local_eecn, m.local_eecn);
-  get(d, starting_psn, m.starting_psn);
-  get(d, responder_resources, m.responder_resources);
-  get(d, initiator_depth, m.initiator_depth);
-  get(d, target_ack_delay, m.target_ack_delay);
-  get(d, failover_accepted, m.failover_accepted);
-  get(d, end_to_end_flow_control, m.end_to_end_flow_control);
-  get(d, rnr_retry_count, m.rnr_retry_count);
-  get(d, srq, m.srq);
-  get(d, local_ca_guid, m.local_ca_guid);
-  get_bytes(d, rep::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmRep& m) {
-  using namespace rep;
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, rep::local_comm_id, m.local_comm_id);
-  put_field(d, rep::remote_comm_id, m.remote_comm_id);
-  put_field(d, local_qkey, m.local_qkey);
-  put_field(d, local_qpn, m.local_qpn);
-  put_field(d, local_eecn, m.local_eecn);
-  put_field(d, starting_psn, m.starting_psn);
-  put_field(d, responder_resources, m.responder_resources);
-  put_field(d, initiator_depth, m.initiator_depth);
-  put_field(d, target_ack_delay, m.target_ack_delay);
-  put_field(d, failover_accepted, m.failover_accepted);
-  put_field(d, end_to_end_flow_control, m.end_to_end_flow_control);
-  put_field(d, rnr_retry_count, m.rnr_retry_count);
-  put_field(d, srq, m.srq);
-  put_field(d, local_ca_guid, m.local_ca_guid);
-  put_bytes(d, rep::private_data, m.private_data);
+  c(rep::local_comm_id, m.local_comm_id);
+  c(rep::remote_comm_id, m.remote_comm_id);
+  c(local_qkey, m.local_qkey);
+  c(local_qpn, m.local_qpn);
+  c(local_eecn, m.local_eecn);
+  c(starting_psn, m.starting_psn);
+  c(responder_resources, m.responder_resources);
+  c(initiator_depth, m.initiator_depth);
+  c(target_ack_delay, m.target_ack_delay);
+  c(failover_accepted, m.failover_accepted);
+  c(end_to_end_flow_control, m.end_to_end_flow_control);
+  c(rnr_retry_count, m.rnr_retry_count);
+  c(srq, m.srq);
+  c(local_ca_guid, m.local_ca_guid);
+  c(rep::private_data, m.private_data);
 }
 
-void decode_cm(const uint8_t* d, CmRtu& m) {
-  get(d, ids::local_comm_id, m.local_comm_id);
-  get(d, ids::remote_comm_id, m.remote_comm_id);
-  get_bytes(d, ids::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmRtu& m) {
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, ids::local_comm_id, m.local_comm_id);
-  put_field(d, ids::remote_comm_id, m.remote_comm_id);
-  put_bytes(d, ids::private_data, m.private_data);
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmRtu>
+void cm_fields(C& c, M& m) {
+  c(ids::local_comm_id, m.local_comm_id);
+  c(ids::remote_comm_id, m.remote_comm_id);
+  c(ids::private_data, m.private_data);
 }
 
-void decode_cm(const uint8_t* d, CmDreq& m) {
-  get(d, ids::local_comm_id, m.local_comm_id);
-  get(d, ids::remote_comm_id, m.remote_comm_id);
-  get(d, dreq::remote_qpn, m.remote_qpn);
-  get_bytes(d, dreq::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmDreq& m) {
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, ids::local_comm_id, m.local_comm_id);
-  put_field(d, ids::remote_comm_id, m.remote_comm_id);
-  put_field(d, dreq::remote_qpn, m.remote_qpn);
-  put_bytes(d, dreq::private_data, m.private_data);
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmDreq>
+void cm_fields(C& c, M& m) {
+  c(ids::local_comm_id, m.local_comm_id);
+  c(ids::remote_comm_id, m.remote_comm_id);
+  c(dreq::remote_qpn, m.remote_qpn);
+  c(dreq::private_data, m.private_data);
 }
 
-void decode_cm(const uint8_t* d, CmDrep& m) {
-  get(d, ids::local_comm_id, m.local_comm_id);
-  get(d, ids::remote_comm_id, m.remote_comm_id);
-  get_bytes(d, ids::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmDrep& m) {
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, ids::local_comm_id, m.local_comm_id);
-  put_field(d, ids::remote_comm_id, m.remote_comm_id);
-  put_bytes(d, ids::private_data, m.private_data);
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmDrep>
+void cm_fields(C& c, M& m) {
+  c(ids::local_comm_id, m.local_comm_id);
+  c(ids::remote_comm_id, m.remote_comm_id);
+  c(ids::private_data, m.private_data);
 }
 
-void decode_cm(const uint8_t* d, CmSidrReq& m) {
-  get(d, sidr_req::request_id, m.request_id);
-  get(d, sidr_req::partition_key, m.partition_key);
-  get(d, sidr_req::service_id, m.service_id);
-  get_bytes(d, sidr_req::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmSidrReq& m) {
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, sidr_req::request_id, m.request_id);
-  put_field(d, sidr_req::partition_key, m.partition_key);
-  put_field(d, sidr_req::service_id, m.service_id);
-  put_bytes(d, sidr_req::private_data, m.private_data);
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmSidrReq>
+void cm_fields(C& c, M& m) {
+  c(sidr_req::request_id, m.request_id);
+  c(sidr_req::partition_key, m.partition_key);
+  c(sidr_req::service_id, m.service_id);
+  c(sidr_req::private_data, m.private_data);
 }
 
-void decode_cm(const uint8_t* d, CmSidrRep& m) {
-  get(d, sidr_rep::request_id, m.request_id);
-  get(d, sidr_rep::status, m.status);
-  get(d, sidr_rep::additional_info_length, m.additional_info_length);
-  get(d, sidr_rep::qpn, m.qpn);
-  get(d, sidr_rep::service_id, m.service_id);
-  get(d, sidr_rep::qkey, m.qkey);
-  get_bytes(d, sidr_rep::class_port_info, m.class_port_info);
-  get_bytes(d, sidr_rep::private_data, m.private_data);
-}
-void encode_cm(uint8_t* d, const CmSidrRep& m) {
-  std::fill_n(d, kMadDataSize, uint8_t{0});
-  put_field(d, sidr_rep::request_id, m.request_id);
-  put_field(d, sidr_rep::status, m.status);
-  put_field(d, sidr_rep::additional_info_length, m.additional_info_length);
-  put_field(d, sidr_rep::qpn, m.qpn);
-  put_field(d, sidr_rep::service_id, m.service_id);
-  put_field(d, sidr_rep::qkey, m.qkey);
-  put_bytes(d, sidr_rep::class_port_info, m.class_port_info);
-  put_bytes(d, sidr_rep::private_data, m.private_data);
+template <typename C, typename M>
+requires std::is_same_v<std::remove_const_t<M>, CmSidrRep>
+void cm_fields(C& c, M& m) {
+  c(sidr_rep::request_id, m.request_id);
+  c(sidr_rep::status, m.status);
+  c(sidr_rep::additional_info_length, m.additional_info_length);
+  c(sidr_rep::qpn, m.qpn);
+  c(sidr_rep::service_id, m.service_id);
+  c(sidr_rep::qkey, m.qkey);
+  c(sidr_rep::class_port_info, m.class_port_info);
+  c(sidr_rep::private_data, m.private_data);
 }
 
 namespace {
 template <typename T>
 MadError decode_as(const uint8_t* data, CmMessage& msg) {
-  decode_cm(data, msg.emplace<T>());
+  Reader r{data};
+  cm_fields(r, msg.emplace<T>());
   return MadError::ok;
 }
 }  // namespace
@@ -503,7 +440,10 @@ bool build_cm_mad(MutByteSpan out, const CmMad& mad) {
   MadHeader h = mad.header;
   h.attribute_id = cm_attr_id(mad.msg);
   write_mad_header(out.data(), h);
-  std::visit([&](const auto& m) { encode_cm(out.data() + kMadHeaderSize, m); }, mad.msg);
+  uint8_t* d = out.data() + kMadHeaderSize;
+  std::fill_n(d, kMadDataSize, uint8_t{0});  // reserved bits and unused bytes are zero
+  Writer w{d};
+  std::visit([&](const auto& m) { cm_fields(w, m); }, mad.msg);
   return true;
 }
 
