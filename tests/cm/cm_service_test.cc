@@ -45,7 +45,7 @@ struct Node final : CmHost {
 struct Net {
   uint64_t now = 1'000'000'000;
   Node nodes[2];
-  std::deque<std::pair<int, MadOut>> wire;  // (destination node, MAD)
+  std::deque<std::pair<int, MadOut>> wire;       // (destination node, MAD)
   std::function<bool(const wire::CmMad&)> drop;  // true = lose this MAD
   std::vector<uint16_t> sent_attrs;
 
@@ -91,7 +91,9 @@ struct Net {
   }
 };
 
-uint64_t Node::now_ns() { return net->now; }
+uint64_t Node::now_ns() {
+  return net->now;
+}
 void Node::send_mad(const MadOut& m) {
   wire::CmMad mad;
   ASSERT_EQ(wire::parse_cm_mad(m.mad, mad), wire::MadError::ok);
@@ -184,7 +186,8 @@ struct App {
   UcmaEvent expect_event(uint32_t id, UcmaEvent want, rdma_ucm_event_resp* out = nullptr) {
     rdma_ucm_event_resp e{};
     EXPECT_TRUE(get_event(e)) << "no event, wanted " << ucma_event_name(want);
-    EXPECT_EQ(e.event, uint32_t(want)) << ucma_event_name(UcmaEvent(e.event)) << " status " << int32_t(e.status);
+    EXPECT_EQ(e.event, uint32_t(want))
+        << ucma_event_name(UcmaEvent(e.event)) << " status " << int32_t(e.status);
     if (id) {
       EXPECT_EQ(e.id, id);
     }
@@ -526,7 +529,8 @@ TEST(CmService, MigrateMovesTheIdAndItsEvents) {
   rdma_ucm_migrate_id m{};
   m.id = c.cid;
   const uint64_t from = c.client.ch;
-  auto r = other.cmd(RDMA_USER_CM_CMD_MIGRATE_ID, m, 4, {reinterpret_cast<const uint8_t*>(&from), sizeof from});
+  auto r =
+      other.cmd(RDMA_USER_CM_CMD_MIGRATE_ID, m, 4, {reinterpret_cast<const uint8_t*>(&from), sizeof from});
   ASSERT_EQ(r.err, 0);
   uint32_t reported = 0;
   std::memcpy(&reported, r.out.data(), 4);
@@ -538,7 +542,8 @@ TEST(CmService, MigrateMovesTheIdAndItsEvents) {
   // A channel of another user cannot take it, even knowing the token.
   App stranger(c.net.nodes[0], 1000);
   const uint64_t now_in = other.ch;
-  r = stranger.cmd(RDMA_USER_CM_CMD_MIGRATE_ID, m, 4, {reinterpret_cast<const uint8_t*>(&now_in), sizeof now_in});
+  r = stranger.cmd(RDMA_USER_CM_CMD_MIGRATE_ID, m, 4,
+                   {reinterpret_cast<const uint8_t*>(&now_in), sizeof now_in});
   EXPECT_EQ(r.err, EPERM);
   EXPECT_EQ(other.destroy(c.cid), 0);
 }
