@@ -29,7 +29,7 @@ void Service::send(MadOut& o, const wire::CmMessage& msg, uint64_t tid) {
 // Sends and keeps the MAD for retransmission every `timeout_ns`, `retries` times.
 void Service::send_with_retry(Id& id, const wire::CmMessage& msg, uint64_t timeout_ns, uint32_t retries) {
   id.last = address(id);
-  send(id.last, msg, tid_of(id));
+  send(id.last, msg, id.tid);
   id.retries_left = retries;
   id.deadline = host_.now_ns() + timeout_ns;
 }
@@ -44,7 +44,7 @@ void Service::send_rej(const Id& id, wire::CmRejReason reason, uint8_t msg_rejec
   rej.reason = static_cast<uint16_t>(reason);
   std::copy_n(pd.begin(), std::min(pd.size(), rej.private_data.size()), rej.private_data.begin());
   MadOut o = address(id);
-  send(o, rej, tid_of(id));
+  send(o, rej, id.tid);
 }
 
 void Service::send_dreq(Id& id) {
@@ -88,6 +88,17 @@ void Service::expire(Id& id, uint64_t now) {
   switch (id.state) {
     case State::addr_query:
       poll_address(id, false);
+      return;
+    case State::sidr_req_sent:
+      if (id.retries_left > 0) {
+        --id.retries_left;
+        ++counters_.retries;
+        host_.send_mad(id.last);
+        id.deadline = now + cm_timeout_ns(kCmResponseTimeout);
+        return;
+      }
+      id.state = State::closed;
+      queue_event(id, UcmaEvent::unreachable, -ETIMEDOUT);
       return;
     case State::req_sent:
     case State::rep_sent:
@@ -176,18 +187,7 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   const uint16_t port = wire::ip_cm_port(req.service_id);
   const bool v4 = iph.ip_version == 4;
   const wire::Gid dst_ip = wire::ip_cm_addr_to_gid(iph, iph.destination_ip);
-  Id* lis = nullptr;
-  for (auto& [h, id] : ids_) {
-    if (id.state != State::listen || !id.channel || id.ps != ps || id.src.port != port) continue;
-    if (id.device >= 0 && uint32_t(id.device) != m.device) continue;
-    if (id.src.any()) {
-      if (v4 ? (id.src.family == AF_INET6 && id.afonly) : id.src.family == AF_INET) continue;
-    } else if (id.src.ip != dst_ip) {
-      continue;
-    }
-    // A specific listener wins over a wildcard one.
-    if (!lis || (lis->src.any() && !id.src.any())) lis = &id;
-  }
+  Id* lis = find_listener(m.device, ps, port, iph);
   if (!lis) {
     refuse(wire::CmRejReason::invalid_service_id);
     return;
@@ -214,6 +214,7 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   kid.tos = req.primary.traffic_class;
   kid.state = State::req_rcvd;
   kid.local_comm_id = new_comm_id();
+  kid.tid = hdr.transaction_id;
   kid.remote_comm_id = req.local_comm_id;
   kid.remote_ca_guid = req.local_ca_guid;
   kid.remote_qpn = req.local_qpn;
@@ -258,7 +259,7 @@ void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmRep& re
     rtu.local_comm_id = id->local_comm_id;
     rtu.remote_comm_id = id->remote_comm_id;
     MadOut o = address(*id);
-    send(o, rtu, tid_of(*id));
+    send(o, rtu, id->tid);
     return;
   }
   if (id->state == State::rep_rcvd) {
@@ -352,6 +353,100 @@ void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmDrep& d
   if (!id || id->state != State::dreq_sent || id->remote_comm_id != drep.local_comm_id) return;
   enter_timewait(*id);
   queue_event(*id, UcmaEvent::disconnected, 0);
+}
+
+void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmSidrReq& sreq) {
+  // A retransmitted SIDR_REQ while the app decides: dropped (cm_sidr_req_handler keeps the remote IDs).
+  for (auto& [h, id] : ids_)
+    if (id.state == State::req_rcvd && is_ud(id) && id.remote_comm_id == sreq.request_id &&
+        id.dgid == m.sgid) {
+      ++counters_.duplicates;
+      return;
+    }
+  auto answer_status = [&](uint8_t status) {
+    wire::CmSidrRep rep;
+    rep.request_id = sreq.request_id;
+    rep.status = status;
+    rep.service_id = sreq.service_id;
+    MadOut o = reply_address(m);
+    send(o, rep, hdr.transaction_id);
+  };
+  wire::IpCmHeader iph;
+  if (!wire::is_ip_cm_service_id(sreq.service_id) || !wire::parse_ip_cm_header(sreq.private_data, iph)) {
+    answer_status(1);  // service ID not supported
+    return;
+  }
+  const uint16_t ps = 0x0100 | wire::ip_cm_port_space(sreq.service_id);
+  const uint16_t port = wire::ip_cm_port(sreq.service_id);
+  Id* lis = find_listener(m.device, ps, port, iph);
+  if (!lis) {
+    answer_status(1);
+    return;
+  }
+  Id kid;
+  kid.handle = next_handle_++;
+  kid.channel = lis->channel;
+  kid.ps = lis->ps;
+  kid.qp_type = kIbvQptUd;
+  kid.listener = lis->handle;
+  kid.device = static_cast<int>(m.device);
+  kid.bound = true;
+  kid.src.family = kid.dst.family = iph.ip_version == 4 ? AF_INET : AF_INET6;
+  kid.src.ip = wire::ip_cm_addr_to_gid(iph, iph.destination_ip);
+  kid.src.port = port;
+  kid.dst.ip = wire::ip_cm_addr_to_gid(iph, iph.source_ip);
+  kid.dst.port = iph.source_port;
+  kid.state = State::req_rcvd;
+  kid.remote_comm_id = sreq.request_id;
+  kid.tid = hdr.transaction_id;
+  kid.sgid = m.dgid;
+  kid.dgid = m.sgid;
+  kid.dmac = m.smac;
+  kid.hop_limit = m.hop_limit ? m.hop_limit : 64;
+  Id& k = ids_[kid.handle] = kid;
+  rdma_ucm_event_resp p{};
+  p.param.ud.private_data_len = static_cast<uint8_t>(sreq.private_data.size() - wire::kIpCmHeaderSize);
+  std::memcpy(p.param.ud.private_data, sreq.private_data.data() + wire::kIpCmHeaderSize,
+              p.param.ud.private_data_len);
+  queue_event(k, UcmaEvent::connect_request, 0, lis, &p);
+}
+
+void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmSidrRep& rep) {
+  Id* id = by_local_comm_id(rep.request_id);
+  if (!id || id->state != State::sidr_req_sent) return;
+  id->deadline = UINT64_MAX;
+  id->state = State::closed;
+  rdma_ucm_event_resp p{};
+  if (rep.status != 0) {
+    queue_event(*id, UcmaEvent::unreachable, rep.status, nullptr, &p);  // cma_sidr_rep_handler
+    return;
+  }
+  auto& ud = p.param.ud;
+  ud.qp_num = rep.qpn;
+  ud.qkey = rep.qkey;
+  ud.ah_attr.is_global = 1;
+  ud.ah_attr.port_num = 1;
+  std::memcpy(ud.ah_attr.grh.dgid, id->dgid.data(), 16);
+  ud.ah_attr.grh.sgid_index = sgid_index(*id);
+  ud.ah_attr.grh.hop_limit = id->hop_limit;
+  ud.ah_attr.grh.traffic_class = id->tos;
+  ud.ah_attr.grh.flow_label = id->flow_label;
+  ud.private_data_len = static_cast<uint8_t>(rep.private_data.size());
+  std::memcpy(ud.private_data, rep.private_data.data(), rep.private_data.size());
+  queue_event(*id, UcmaEvent::established, 0, nullptr, &p);
+}
+
+void Service::send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t qkey,
+                            std::span<const uint8_t> pd) {
+  wire::CmSidrRep rep;
+  rep.request_id = id.remote_comm_id;
+  rep.status = status;
+  rep.qpn = qpn;
+  rep.qkey = qkey;
+  rep.service_id = wire::make_ip_cm_service_id(ps_byte(id.ps), id.src.port);
+  std::copy_n(pd.begin(), std::min(pd.size(), rep.private_data.size()), rep.private_data.begin());
+  MadOut o = address(id);
+  send(o, rep, id.tid);
 }
 
 }  // namespace urxe::cm::detail

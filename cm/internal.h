@@ -136,10 +136,11 @@ enum class State : uint8_t {
   addr_resolved,
   route_resolved,
   listen,
-  req_sent,  // active: REQ out, waiting for REP (or MRA'd)
-  req_rcvd,  // passive: REQ in, the app has not accepted yet
-  rep_sent,  // passive: REP out, waiting for RTU
-  rep_rcvd,  // active: REP in, waiting for the app's ACCEPT (then RTU)
+  sidr_req_sent,  // active UD: SIDR_REQ out, waiting for SIDR_REP
+  req_sent,       // active: REQ out, waiting for REP (or MRA'd)
+  req_rcvd,       // passive: REQ in, the app has not accepted yet
+  rep_sent,       // passive: REP out, waiting for RTU
+  rep_rcvd,       // active: REP in, waiting for the app's ACCEPT (then RTU)
   established,
   dreq_sent,
   timewait,
@@ -147,8 +148,8 @@ enum class State : uint8_t {
 };
 inline const char* state_name(State s) {
   static constexpr const char* kNames[] = {
-      "IDLE",     "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_RESOLVED", "LISTEN",   "REQ_SENT", "REQ_RCVD",
-      "REP_SENT", "REP_RCVD",   "ESTABLISHED",   "DREQ_SENT",      "TIMEWAIT", "CLOSED"};
+      "IDLE",     "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_RESOLVED", "LISTEN",    "SIDR_REQ_SENT", "REQ_SENT",
+      "REQ_RCVD", "REP_SENT",   "REP_RCVD",      "ESTABLISHED",    "DREQ_SENT", "TIMEWAIT",      "CLOSED"};
   return kNames[static_cast<int>(s)];
 }
 
@@ -176,6 +177,9 @@ struct Id {
   uint64_t addr_deadline = 0;
   // ib_cm
   uint32_t local_comm_id = 0, remote_comm_id = 0;
+  // The MAD transaction ID of the exchange: the active side forms it from its comm ID, the passive side
+  // answers with the REQ's (as cm.c; receivers match CM MADs by comm IDs, not by it).
+  uint64_t tid = 0;
   uint64_t remote_ca_guid = 0;
   uint32_t local_qpn = 0, remote_qpn = 0;
   uint32_t rq_psn = 0, sq_psn = 0;  // ours: rq_psn is what we announce; sq_psn the peer's announcement
@@ -299,8 +303,6 @@ class Service final : public CmService {
   // Sends and keeps the MAD for retransmission every `timeout_ns`, `retries` times.
   void send_with_retry(Id& id, const wire::CmMessage& msg, uint64_t timeout_ns, uint32_t retries);
 
-  uint64_t tid_of(const Id& id) const { return (uint64_t{id.local_comm_id} << 32) | id.local_comm_id; }
-
   void send_rej(const Id& id, wire::CmRejReason reason, uint8_t msg_rejected, std::span<const uint8_t> pd);
 
   void send_dreq(Id& id);
@@ -327,6 +329,10 @@ class Service final : public CmService {
   CommandResult notify(const rdma_ucm_notify& c);
 
   CommandResult init_qp_attr(const rdma_ucm_init_qp_attr& c);
+  void write_ip_cm(const Id& id, std::span<uint8_t> pd) const;
+  Id* find_listener(uint32_t device, uint16_t ps, uint16_t port, const wire::IpCmHeader& iph);
+  void send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t qkey, std::span<const uint8_t> pd);
+  static bool is_ud(const Id& id) { return id.qp_type == kIbvQptUd || id.ps == RDMA_PS_UDP; }
 
   uint8_t sgid_index(const Id& id) const;
 
@@ -348,8 +354,8 @@ class Service final : public CmService {
 
   void handle(const MadIn&, const wire::MadHeader&, const wire::CmDrep& drep);
 
-  void handle(const MadIn&, const wire::MadHeader&, const wire::CmSidrReq&) {}
-  void handle(const MadIn&, const wire::MadHeader&, const wire::CmSidrRep&) {}
+  void handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmSidrReq& sreq);
+  void handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmSidrRep& rep);
 
   CmHost& host_;
   std::mt19937_64 rng_;
@@ -357,6 +363,7 @@ class Service final : public CmService {
   std::map<ChannelId, Channel> channels_;
   std::map<uint32_t, Id> ids_;
   uint32_t next_handle_ = 1;
+  uint32_t next_tid_hi_ = 1;
   Counters counters_;
   // The command being handled.
   ChannelId ch_ = 0;

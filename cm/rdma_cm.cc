@@ -202,9 +202,25 @@ CommandResult Service::connect(const rdma_ucm_connect& c) {
   if (!id) return {EINVAL, {}};
   if (!c.conn_param.valid) return {EINVAL, {}};
   if (id->state != State::route_resolved) return {EINVAL, {}};
-  if (id->qp_type == kIbvQptUd || id->ps == RDMA_PS_UDP) return {EOPNOTSUPP, {}};  // SIDR: not yet
   const CmDevice& d = devices_[id->device];
   id->local_comm_id = new_comm_id();
+  id->tid = (uint64_t{next_tid_hi_++} << 32) | id->local_comm_id;
+  if (is_ud(*id)) {
+    // UD: service ID resolution (SIDR) instead of a connection; ESTABLISHED comes with the peer's QPN,
+    // Q_Key and address handle (cma_resolve_ib_udp).
+    wire::CmSidrReq sreq;
+    sreq.request_id = id->local_comm_id;
+    sreq.partition_key = 0xffff;
+    sreq.service_id = wire::make_ip_cm_service_id(ps_byte(id->ps), id->dst.port);
+    write_ip_cm(*id, sreq.private_data);
+    const size_t pd =
+        std::min<size_t>(c.conn_param.private_data_len, sreq.private_data.size() - wire::kIpCmHeaderSize);
+    std::memcpy(sreq.private_data.data() + wire::kIpCmHeaderSize, c.conn_param.private_data, pd);
+    id->local_qpn = c.conn_param.qp_num & 0xffffff;
+    id->state = State::sidr_req_sent;
+    send_with_retry(*id, sreq, cm_timeout_ns(kCmResponseTimeout), kMaxCmRetries);
+    return {};
+  }
   id->local_qpn = c.conn_param.qp_num & 0xffffff;
   id->rq_psn = random24();
   id->responder_resources = c.conn_param.responder_resources;
@@ -241,19 +257,7 @@ CommandResult Service::connect(const rdma_ucm_connect& c) {
   req.primary.hop_limit = id->hop_limit;
   req.primary.subnet_local = id->hop_limit <= 1;
   req.primary.local_ack_timeout = id->local_ack_timeout;
-  wire::IpCmHeader h;
-  h.ip_version = id->src.family == AF_INET ? 4 : 6;
-  h.source_port = id->src.port;
-  auto put_ip = [&](const Addr& a, std::array<uint8_t, 16>& out) {
-    out = {};
-    if (a.family == AF_INET)
-      std::memcpy(&out[12], &a.ip[12], 4);
-    else
-      std::memcpy(out.data(), a.ip.data(), 16);
-  };
-  put_ip(id->src, h.source_ip);
-  put_ip(id->dst, h.destination_ip);
-  wire::write_ip_cm_header(req.private_data, h);
+  write_ip_cm(*id, req.private_data);
   const size_t pd =
       std::min<size_t>(c.conn_param.private_data_len, req.private_data.size() - wire::kIpCmHeaderSize);
   std::memcpy(req.private_data.data() + wire::kIpCmHeaderSize, c.conn_param.private_data, pd);
@@ -274,7 +278,7 @@ CommandResult Service::accept(const rdma_ucm_accept& c) {
     rtu.local_comm_id = id->local_comm_id;
     rtu.remote_comm_id = id->remote_comm_id;
     MadOut o = address(*id);
-    send(o, rtu, tid_of(*id));
+    send(o, rtu, id->tid);
     id->state = State::established;
     id->deadline = UINT64_MAX;
     return {};
@@ -282,6 +286,12 @@ CommandResult Service::accept(const rdma_ucm_accept& c) {
   if (id->state != State::req_rcvd || !c.conn_param.valid) return {EINVAL, {}};
   id->uid = c.uid;
   id->listener = 0;
+  if (is_ud(*id)) {
+    send_sidr_rep(*id, 0, c.conn_param.qp_num & 0xffffff, c.conn_param.qkey ? c.conn_param.qkey : kUdQkey,
+                  {c.conn_param.private_data, c.conn_param.private_data_len});
+    id->state = State::closed;  // nothing more happens on a resolved UD id
+    return {};
+  }
   id->local_qpn = c.conn_param.qp_num & 0xffffff;
   id->responder_resources = c.conn_param.responder_resources;
   id->initiator_depth = c.conn_param.initiator_depth;
@@ -309,12 +319,53 @@ CommandResult Service::reject(const rdma_ucm_reject& c) {
   Id* id = find(c.id);
   if (!id) return {EINVAL, {}};
   if (id->state != State::req_rcvd && id->state != State::rep_rcvd) return {EINVAL, {}};
+  if (is_ud(*id)) {
+    send_sidr_rep(*id, 2 /* rejected */, 0, 0, {c.private_data, c.private_data_len});
+    id->state = State::closed;
+    return {};
+  }
   const uint8_t len = std::min<uint8_t>(c.private_data_len, 148);
   send_rej(*id, wire::CmRejReason::consumer_reject, id->state == State::req_rcvd ? 0 : 1,
            {c.private_data, len});
   id->state = State::closed;
   id->deadline = UINT64_MAX;
   return {};
+}
+
+// The IP CM header that starts REQ and SIDR_REQ private data: versions, our port, both addresses.
+void Service::write_ip_cm(const Id& id, std::span<uint8_t> pd) const {
+  wire::IpCmHeader h;
+  h.ip_version = id.src.family == AF_INET ? 4 : 6;
+  h.source_port = id.src.port;
+  auto put_ip = [](const Addr& a, std::array<uint8_t, 16>& out) {
+    out = {};
+    if (a.family == AF_INET)
+      std::memcpy(&out[12], &a.ip[12], 4);
+    else
+      std::memcpy(out.data(), a.ip.data(), 16);
+  };
+  put_ip(id.src, h.source_ip);
+  put_ip(id.dst, h.destination_ip);
+  wire::write_ip_cm_header(pd, h);
+}
+
+// The listener a REQ or SIDR_REQ to (port space, port) reaches on `device`: same address or a wildcard of a
+// compatible family (an IPv6 wildcard takes IPv4 unless AFONLY); a specific listener wins.
+Id* Service::find_listener(uint32_t device, uint16_t ps, uint16_t port, const wire::IpCmHeader& iph) {
+  const bool v4 = iph.ip_version == 4;
+  const wire::Gid dst_ip = wire::ip_cm_addr_to_gid(iph, iph.destination_ip);
+  Id* lis = nullptr;
+  for (auto& [h, id] : ids_) {
+    if (id.state != State::listen || !id.channel || id.ps != ps || id.src.port != port) continue;
+    if (id.device >= 0 && uint32_t(id.device) != device) continue;
+    if (id.src.any()) {
+      if (v4 ? (id.src.family == AF_INET6 && id.afonly) : id.src.family == AF_INET) continue;
+    } else if (id.src.ip != dst_ip) {
+      continue;
+    }
+    if (!lis || (lis->src.any() && !id.src.any())) lis = &id;
+  }
+  return lis;
 }
 
 CommandResult Service::disconnect(const rdma_ucm_disconnect& c) {

@@ -48,6 +48,7 @@ struct Net {
   std::deque<std::pair<int, MadOut>> wire;       // (destination node, MAD)
   std::function<bool(const wire::CmMad&)> drop;  // true = lose this MAD
   std::vector<uint16_t> sent_attrs;
+  std::vector<uint64_t> sent_tids;
 
   Net() {
     for (int i = 0; i < 2; ++i) {
@@ -98,6 +99,7 @@ void Node::send_mad(const MadOut& m) {
   wire::CmMad mad;
   ASSERT_EQ(wire::parse_cm_mad(m.mad, mad), wire::MadError::ok);
   net->sent_attrs.push_back(mad.header.attribute_id);
+  net->sent_tids.push_back(mad.header.transaction_id);
   EXPECT_EQ(m.sgid, dev.gids[1]);
   if (net->drop && net->drop(mad)) return;
   const int to = m.dgid == net->nodes[0].dev.gids[1] ? 0 : 1;
@@ -312,6 +314,11 @@ TEST(CmService, RpingLikeConnectCarriesQpnsPsnsAndPrivateData) {
   EXPECT_EQ(s_init.qp_access_flags, 2u | 4u | 8u);
   // The wire saw exactly REQ, REP, RTU.
   EXPECT_EQ(c.net.sent_attrs, (std::vector<uint16_t>{0x10, 0x13, 0x14}));
+  // One transaction ID for the exchange, as kernel rxe's captures show: the REP answers with the REQ's.
+  ASSERT_EQ(c.net.sent_tids.size(), 3u);
+  EXPECT_NE(c.net.sent_tids[0], 0u);
+  EXPECT_EQ(c.net.sent_tids[1], c.net.sent_tids[0]);
+  EXPECT_EQ(c.net.sent_tids[2], c.net.sent_tids[0]);
   EXPECT_EQ(c.client.queued(), 0);
   EXPECT_EQ(c.server.queued(), 0);
 }
@@ -569,6 +576,77 @@ TEST(CmService, MalformedMadsAreDroppedAndCounted) {
   in.mad = std::span<const uint8_t>(junk, 10);
   net.nodes[0].svc->on_mad(in);
   EXPECT_EQ(net.nodes[0].svc->counters().rx_dropped, 2u);
+}
+
+}  // namespace
+}  // namespace urxe::cm
+
+namespace urxe::cm {
+namespace {
+
+TEST(CmService, UdaddyLikeSidrResolvesQpnQkeyAndAddress) {
+  Net net;
+  App server(net.nodes[1]), client(net.nodes[0]);
+  const uint32_t lid = server.create_id(0x1000, RDMA_PS_UDP, 4);
+  ASSERT_EQ(server.bind(lid, "0.0.0.0", 7174), 0);
+  ASSERT_EQ(server.listen(lid), 0);
+  const uint32_t cid = client.create_id(0x2000, RDMA_PS_UDP, 4);
+  ASSERT_EQ(client.resolve_ip(cid, "10.0.0.2", 7174), 0);
+  net.run();
+  client.expect_event(cid, UcmaEvent::addr_resolved);
+  ASSERT_EQ(client.resolve_route(cid), 0);
+  client.expect_event(cid, UcmaEvent::route_resolved);
+  auto init = client.qp_attr(cid, 1);
+  EXPECT_EQ(init.qkey, 0x01234567u);
+  EXPECT_TRUE(init.qp_attr_mask & (1u << 6));  // IBV_QP_QKEY
+  ASSERT_EQ(client.connect(cid, 0x44, "ud?"), 0);
+  net.run();
+  rdma_ucm_event_resp e{};
+  server.expect_event(0, UcmaEvent::connect_request, &e);
+  EXPECT_EQ(e.uid, 0x1000u);
+  EXPECT_EQ(e.param.ud.private_data_len, 216 - 36);
+  EXPECT_EQ(std::memcmp(e.param.ud.private_data, "ud?", 3), 0);
+  rdma_ucm_accept acc{};
+  acc.id = e.id;
+  acc.uid = 0x3000;
+  acc.conn_param.qp_num = 0x55;
+  acc.conn_param.valid = 1;
+  ASSERT_EQ(server.cmd(RDMA_USER_CM_CMD_ACCEPT, acc, 0).err, 0);
+  net.run();
+  client.expect_event(cid, UcmaEvent::established, &e);
+  EXPECT_EQ(e.param.ud.qp_num, 0x55u);
+  EXPECT_EQ(e.param.ud.qkey, 0x01234567u);
+  EXPECT_EQ(e.param.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(std::memcmp(e.param.ud.ah_attr.grh.dgid, net.nodes[1].dev.gids[1].data(), 16), 0);
+  EXPECT_EQ(e.param.ud.ah_attr.grh.sgid_index, 1);
+  EXPECT_EQ(net.sent_attrs, (std::vector<uint16_t>{0x17, 0x18}));
+}
+
+TEST(CmService, SidrToNoListenerIsUnreachable) {
+  Net net;
+  App client(net.nodes[0]);
+  const uint32_t cid = client.create_id(0x2000, RDMA_PS_UDP, 4);
+  ASSERT_EQ(client.resolve_ip(cid, "10.0.0.2", 7174), 0);
+  net.run();
+  client.expect_event(cid, UcmaEvent::addr_resolved);
+  ASSERT_EQ(client.resolve_route(cid), 0);
+  client.expect_event(cid, UcmaEvent::route_resolved);
+  ASSERT_EQ(client.connect(cid, 0x44), 0);
+  net.run();
+  rdma_ucm_event_resp e{};
+  client.expect_event(cid, UcmaEvent::unreachable, &e);
+  EXPECT_EQ(e.status, 1u);  // IB_SIDR_UNSUPPORTED
+}
+
+TEST(CmService, UnreachableAddressIsAddrError) {
+  Net net;
+  App client(net.nodes[0]);
+  const uint32_t cid = client.create_id(1);
+  ASSERT_EQ(client.resolve_ip(cid, "10.9.9.9", 1), 0);
+  net.run();
+  rdma_ucm_event_resp e{};
+  client.expect_event(cid, UcmaEvent::addr_error, &e);
+  EXPECT_EQ(int32_t(e.status), -EHOSTUNREACH);
 }
 
 }  // namespace
