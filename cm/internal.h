@@ -197,7 +197,7 @@ struct Id {
 
 class Service final : public CmService {
  public:
-  explicit Service(CmHost& host) : host_(host), rng_(std::random_device{}()) {}
+  explicit Service(CmHost& host) : host_(host) {}
 
   void set_devices(std::vector<CmDevice> devices) override { devices_ = std::move(devices); }
 
@@ -243,7 +243,7 @@ class Service final : public CmService {
 
   Id* find(uint32_t handle);
 
-  uint32_t random24() { return static_cast<uint32_t>(rng_()) & 0xffffff; }
+  uint32_t random24() { return static_cast<uint32_t>(host_.random_u64()) & 0xffffff; }
   uint32_t new_comm_id();
 
   // --- ucma: ids and events ---
@@ -358,7 +358,6 @@ class Service final : public CmService {
   void handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmSidrRep& rep);
 
   CmHost& host_;
-  std::mt19937_64 rng_;
   std::vector<CmDevice> devices_;
   std::map<ChannelId, Channel> channels_;
   std::map<uint32_t, Id> ids_;

@@ -40,7 +40,7 @@ int Service::bind(Id& id, const Addr& a) {
   if (bound.port == 0) {
     // Ephemeral port from the kernel's default ip_local_port_range, at a random start.
     const uint32_t lo = 32768, n = 60999 - 32768 + 1;
-    const uint32_t start = static_cast<uint32_t>(rng_()) % n;
+    const uint32_t start = static_cast<uint32_t>(host_.random_u64()) % n;
     bool found = false;
     for (uint32_t i = 0; i < n && !found; ++i) {
       bound.port = static_cast<uint16_t>(lo + (start + i) % n);

@@ -73,6 +73,9 @@ class CmHost {
   virtual RouteResult lookup_route(const wire::Gid& dst, const wire::Gid& src, int ifindex, bool trigger) = 0;
   // Whether `addr` is an address of this namespace, and on which interface (0 = not local).
   virtual int local_address_ifindex(const wire::Gid& addr) = 0;
+  // Randomness for channel tokens, comm IDs, PSNs and ephemeral ports (unpredictable by default; a test
+  // host may make it a known sequence).
+  virtual uint64_t random_u64();
 };
 
 // Who is on the other end of a channel (SO_PEERCRED): a process may only migrate ids between channels of

@@ -5,7 +5,7 @@ namespace urxe::cm::detail {
 
 ChannelId Service::open_channel(const ChannelOwner& owner) {
   ChannelId t = 0;
-  while (t == 0 || channels_.count(t)) t = rng_();
+  while (t == 0 || channels_.count(t)) t = host_.random_u64();
   channels_[t].owner = owner;
   return t;
 }
@@ -137,7 +137,7 @@ Id* Service::find(uint32_t handle) {
 
 uint32_t Service::new_comm_id() {
   for (;;) {
-    const auto c = static_cast<uint32_t>(rng_());
+    const auto c = static_cast<uint32_t>(host_.random_u64());
     if (c == 0) continue;
     bool used = false;
     for (const auto& [h, id] : ids_) used |= id.local_comm_id == c;
@@ -308,6 +308,11 @@ void Service::queue_event(const Id& id, UcmaEvent ev, int32_t status, const Id* 
 }  // namespace urxe::cm::detail
 
 namespace urxe::cm {
+
+uint64_t CmHost::random_u64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
 
 std::unique_ptr<CmService> CmService::create(CmHost& host) {
   return std::make_unique<detail::Service>(host);
