@@ -174,6 +174,19 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
     MadOut o = reply_address(m);
     send(o, rej, hdr.transaction_id);
   };
+  // A new REQ from a QP we are still connected to: the peer lost that connection (it restarted). Refuse the
+  // REQ as stale and take the old connection down (cm_req_handler's remote-QPN check).
+  for (auto& [h, id] : ids_) {
+    if (id.remote_ca_guid == req.local_ca_guid && id.remote_qpn == req.local_qpn && id.listener != h &&
+        (id.state == State::rep_sent || id.state == State::established)) {
+      refuse(wire::CmRejReason::stale_connection);
+      if (id.state == State::established) {
+        send_dreq(id);
+        queue_event(id, UcmaEvent::disconnected, 0);
+      }
+      return;
+    }
+  }
   wire::IpCmHeader iph;
   if (!wire::is_ip_cm_service_id(req.service_id) || !wire::parse_ip_cm_header(req.private_data, iph)) {
     refuse(wire::CmRejReason::invalid_service_id);

@@ -651,3 +651,30 @@ TEST(CmService, UnreachableAddressIsAddrError) {
 
 }  // namespace
 }  // namespace urxe::cm
+
+namespace urxe::cm {
+namespace {
+
+TEST(CmService, ReqFromALiveRemoteQpnIsStale) {
+  Connected c;
+  c.connect_all();
+  // The client side restarts without telling the server and offers the same QPN again.
+  c.net.nodes[0].svc->close_channel(c.client.ch);
+  c.net.wire.clear();  // its DREQ is lost
+  App again(c.net.nodes[0]);
+  const uint32_t id = again.create_id(0x4000);
+  ASSERT_EQ(again.resolve_ip(id, "10.0.0.2", 7174), 0);
+  c.net.run();
+  again.expect_event(id, UcmaEvent::addr_resolved);
+  ASSERT_EQ(again.resolve_route(id), 0);
+  again.expect_event(id, UcmaEvent::route_resolved);
+  ASSERT_EQ(again.connect(id, 0x11), 0);
+  c.net.run(1'000'000);
+  rdma_ucm_event_resp e{};
+  again.expect_event(id, UcmaEvent::rejected, &e);
+  EXPECT_EQ(e.status, 10u);
+  c.server.expect_event(c.sid, UcmaEvent::disconnected);  // the old connection goes
+}
+
+}  // namespace
+}  // namespace urxe::cm
