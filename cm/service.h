@@ -21,7 +21,7 @@ using ChannelId = uint64_t;  // the service's handle of one shim connection (its
 struct CmDevice {
   uint32_t index = 0;
   std::string name;        // "urxe0"
-  uint64_t node_guid = 0;  // as ibv_get_device_guid returns it (big-endian bytes of the EUI-64)
+  uint64_t node_guid = 0;  // the EUI-64 as a number; QUERY_ROUTE and the MADs put its bytes in network order
   wire::MacAddr mac{};
   int ifindex = 0;
   uint32_t mtu = 1500;          // the interface's; the RoCE path MTU follows from it
