@@ -163,6 +163,7 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   RxDrops drops_;
   TxCounts tx_;
   uint64_t rx_mads_ = 0;
+  uint16_t ip_id_ = 0;
 };
 
 Daemon::~Daemon() {
@@ -304,40 +305,29 @@ void Daemon::poll_port(uint32_t slot) {
 }
 
 void Daemon::handle_frame(uint32_t slot, const uint8_t* data, uint32_t len) {
-  wire::Packet p;
-  const wire::ParseError e = wire::parse_frame(wire::ByteSpan(data, len), p);
-  if (e == wire::ParseError::bad_icrc) {
-    ++drops_.icrc;
-    return;
-  }
-  if (e != wire::ParseError::ok) {
-    ++drops_.parse;
-    return;
-  }
-  if (p.bth.opcode != kUdSendOnly || p.bth.dqpn != wire::kQp1 || !(p.present & wire::kDeth)) {
-    ++drops_.opcode;
-    return;
-  }
-  if (p.deth.qkey != wire::kQp1Qkey) {
-    ++drops_.qkey;
-    return;
-  }
-  if (p.payload_len != wire::kMadSize) {
-    ++drops_.length;
-    return;
-  }
   cm::MadIn m;
-  m.device = slot;
-  m.sgid = p.src_gid();
-  m.dgid = p.dst_gid();
-  m.smac = p.eth.src;
-  m.traffic_class = p.ip_version == 4 ? p.ip4.tos : p.ip6.traffic_class;
-  m.hop_limit = p.ip_version == 4 ? p.ip4.ttl : p.ip6.hop_limit;
-  m.src_qp = p.deth.src_qp;
-  m.pkey = p.bth.pkey;
-  m.mad = p.payload;
-  ++rx_mads_;
-  service_->on_mad(m);
+  switch (parse_qp1_frame(wire::ByteSpan(data, len), m)) {
+    case Qp1Rx::mad:
+      m.device = slot;
+      ++rx_mads_;
+      service_->on_mad(m);
+      return;
+    case Qp1Rx::parse:
+      ++drops_.parse;
+      return;
+    case Qp1Rx::icrc:
+      ++drops_.icrc;
+      return;
+    case Qp1Rx::opcode:
+      ++drops_.opcode;
+      return;
+    case Qp1Rx::qkey:
+      ++drops_.qkey;
+      return;
+    case Qp1Rx::length:
+      ++drops_.length;
+      return;
+  }
 }
 
 void Daemon::send_mad(const cm::MadOut& m) {
@@ -346,36 +336,19 @@ void Daemon::send_mad(const cm::MadOut& m) {
     return;
   }
   DeviceSlot& s = slots_[m.device];
-  wire::FrameSpec f;
-  f.dst_mac = m.dmac;
-  f.src_mac = s.dev.mac;
-  f.ip_version = wire::gid_is_ipv4_mapped(m.dgid) ? 4 : 6;
-  f.src_ip = m.sgid;
-  f.dst_ip = m.dgid;
-  f.traffic_class = m.traffic_class;
-  f.ttl = m.hop_limit;
-  f.flow_label = m.flow_label;
-  f.udp_sport = kQp1SourcePort;
-  f.bth.opcode = kUdSendOnly;
-  f.bth.pkey = 0xffff;
-  f.bth.dqpn = m.dest_qp;
-  f.bth.psn = s.psn;
-  s.psn = (s.psn + 1) & 0xffffff;
-  f.deth.qkey = wire::kQp1Qkey;
-  f.deth.src_qp = wire::kQp1;
-  const uint32_t size = wire::frame_size(f, wire::kMadSize);
   engine::PacketBuf b;
-  if (!s.port->tx_alloc(size, b)) {
+  if (!s.port->tx_alloc(kQp1FrameMax, b)) {
     ++tx_.dropped;
     return;
   }
   // A frame to our own MAC (the peer is on this device) goes through the port's LoopbackSender.
-  b.len = wire::build_frame(wire::MutByteSpan(b.data, size), f, wire::ByteSpan(m.mad.data(), m.mad.size()));
+  b.len = build_qp1_frame(m, s.dev.mac, s.psn, ip_id_++, wire::MutByteSpan(b.data, kQp1FrameMax));
   if (b.len == 0 || s.port->tx_burst(&b, 1) != 1) {
     s.port->tx_free(b);
     ++tx_.dropped;
     return;
   }
+  s.psn = (s.psn + 1) & 0xffffff;
   ++tx_.frames;
 }
 
@@ -723,6 +696,49 @@ int Daemon::run() {
 }
 
 }  // namespace
+
+Qp1Rx parse_qp1_frame(wire::ByteSpan frame, cm::MadIn& m) {
+  wire::Packet p;
+  const wire::ParseError e = wire::parse_frame(frame, p);
+  if (e == wire::ParseError::bad_icrc) return Qp1Rx::icrc;
+  if (e != wire::ParseError::ok) return Qp1Rx::parse;
+  if (p.bth.opcode != kUdSendOnly || p.bth.dqpn != wire::kQp1 || !(p.present & wire::kDeth))
+    return Qp1Rx::opcode;
+  if (p.deth.qkey != wire::kQp1Qkey) return Qp1Rx::qkey;
+  if (p.payload_len != wire::kMadSize) return Qp1Rx::length;
+  m.sgid = p.src_gid();
+  m.dgid = p.dst_gid();
+  m.smac = p.eth.src;
+  m.traffic_class = p.ip_version == 4 ? p.ip4.tos : p.ip6.traffic_class;
+  m.hop_limit = p.ip_version == 4 ? p.ip4.ttl : p.ip6.hop_limit;
+  m.src_qp = p.deth.src_qp;
+  m.pkey = p.bth.pkey;
+  m.mad = p.payload;
+  return Qp1Rx::mad;
+}
+
+uint32_t build_qp1_frame(const cm::MadOut& m, const wire::MacAddr& src_mac, uint32_t psn, uint16_t ip_id,
+                         wire::MutByteSpan out) {
+  wire::FrameSpec f;
+  f.dst_mac = m.dmac;
+  f.src_mac = src_mac;
+  f.ip_version = wire::gid_is_ipv4_mapped(m.dgid) ? 4 : 6;
+  f.src_ip = m.sgid;
+  f.dst_ip = m.dgid;
+  f.traffic_class = m.traffic_class;
+  f.ttl = m.hop_limit;
+  f.ip_id = ip_id;
+  f.flow_label = m.flow_label;
+  f.udp_sport = kQp1SourcePort;
+  f.bth.opcode = kUdSendOnly;
+  f.bth.pkey = 0xffff;
+  f.bth.dqpn = m.dest_qp;
+  f.bth.psn = psn & 0xffffff;
+  f.bth.ack_req = true;  // rxe sets AckReq on the last packet of every message, UD's too
+  f.deth.qkey = wire::kQp1Qkey;
+  f.deth.src_qp = wire::kQp1;
+  return wire::build_frame(out, f, wire::ByteSpan(m.mad.data(), m.mad.size()));
+}
 
 int run_cm_daemon(const CmDaemonConfig& cfg) {
   Daemon d(cfg);
