@@ -145,7 +145,6 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   void arm_timer();
   bool idle_expired();
   std::string status_text() const;
-  int slot_of_ifindex(int ifindex) const;
 
   CmDaemonConfig cfg_;
   prov::Paths paths_;
@@ -352,44 +351,11 @@ void Daemon::send_mad(const cm::MadOut& m) {
   ++tx_.frames;
 }
 
-int Daemon::slot_of_ifindex(int ifindex) const {
-  for (size_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].present && slots_[i].dev.ifindex == ifindex) return static_cast<int>(i);
-  return -1;
-}
-
 cm::RouteResult Daemon::lookup_route(const wire::Gid& dst, const wire::Gid& src, int ifindex, bool trigger) {
-  cm::RouteResult r;
-  const hostnet::Route rt = hostnet::lookup_route(dst, src, ifindex);
-  if (!rt.ok) return r;
-  // A local destination's route leaves through lo: the device is the one holding the address.
-  const int oif = rt.local ? (ifindex > 0 ? ifindex : hostnet::address_ifindex(dst)) : rt.ifindex;
-  const int slot = slot_of_ifindex(oif);
-  if (slot < 0) {
-    r.state = cm::RouteResult::State::not_urxe;
-    return r;
-  }
-  r.device = static_cast<uint32_t>(slot);
-  r.src = rt.src;
-  if (rt.local) {  // the frames loop back through the device's own MAC
-    r.dmac = slots_[r.device].dev.mac;
-    r.state = cm::RouteResult::State::resolved;
-    return r;
-  }
-  const hostnet::NeighResult n = hostnet::lookup_neighbor(rt.next_hop, oif, trigger);
-  switch (n.state) {
-    case hostnet::NeighState::resolved:
-      r.dmac = n.mac;
-      r.state = cm::RouteResult::State::resolved;
-      break;
-    case hostnet::NeighState::pending:
-      r.state = cm::RouteResult::State::pending;
-      break;
-    case hostnet::NeighState::unreachable:
-      r.state = cm::RouteResult::State::unreachable;
-      break;
-  }
-  return r;
+  std::vector<cm::CmDevice> devs;
+  devs.reserve(slots_.size());
+  for (const DeviceSlot& s : slots_) devs.push_back(s.dev);
+  return lookup_cm_route(devs, dst, src, ifindex, trigger);
 }
 
 void Daemon::event_queued(cm::ChannelId ch) {
@@ -738,6 +704,43 @@ uint32_t build_qp1_frame(const cm::MadOut& m, const wire::MacAddr& src_mac, uint
   f.deth.qkey = wire::kQp1Qkey;
   f.deth.src_qp = wire::kQp1;
   return wire::build_frame(out, f, wire::ByteSpan(m.mad.data(), m.mad.size()));
+}
+
+cm::RouteResult lookup_cm_route(const std::vector<cm::CmDevice>& devs, const wire::Gid& dst,
+                                const wire::Gid& src, int ifindex, bool trigger) {
+  cm::RouteResult r;
+  const hostnet::Route rt = hostnet::lookup_route(dst, src, ifindex);
+  if (!rt.ok) return r;
+  // A local destination's route leaves through lo: the device is the one holding the address.
+  const int oif = rt.local ? (ifindex > 0 ? ifindex : hostnet::address_ifindex(dst)) : rt.ifindex;
+  const cm::CmDevice* dev = nullptr;
+  for (const cm::CmDevice& d : devs)
+    if (oif > 0 && d.ifindex == oif) dev = &d;
+  if (!dev) {
+    r.state = cm::RouteResult::State::not_urxe;
+    return r;
+  }
+  r.device = dev->index;
+  r.src = rt.src;
+  if (rt.local) {  // the frames loop back through the device's own MAC
+    r.dmac = dev->mac;
+    r.state = cm::RouteResult::State::resolved;
+    return r;
+  }
+  const hostnet::NeighResult n = hostnet::lookup_neighbor(rt.next_hop, oif, trigger);
+  switch (n.state) {
+    case hostnet::NeighState::resolved:
+      r.dmac = n.mac;
+      r.state = cm::RouteResult::State::resolved;
+      break;
+    case hostnet::NeighState::pending:
+      r.state = cm::RouteResult::State::pending;
+      break;
+    case hostnet::NeighState::unreachable:
+      r.state = cm::RouteResult::State::unreachable;
+      break;
+  }
+  return r;
 }
 
 int run_cm_daemon(const CmDaemonConfig& cfg) {

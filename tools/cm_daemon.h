@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cm/service.h"
 #include "wire/packet.h"
@@ -42,6 +43,14 @@ Qp1Rx parse_qp1_frame(wire::ByteSpan frame, cm::MadIn& m);
 // `out` is too small.
 uint32_t build_qp1_frame(const cm::MadOut& m, const wire::MacAddr& src_mac, uint32_t psn, uint16_t ip_id,
                          wire::MutByteSpan out);
+// CmHost::lookup_route for the devices `devs` (a device that has gone has ifindex 0): the kernel's route to
+// `dst` (from `src` unless zero; `ifindex` scopes a link-local dst), not_urxe unless it leaves through one
+// of `devs`; a local destination is resolved to the device's own MAC (the frames loop back), any other
+// next hop by the neighbour table (with `trigger`, resolution is provoked; never waits). device is the
+// CmDevice::index of the device found.
+cm::RouteResult lookup_cm_route(const std::vector<cm::CmDevice>& devs, const wire::Gid& dst,
+                                const wire::Gid& src, int ifindex, bool trigger);
+
 inline constexpr uint32_t kQp1FrameMax = 14 + 4 + 40 + 8 + 12 + 8 + 256 + 4;  // Ethernet+VLAN .. ICRC
 
 }  // namespace urxe::tools

@@ -5,13 +5,15 @@
 # malformed input closes the connection); frames to QP1 of urxe0 are taken or dropped by reason and counted
 # in `urxe cm show`; SIGTERM removes the socket and the pid file; in the background it detaches only once
 # the socket listens and exits by itself after --idle-exit.
-#   usage: cm_service_test.sh URXE
+# The daemon's route lookups (cm_route_probe, devices on va and vc; vc's peer vd, 10.94.0.2, in a namespace
+# of its own, the gateway to 10.95.0.0/24): local, foreign, routed, unresolvable and unroutable addresses.
+#   usage: cm_service_test.sh URXE CM_ROUTE_PROBE
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
 /usr/bin/python3 -c 'import scapy.contrib.roce' 2>/dev/null || { echo "SKIP: scapy missing for /usr/bin/python3"; exit 77; }
 netns_private -t 100 "$0" "$@"
-U=$1
+U=$1 P=$2
 here=$(cd "$(dirname "$0")" && pwd)
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH
 . "$(dirname "$0")/../lib/check.sh"
@@ -85,6 +87,31 @@ check "1 short MAD dropped (rx_drop_length)" "^1\$" "$(count rx_drop_length)"
 check "1 RC SEND to QP1 dropped (rx_drop_opcode; QP 2's frames never reach the service)" "^1\$" \
   "$(count rx_drop_opcode)"
 check "nothing unparsable (rx_drop_parse)" "^0\$" "$(count rx_drop_parse)"
+
+# Route lookups, as the service asks them (devices: 0 on va, 1 on vc).
+peer=urxecmpeer$$
+ip netns add $peer || bad "ip netns add $peer"
+netns_at_exit "ip netns del $peer 2>/dev/null"
+ip link add vc type veth peer name vd netns $peer && ip addr add 10.94.0.1/24 dev vc && ip link set vc up &&
+  ip -n $peer addr add 10.94.0.2/24 dev vd && ip -n $peer link set vd up && ip -n $peer link set lo up &&
+  ip route add 10.95.0.0/24 via 10.94.0.2 || bad "peer namespace set-up"
+netns_wait_up vc
+vamac=$(ip -o link show va | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
+vdmac=$(ip -n $peer -o link show vd | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
+route() { "$P" va,vc "$@" 2>&1; }
+check "route to urxe0's own address: resolved to its own MAC (loops back)" \
+  "^resolved device 0 src ::ffff:10.93.0.1 dmac $vamac\$" "$(route 10.93.0.1)"
+check "route to vb's address (local, not a urxe device): not_urxe" "^not_urxe " "$(route 10.93.0.2)"
+check "route to 127.0.0.1: not_urxe" "^not_urxe " "$(route 127.0.0.1)"
+check "route to the peer, first look: pending (ARP triggered)" "^pending device 1 " "$(route 10.94.0.2)"
+check "route to the peer: resolved on device 1 with vd's MAC, vc's address as source" \
+  "^resolved device 1 src ::ffff:10.94.0.1 dmac $vdmac\$" "$(route 10.94.0.2 --wait 3000)"
+check "route through the peer as gateway: its MAC" "^resolved device 1 src ::ffff:10.94.0.1 dmac $vdmac\$" \
+  "$(route 10.95.0.7 --wait 3000)"
+check "route from a given source keeps it" "^resolved device 1 src ::ffff:10.93.0.1 dmac $vdmac\$" \
+  "$(route 10.94.0.2 10.93.0.1)"
+check "route to a host nobody answers for: pending" "^pending device 1 " "$(route 10.94.0.77 --wait 300)"
+check "route with no route at all: unreachable" "^unreachable " "$(route 10.99.0.1)"
 
 kill -TERM "$srv"
 wait "$srv"
