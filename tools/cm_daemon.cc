@@ -154,7 +154,7 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   bool monitor_ok_ = false;
   bool rescan_ = false;
   bool stop_ = false;
-  uint64_t armed_ = 0;  // deadline the timerfd holds (0 = disarmed)
+  uint64_t armed_ = UINT64_MAX;  // deadline the timerfd holds (UINT64_MAX = disarmed)
   uint64_t last_busy_ns_ = 0;
   std::vector<DeviceSlot> slots_;
   std::map<int, Client> clients_;
@@ -525,14 +525,16 @@ void Daemon::drop_client(int fd) {
 }
 
 void Daemon::arm_timer() {
-  uint64_t d = service_->next_deadline_ns();
-  if (d == UINT64_MAX) d = 0;
-  if (d != 0 && d < 1) d = 1;
+  const uint64_t d = service_->next_deadline_ns();
   if (d == armed_) return;
   armed_ = d;
-  itimerspec its{};
-  its.it_value.tv_sec = static_cast<time_t>(d / 1000000000u);
-  its.it_value.tv_nsec = static_cast<long>(d % 1000000000u);
+  itimerspec its{};  // all zero: disarmed
+  if (d != UINT64_MAX) {
+    // A deadline already past fires at once; 0 itself would disarm, so it becomes 1 ns.
+    const uint64_t at = d ? d : 1;
+    its.it_value.tv_sec = static_cast<time_t>(at / 1000000000u);
+    its.it_value.tv_nsec = static_cast<long>(at % 1000000000u);
+  }
   timerfd_settime(timer_, TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
@@ -630,7 +632,7 @@ int Daemon::run() {
         case Tag::timer:
           if (read(timer_, &ticks, sizeof ticks) < 0) { /* spurious wakeup: the deadline is checked anyway */
           }
-          armed_ = 0;
+          armed_ = UINT64_MAX;
           if (service_->next_deadline_ns() <= monotonic_ns()) service_->on_timer();
           break;
         case Tag::tick:

@@ -51,7 +51,7 @@ check "  lists urxe0 on va with its port" "^  urxe0  netdev va ifindex [0-9]+ mt
 check "  every CM MAD type, sent and received" "REQ +0 +0" "$out"
 check "  no id left" "^ids: 0\$" "$out"
 
-# Frames from vb to QP1 of urxe0: 3 good CM MADs (REQ), 2 with a bad ICRC, 1 with another Q_Key, 1 with a
+# Frames from vb to QP1 of urxe0: 3 good CM MADs (REQ), 1 more from va itself to its own MAC, 2 with a bad ICRC, 1 with another Q_Key, 1 with a
 # short payload, 1 RC SEND to QP1, and 2 good MADs to QP 2 that the port's filter keeps away.
 mac=$(ip -o link show va | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
 /usr/bin/python3 - "$mac" <<'EOF' || bad "injecting frames"
@@ -77,10 +77,15 @@ frames.append(frame(mad()[:128]))
 frames.append(frame(mad(), opcode=0x04, deth=False))
 frames += [frame(mad(tid=20 + t), qpn=2) for t in range(2)]
 sendp([Ether(f) for f in frames], iface="vb", verbose=False)
+# Sent on va itself to va's MAC, as another process using urxe0 sends (its frames go out through the qdisc
+# layer, so urxe0's packet sockets see them as outgoing frames to their own MAC).
+f = Ether(frame(mad(tid=30)))
+f.src = sys.argv[1]
+sendp(f, iface="va", verbose=False)
 EOF
 i=0
-while [ $i -lt 50 ] && [ "$(count rx_mads)" != 3 ]; do sleep 0.1; i=$((i + 1)); done
-check "3 good MADs to QP1 reach the CM (rx_mads)" "^3\$" "$(count rx_mads)"
+while [ $i -lt 50 ] && [ "$(count rx_mads)" != 4 ]; do sleep 0.1; i=$((i + 1)); done
+check "4 good MADs to QP1 reach the CM (rx_mads; 1 sent on va to its own MAC)" "^4\$" "$(count rx_mads)"
 check "2 with a bad ICRC dropped (rx_drop_icrc)" "^2\$" "$(count rx_drop_icrc)"
 check "1 with another Q_Key dropped (rx_drop_qkey)" "^1\$" "$(count rx_drop_qkey)"
 check "1 short MAD dropped (rx_drop_length)" "^1\$" "$(count rx_drop_length)"
