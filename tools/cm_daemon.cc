@@ -215,7 +215,7 @@ void Daemon::open_port(DeviceSlot& s) {
   pc.ifname = s.netdev;
   pc.ring_frames = 64;
   pc.rx_ring_bytes = 1u << 20;
-  pc.gids = s.dev.gids;
+  pc.gids = s.dev.gids;  // only its attr(); given so that it does not build the table again
   std::string err;
   s.port = dpdk::SocketPort::open(pc, &err);
   if (s.port && !s.port->set_rx_qpn_range(wire::kQp1, wire::kQp1 + 1)) {
@@ -263,15 +263,16 @@ void Daemon::rescan() {
     DeviceSlot& s = slots_[i];
     seen[i] = true;
     dev.index = static_cast<uint32_t>(i);
-    const bool reopen = !s.present || s.netdev != d.config.netdev || s.dev.ifindex != dev.ifindex ||
-                        s.dev.mac != dev.mac || (!s.port && s.port_error.empty());
+    // A port that could not be opened is tried again every rescan (its error is logged once).
+    const bool reopen = !s.present || !s.port || s.netdev != d.config.netdev ||
+                        s.dev.ifindex != dev.ifindex || s.dev.mac != dev.mac;
     if (!s.present || !same_device(s.dev, dev)) changed = true;
     if (!s.present)
       log("device %s on %s (ifindex %d)", dev.name.c_str(), d.config.netdev.c_str(), dev.ifindex);
     s.dev = std::move(dev);
     s.netdev = d.config.netdev;
     s.present = true;
-    if (reopen || (s.port && s.port->attr().gids != s.dev.gids)) open_port(s);
+    if (reopen) open_port(s);
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     DeviceSlot& s = slots_[i];
