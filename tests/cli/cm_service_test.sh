@@ -11,7 +11,8 @@
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
-/usr/bin/python3 -c 'import scapy.contrib.roce' 2>/dev/null || { echo "SKIP: scapy missing for /usr/bin/python3"; exit 77; }
+/usr/bin/python3 -c 'import scapy.contrib.roce' 2>/dev/null ||
+  { echo "SKIP: scapy missing for /usr/bin/python3"; exit 77; }
 netns_private -t 100 "$0" "$@"
 U=$1 P=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,12 +48,16 @@ kill -0 "$srv" 2>/dev/null && ok "the first one still runs" || bad "the first on
 show() { "$U" cm show 2>&1; }
 count() { show | awk -v n="$1" '$1 == n {print $2}'; }
 out=$(show); expect_rc "urxe cm show" 0 $?
-check "  lists urxe0 on va with its port" "^  urxe0  netdev va ifindex [0-9]+ mtu 1500 up, [0-9]+ GIDs, node_guid [0-9a-f:]+\$" "$out"
-check "  every CM MAD type, sent and received" "REQ +0 +0" "$out"
+check "  lists urxe0 on va with its port" \
+  "^  urxe0  netdev va ifindex [0-9]+ mtu 1500 up, [0-9]+ GIDs, node_guid [0-9a-f:]+\$" "$out"
+for t in REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP; do
+  check "  CM MADs $t sent and received (none yet)" "^  $t +0 +0\$" "$out"
+done
 check "  no id left" "^ids: 0\$" "$out"
 
-# Frames from vb to QP1 of urxe0: 3 good CM MADs (REQ), 1 more from va itself to its own MAC, 2 with a bad ICRC, 1 with another Q_Key, 1 with a
-# short payload, 1 RC SEND to QP1, and 2 good MADs to QP 2 that the port's filter keeps away.
+# Frames to QP1 of urxe0: from vb 3 good CM MADs (REQ), 2 with a bad ICRC, 1 with another Q_Key, 1 with a
+# short payload, 1 RC SEND to QP1, and 2 good MADs to QP 2 that the port's filter keeps away; 1 more good
+# MAD from va itself to its own MAC.
 mac=$(ip -o link show va | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
 /usr/bin/python3 - "$mac" <<'EOF' || bad "injecting frames"
 import struct, sys
