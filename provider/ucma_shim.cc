@@ -190,7 +190,7 @@ int connect_service(const std::string& path) {
 // when it could not be run or failed.
 std::string start_service(const std::string& urxe) {
   char* argv[] = {const_cast<char*>(urxe.c_str()), const_cast<char*>("cm"), nullptr};
-  // The service outlives the application: it gets none of the application's files but stdio (an inherited
+  // The service outlives the application: it gets none of the application's files but stderr (an inherited
   // socket or pipe end would stay open as long as the service runs), and not the preloaded provider.
   char* envp[512];
   size_t n = 0;
@@ -200,6 +200,7 @@ std::string start_service(const std::string& urxe) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);  // "already running" is no news here
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   pid_t pid;
   const int e = posix_spawn(&pid, urxe.c_str(), &fa, nullptr, argv, envp);
