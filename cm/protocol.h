@@ -18,6 +18,10 @@
 // pointer. err != 0: write() fails with that errno. GET_EVENT never blocks in the service: with nothing
 // queued it answers EAGAIN and the shim, unless the fd is O_NONBLOCK, waits for the eventfd and asks again.
 // One request at a time per connection (the shim serialises threads on a channel).
+//
+// Status (`urxe cm show`): a Hello with kStatusMagic instead of kProtoMagic opens no channel; the service
+// answers with the status as text (live ids, device list, MAD counters), in messages of at most
+// kMaxMessage bytes that split only at line ends, then closes the connection.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +29,7 @@
 namespace urxe::cm {
 
 inline constexpr uint32_t kProtoMagic = 0x4d435255;  // "URCM"
+inline constexpr uint32_t kStatusMagic = 0x53435255;  // "URCS"
 inline constexpr uint32_t kProtoVersion = 1;
 inline constexpr uint32_t kMaxMessage = 4096;  // any Request or Reply with its bytes fits
 

@@ -47,15 +47,17 @@ int link_cb(const nlmsghdr* nlh, void* data) {
 }
 
 struct AddrDump {
-  int ifindex;
+  int ifindex;  // 0: every interface's
   std::vector<Address> v4, v6;
+  const wire::Gid* find = nullptr;  // address_ifindex: only look for this one
+  int found = 0;
 };
 
 int addr_cb(const nlmsghdr* nlh, void* data) {
   auto& d = *static_cast<AddrDump*>(data);
   if (nlh->nlmsg_type != RTM_NEWADDR) return MNL_CB_OK;
   const auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(nlh));
-  if (static_cast<int>(ifa->ifa_index) != d.ifindex) return MNL_CB_OK;
+  if (d.ifindex != 0 && static_cast<int>(ifa->ifa_index) != d.ifindex) return MNL_CB_OK;
   const size_t len = ifa->ifa_family == AF_INET ? 4 : ifa->ifa_family == AF_INET6 ? 16 : 0;
   if (len == 0) return MNL_CB_OK;
   // IFA_LOCAL is the interface's own address (IFA_ADDRESS is the peer's on a point-to-point link).
@@ -74,11 +76,14 @@ int addr_cb(const nlmsghdr* nlh, void* data) {
     std::memcpy(v4.data(), mnl_attr_get_payload(a), 4);
     out.addr = wire::gid_from_ipv4(v4);
     out.ipv4 = true;
-    d.v4.push_back(out);
   } else {
     std::memcpy(out.addr.data(), mnl_attr_get_payload(a), 16);
-    d.v6.push_back(out);
   }
+  if (d.find) {
+    if (!d.found && out.addr == *d.find) d.found = static_cast<int>(ifa->ifa_index);
+    return MNL_CB_OK;
+  }
+  (out.ipv4 ? d.v4 : d.v6).push_back(out);
   return MNL_CB_OK;
 }
 
@@ -118,7 +123,7 @@ bool query_interface(const std::string& name, Interface& out, std::string* err, 
   nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
   ifa->ifa_family = AF_UNSPEC;
-  AddrDump d{out.ifindex, {}, {}};
+  AddrDump d{out.ifindex, {}, {}, nullptr, 0};
   if (netlink::request(nlh, addr_cb, &d) < 0) {
     set_err(err, name + ": address dump: " + std::strerror(errno));
     return false;
@@ -126,6 +131,18 @@ bool query_interface(const std::string& name, Interface& out, std::string* err, 
   out.addrs = std::move(d.v4);
   out.addrs.insert(out.addrs.end(), d.v6.begin(), d.v6.end());
   return true;
+}
+
+int address_ifindex(const wire::Gid& addr) {
+  alignas(nlmsghdr) char buf[netlink::kRequestSize];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETADDR;
+  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
+  ifa->ifa_family = wire::gid_is_ipv4_mapped(addr) ? AF_INET : AF_INET6;
+  AddrDump d{0, {}, {}, &addr, 0};
+  if (netlink::request(nlh, addr_cb, &d) < 0) return 0;
+  return d.found;
 }
 
 uint32_t link_speed_mbps(const std::string& name) {

@@ -37,6 +37,10 @@ struct Interface {
 bool query_interface(const std::string& name, Interface& out, std::string* err = nullptr,
                      bool with_addrs = true);
 
+// The index of the interface that holds `addr` (IPv4-mapped for IPv4) in this namespace; 0 when no
+// interface has it.
+int address_ifindex(const wire::Gid& addr);
+
 // The interface's link speed in Mb/s (ethtool ETHTOOL_GSET, which answers for the caller's network
 // namespace where sysfs may not); 0 when unknown (veth, lo) or the interface is not there.
 uint32_t link_speed_mbps(const std::string& name);

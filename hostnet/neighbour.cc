@@ -52,6 +52,8 @@ struct RouteInfo {
   int oif = 0;
   int family = 0;
   wire::Gid next_hop{};
+  bool has_prefsrc = false;
+  wire::Gid prefsrc{};
 };
 
 int route_cb(const nlmsghdr* nlh, void* data) {
@@ -59,17 +61,22 @@ int route_cb(const nlmsghdr* nlh, void* data) {
   if (nlh->nlmsg_type != RTM_NEWROUTE) return MNL_CB_OK;
   const auto* m = static_cast<const rtmsg*>(mnl_nlmsg_get_payload(nlh));
   r.local = m->rtm_type == RTN_LOCAL;
+  const size_t alen = r.family == AF_INET ? 4 : 16;
   netlink::for_each_attr(nlh, sizeof(*m), [&](const nlattr* attr) {
-    if (mnl_attr_get_type(attr) == RTA_OIF && mnl_attr_validate(attr, MNL_TYPE_U32) == 0)
+    if (mnl_attr_get_type(attr) == RTA_OIF && mnl_attr_validate(attr, MNL_TYPE_U32) == 0) {
       r.oif = static_cast<int>(mnl_attr_get_u32(attr));
-    else if (mnl_attr_get_type(attr) == RTA_GATEWAY)
+    } else if (mnl_attr_get_type(attr) == RTA_GATEWAY && mnl_attr_get_payload_len(attr) == alen) {
       r.next_hop = gid_from_bytes(r.family, mnl_attr_get_payload(attr));
+    } else if (mnl_attr_get_type(attr) == RTA_PREFSRC && mnl_attr_get_payload_len(attr) == alen) {
+      r.prefsrc = gid_from_bytes(r.family, mnl_attr_get_payload(attr));
+      r.has_prefsrc = true;
+    }
   });
   r.ok = m->rtm_type == RTN_UNICAST || m->rtm_type == RTN_LOCAL;
   return MNL_CB_OK;
 }
 
-RouteInfo route_get(const wire::Gid& dst, int ifindex) {
+RouteInfo route_get(const wire::Gid& dst, int ifindex, const wire::Gid* src = nullptr) {
   RouteInfo r;
   const uint8_t* a;
   size_t alen;
@@ -83,6 +90,14 @@ RouteInfo route_get(const wire::Gid& dst, int ifindex) {
   rm->rtm_family = static_cast<uint8_t>(r.family);
   rm->rtm_dst_len = static_cast<uint8_t>(alen * 8);
   mnl_attr_put(nlh, RTA_DST, alen, a);
+  if (src) {
+    const uint8_t* sa;
+    size_t slen;
+    if (gid_family(*src, &sa, &slen) == r.family) {
+      rm->rtm_src_len = static_cast<uint8_t>(slen * 8);
+      mnl_attr_put(nlh, RTA_SRC, slen, sa);
+    }
+  }
   if (ifindex > 0 && r.family == AF_INET6 && is_link_local(dst))
     mnl_attr_put_u32(nlh, RTA_OIF, static_cast<uint32_t>(ifindex));
   if (netlink::request(nlh, route_cb, &r) < 0) r.ok = false;
@@ -186,6 +201,19 @@ NeighResult lookup_neighbor(const wire::Gid& dst, int ifindex, bool trigger) {
   if (trigger) trigger_resolution(r.next_hop, r.oif);
   res.state = NeighState::pending;
   return res;
+}
+
+Route lookup_route(const wire::Gid& dst, const wire::Gid& src, int ifindex) {
+  Route out;
+  const bool any_src = src == wire::Gid{};
+  RouteInfo r = route_get(dst, ifindex, any_src ? nullptr : &src);
+  if (!r.ok) return out;
+  out.ok = true;
+  out.local = r.local;
+  out.ifindex = r.oif;
+  out.next_hop = r.next_hop;
+  out.src = !any_src ? src : r.has_prefsrc ? r.prefsrc : r.local ? dst : wire::Gid{};
+  return out;
 }
 
 NeighResult resolve_neighbor(const wire::Gid& dst, int ifindex, int timeout_ms) {

@@ -27,6 +27,18 @@ struct NeighResult {
 // next hop (a RoCE peer drops it silently), which needs no capability.
 NeighResult lookup_neighbor(const wire::Gid& dst, int ifindex, bool trigger = true);
 
+// The kernel's route (RTM_GETROUTE) from `src` (all zero = any) to `dst`, both IPv6 or IPv4-mapped;
+// `ifindex` scopes a link-local `dst` (0 = any). What rdma_cm's address resolution asks before it picks a
+// device and a source address.
+struct Route {
+  bool ok = false;       // a unicast or local route exists
+  bool local = false;    // dst is an address of this host (ifindex is then the loopback's)
+  int ifindex = 0;       // the interface the route goes out of
+  wire::Gid src{};       // `src` when given, else the route's preferred source (dst itself when local)
+  wire::Gid next_hop{};  // the gateway, or dst when on-link
+};
+Route lookup_route(const wire::Gid& dst, const wire::Gid& src, int ifindex);
+
 // Repeats lookup_neighbor (every millisecond, re-triggering every 200 ms) until it is resolved or
 // unreachable, or `timeout_ms` passes (state pending). Control path only: it sleeps.
 NeighResult resolve_neighbor(const wire::Gid& dst, int ifindex, int timeout_ms);

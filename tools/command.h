@@ -115,6 +115,7 @@ int link_main(Args args);
 int env_main(Args args);
 int run_main(Args args);
 int stats_main(Args args);
+int cm_main(Args args);
 
 // True when the provider library `urxe env` would name is readable; otherwise says so on stderr, prefixed
 // by prog, with how to get it.

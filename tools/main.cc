@@ -19,6 +19,8 @@ constexpr urxe::tools::Command kCommands[] = {
     {"run", "run a verbs application with that environment (urxe run -- ibv_devinfo)", urxe::tools::run_main},
     {"stats", "device counters (rxe hw_counters names), live and after apps exit; --watch, --json",
      urxe::tools::stats_main},
+    {"cm", "the RDMA CM service of this namespace (librdmacm); 'urxe cm show': its ids and counters",
+     urxe::tools::cm_main},
     {"pcap", "decode RoCEv2 captures (pcap/pcapng): headers, fields, ICRC verdict", urxe::tools::pcap_main},
 };
 
