@@ -21,6 +21,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -59,6 +60,7 @@ constexpr unsigned kMiscMajor = 10, kRdmaCmMinor = 58;
 // Only fds below this can be ours: the table is indexed by fd, so "is it ours" is one load. An open of
 // rdma_cm whose fd would land above it fails with EMFILE (an application with that many files open).
 constexpr int kMaxTrackedFd = 1 << 16;
+constexpr int kReplyTimeoutS = 10;
 
 // One open of rdma_cm (an "event channel"): the connection to the service and the service's eventfd. Shared
 // by the fds dup'ed from the first; ends when the last of them is closed and no call is using it.
@@ -235,6 +237,9 @@ bool send_all(int s, const void* p, size_t n) {
 
 // Hello -> HelloReply with the eventfd. Returns the eventfd (close-on-exec) or -1 with errno.
 int hello(int s, uint64_t& token) {
+  // The service answers every message at once; one that stopped answering is a dead one (EIO), not a hang.
+  const timeval timeout{kReplyTimeoutS, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   urxe::cm::Hello h;
   if (!send_all(s, &h, sizeof h)) {
     errno = ENODEV;
@@ -355,7 +360,8 @@ int exchange(Channel& ch, const void* cmd, uint32_t cmd_len, const void* extra, 
     return EIO;
   }
   // The reply comes at once (the service never blocks a command), so a signal does not cut the wait short:
-  // the command has been done and its answer must be read. Replies to earlier seqs cannot be pending (one
+  // the command has been done and its answer must be read. No answer within kReplyTimeoutS (SO_RCVTIMEO):
+  // the service is taken for dead. Replies to earlier seqs cannot be pending (one
   // exchange at a time, each read to its end), but are skipped rather than trusted.
   for (;;) {
     iovec riov[2] = {{&r, sizeof r}, {out, out_cap}};
@@ -450,6 +456,22 @@ ssize_t ucma_write(Channel& ch, const void* buf, size_t len) {
   return static_cast<ssize_t>(len);
 }
 
+// Whether a signal that interrupted our wait may have run a handler without SA_RESTART. The kernel's
+// GET_EVENT sleeps interruptibly and is restarted after an SA_RESTART handler, so the application sees
+// EINTR only from one without; poll() fails with EINTR after any handler. We cannot tell which signal came,
+// so EINTR is returned when any handler lacks SA_RESTART (a profiler's SIGPROF, a SIGCHLD handler installed
+// with SA_RESTART do not break rping's rdma_get_cm_event, which does not retry).
+bool interrupting_handler() {
+  for (int sig = 1; sig < NSIG; sig++) {
+    struct sigaction sa;
+    if (::sigaction(sig, nullptr, &sa) != 0) continue;
+    const bool handler = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
+                                                    : (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN);
+    if (handler && !(sa.sa_flags & SA_RESTART)) return true;
+  }
+  return false;
+}
+
 // GET_EVENT: the service never blocks, so a blocking fd waits here for the eventfd (an event queued) and
 // asks again; the lock is not held while waiting, so other threads' commands go on.
 ssize_t ucma_get_event(Channel& ch, const void* buf, size_t len) {
@@ -461,7 +483,10 @@ ssize_t ucma_get_event(Channel& ch, const void* buf, size_t len) {
     // The socket with no events asked: only hang-up or error wake us (a reply to another thread's command
     // makes it readable, and is that thread's to read).
     pollfd p[2] = {{ch.efd, POLLIN, 0}, {ch.sock, 0, 0}};
-    if (::poll(p, 2, -1) < 0) return fail(errno == EINTR ? EINTR : errno);
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR && !interrupting_handler()) continue;
+      return fail(errno);
+    }
     if (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)) {
       std::lock_guard lock(ch.mu);
       ch.dead = true;

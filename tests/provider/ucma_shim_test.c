@@ -216,11 +216,13 @@ static int raw_section(void) {
   fill_get_event(&ge);
   CHECK(fcntl(fd, F_SETFL, 0) == 0, "F_SETFL");
 
-  /* One thread blocked in GET_EVENT; others' commands go on; a signal ends it with EINTR. */
+  /* One thread blocked in GET_EVENT; others' commands go on; a signal whose handler has SA_RESTART leaves
+   * it blocked (the kernel restarts the write), one without ends it with EINTR. */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal; /* no SA_RESTART: the write returns EINTR as from the kernel */
-  sigaction(SIGUSR1, &sa, NULL);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &sa, NULL);
   struct waiter w = {.fd = fd};
   pthread_t t;
   REQUIRE(pthread_create(&t, NULL, wait_event, &w) == 0, "pthread_create");
@@ -231,6 +233,14 @@ static int raw_section(void) {
         "CREATE/DESTROY_ID while another thread waits: %s", strerror(errno));
   CHECK(now_ms() - t0 < 1000, "commands waited %.0f ms for the blocked GET_EVENT", now_ms() - t0);
   CHECK(!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE), "GET_EVENT returned: %zd %s", w.ret, strerror(w.err));
+  for (int i = 0; i < 5; i++) {
+    pthread_kill(t, SIGUSR2);
+    usleep(20000);
+  }
+  CHECK(!wait_done(&w, 100), "GET_EVENT returned after an SA_RESTART handler: %zd %s", w.ret,
+        strerror(w.err));
+  sa.sa_flags = 0;
+  sigaction(SIGUSR1, &sa, NULL);
   for (int i = 0; i < 100 && !__atomic_load_n(&w.done, __ATOMIC_ACQUIRE); i++) {
     pthread_kill(t, SIGUSR1);
     wait_done(&w, 20);
@@ -238,6 +248,7 @@ static int raw_section(void) {
   CHECK(wait_done(&w, 2000) && w.ret == -1 && w.err == EINTR, "GET_EVENT after a signal: %zd %s", w.ret,
         strerror(w.err));
   pthread_join(t, NULL);
+  signal(SIGUSR1, SIG_DFL);
 
   /* dup'ed fds share the channel: an id made on one is destroyed on another, also after the first closes. */
   int d1 = dup(fd);
