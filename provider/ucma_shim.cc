@@ -112,7 +112,7 @@ int real_fcntl(int fd, int cmd, long arg) {
   return real(fd, cmd, arg);
 }
 
-Channel* acquire(int fd) {
+[[gnu::noinline]] Channel* acquire(int fd) {
   if (!maybe_ours(fd)) return nullptr;
   std::lock_guard lock(g_table_mu);
   Channel* ch = g_fds[fd].load(std::memory_order_relaxed);
@@ -633,15 +633,20 @@ URXE_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
 
 // ---- read/write ----
 
+namespace {
+// Out of line, so write() itself stays a check and a jump.
+[[gnu::noinline, gnu::cold]] ssize_t channel_write(Channel* ch, const void* buf, size_t len) {
+  const ssize_t n = ucma_dispatch(*ch, buf, len);
+  const int e = errno;
+  release(ch);
+  errno = e;
+  return n;
+}
+}  // namespace
+
 URXE_EXPORT ssize_t write(int fd, const void* buf, size_t len) {
   if (maybe_ours(fd)) [[unlikely]] {
-    if (Channel* ch = acquire(fd)) {
-      const ssize_t n = ucma_dispatch(*ch, buf, len);
-      const int e = errno;
-      release(ch);
-      errno = e;
-      return n;
-    }
+    if (Channel* ch = acquire(fd)) return channel_write(ch, buf, len);
   }
   URXE_REAL(write, ssize_t(*)(int, const void*, size_t));
   return real(fd, buf, len);
