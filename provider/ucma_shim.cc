@@ -72,6 +72,7 @@ struct Channel {
   // polls it, so a concurrent close() of the application's fd cannot make it poll a reused fd number.
   int efd = -1;
   uint64_t token = 0;
+  uint64_t dev = 0, ino = 0;  // the eventfd's identity: an fd naming another file is not this channel's
   uint32_t seq = 0;
   bool dead = false;  // the service went away: every command fails with EIO
 };
@@ -112,12 +113,42 @@ int real_fcntl(int fd, int cmd, long arg) {
   return real(fd, cmd, arg);
 }
 
+int real_fstat(int fd, struct stat* st) {
+  URXE_REAL(fstat, int (*)(int, struct stat*));
+  return real(fd, st);
+}
+
+void release(Channel* ch);
+
+// The channel `fd` names, with a reference, or nullptr. An fd closed behind our back (fclose of an fdopen'ed
+// channel, a raw close syscall) and reused for another file would still be in the table: such an entry is
+// recognised by the file's identity and forgotten (one fstat, on channel fds only).
 [[gnu::noinline]] Channel* acquire(int fd) {
   if (!maybe_ours(fd)) return nullptr;
-  std::lock_guard lock(g_table_mu);
-  Channel* ch = g_fds[fd].load(std::memory_order_relaxed);
-  if (ch) ch->refs.fetch_add(1, std::memory_order_relaxed);
-  return ch;
+  Channel* ch;
+  {
+    std::lock_guard lock(g_table_mu);
+    ch = g_fds[fd].load(std::memory_order_relaxed);
+    if (!ch) return nullptr;
+    ch->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  struct stat st;
+  if (real_fstat(fd, &st) == 0 && st.st_dev == ch->dev && st.st_ino == ch->ino) return ch;
+  Channel* stale = ch;
+  {
+    std::lock_guard lock(g_table_mu);
+    if (!g_fds[fd].compare_exchange_strong(stale, nullptr, std::memory_order_relaxed)) stale = nullptr;
+  }
+  release(stale);  // the table's reference
+  release(ch);     // ours
+  return nullptr;
+}
+
+// Whether `fd` is a channel's (for calls that only need to know).
+[[gnu::noinline]] bool is_ours(int fd) {
+  Channel* ch = acquire(fd);
+  release(ch);
+  return ch != nullptr;
 }
 
 void release(Channel* ch) {
@@ -328,6 +359,11 @@ int ucma_open(int flags) {
     real_close(s);
     errno = ENOMEM;
     return -1;
+  }
+  struct stat st;
+  if (real_fstat(efd, &st) == 0) {
+    ch->dev = st.st_dev;
+    ch->ino = st.st_ino;
   }
   ch->sock = s;
   ch->efd = efd;
@@ -654,13 +690,13 @@ URXE_EXPORT ssize_t write(int fd, const void* buf, size_t len) {
 
 // The kernel's rdma_cm file has no read.
 URXE_EXPORT ssize_t read(int fd, void* buf, size_t len) {
-  if (maybe_ours(fd)) [[unlikely]]
+  if (maybe_ours(fd) && is_ours(fd)) [[unlikely]]
     return fail(EINVAL);
   URXE_REAL(read, ssize_t(*)(int, void*, size_t));
   return real(fd, buf, len);
 }
 URXE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t len, size_t buflen) {
-  if (maybe_ours(fd)) [[unlikely]]
+  if (maybe_ours(fd) && is_ours(fd)) [[unlikely]]
     return fail(EINVAL);
   URXE_REAL(__read_chk, ssize_t(*)(int, void*, size_t, size_t));
   return real(fd, buf, len, buflen);
@@ -751,7 +787,7 @@ URXE_EXPORT int fcntl64(int fd, int cmd, ...) {
 URXE_EXPORT int fstat(int fd, struct stat* st) {
   URXE_REAL(fstat, int (*)(int, struct stat*));
   const int r = real(fd, st);
-  if (r == 0 && maybe_ours(fd)) [[unlikely]]
+  if (r == 0 && maybe_ours(fd) && is_ours(fd)) [[unlikely]]
     fill_stat(st);
   return r;
 }
@@ -759,7 +795,7 @@ URXE_EXPORT int fstat(int fd, struct stat* st) {
 URXE_EXPORT int fstat64(int fd, struct stat64* st) {
   URXE_REAL(fstat64, int (*)(int, struct stat64*));
   const int r = real(fd, st);
-  if (r == 0 && maybe_ours(fd)) [[unlikely]]
+  if (r == 0 && maybe_ours(fd) && is_ours(fd)) [[unlikely]]
     fill_stat(reinterpret_cast<struct stat*>(st));
   return r;
 }
@@ -769,21 +805,21 @@ static_assert(sizeof(struct stat) == sizeof(struct stat64));
 URXE_EXPORT int __fxstat(int ver, int fd, struct stat* st) {
   static const auto real = next_fn_versioned<int (*)(int, int, struct stat*)>("__fxstat", "GLIBC_2.2.5");
   const int r = real ? real(ver, fd, st) : fstat(fd, st);
-  if (r == 0 && maybe_ours(fd)) [[unlikely]]
+  if (r == 0 && maybe_ours(fd) && is_ours(fd)) [[unlikely]]
     fill_stat(st);
   return r;
 }
 URXE_EXPORT int __fxstat64(int ver, int fd, struct stat64* st) {
   static const auto real = next_fn_versioned<int (*)(int, int, struct stat64*)>("__fxstat64", "GLIBC_2.2.5");
   const int r = real ? real(ver, fd, st) : fstat64(fd, st);
-  if (r == 0 && maybe_ours(fd)) [[unlikely]]
+  if (r == 0 && maybe_ours(fd) && is_ours(fd)) [[unlikely]]
     fill_stat(reinterpret_cast<struct stat*>(st));
   return r;
 }
 
 namespace {
 inline bool about_fd(int dirfd, const char* path, int flags) {
-  return (flags & AT_EMPTY_PATH) && path && !*path && maybe_ours(dirfd);
+  return (flags & AT_EMPTY_PATH) && path && !*path && maybe_ours(dirfd) && is_ours(dirfd);
 }
 }  // namespace
 

@@ -250,6 +250,26 @@ static int raw_section(void) {
   pthread_join(t, NULL);
   signal(SIGUSR1, SIG_DFL);
 
+  /* A channel fd closed behind the shim's back (fclose of an fdopen'ed one closes inside libc) and reused:
+   * the new file is not taken for the channel. */
+  {
+    int sd = dup(fd);
+    FILE* f = sd >= 0 ? fdopen(sd, "w") : NULL;
+    CHECK(f, "fdopen: %s", strerror(errno));
+    if (f) fclose(f);
+    int pp[2];
+    REQUIRE(pipe(pp) == 0, "pipe");
+    CHECK(pp[0] == sd || pp[1] == sd, "the pipe did not get fd %d (%d %d): nothing tested", sd, pp[0], pp[1]);
+    char two[2] = {0, 0};
+    CHECK(write(pp[1], "ab", 2) == 2, "write to a pipe on a former channel fd: %s", strerror(errno));
+    CHECK(read(pp[0], two, 2) == 2 && two[0] == 'a', "read from a pipe on a former channel fd: %s",
+          strerror(errno));
+    CHECK(fstat(sd, &st) == 0 && S_ISFIFO(st.st_mode), "fstat of a pipe on a former channel fd: mode %o",
+          st.st_mode);
+    close(pp[0]);
+    close(pp[1]);
+  }
+
   /* dup'ed fds share the channel: an id made on one is destroyed on another, also after the first closes. */
   int d1 = dup(fd);
   int d2 = fcntl(fd, F_DUPFD_CLOEXEC, 100);
