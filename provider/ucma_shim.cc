@@ -391,6 +391,9 @@ int exchange(Channel& ch, const void* cmd, uint32_t cmd_len, const void* extra, 
   ssize_t n;
   do n = ::sendmsg(ch.sock, &m, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
+  // A bad pointer in the application's bytes (SET_OPTION's optval) fails the send whole: the connection is
+  // fine.
+  if (n < 0 && errno == EFAULT) return EFAULT;
   if (n != static_cast<ssize_t>(sizeof q + cmd_len + extra_len)) {
     ch.dead = true;
     return EIO;

@@ -203,6 +203,21 @@ static int raw_section(void) {
   m.cmd.fd = (uint32_t)null_fd;
   CHECK(write_err(fd, &m, sizeof m) == EINVAL, "MIGRATE_ID from /dev/null");
   close(null_fd);
+  /* SET_OPTION: optlen over the service's bound is EINVAL, an unreadable optval EFAULT (and the channel goes
+   * on). */
+  struct {
+    struct rdma_ucm_cmd_hdr hdr;
+    struct rdma_ucm_set_option cmd;
+  } so;
+  memset(&so, 0, sizeof so);
+  so.hdr.cmd = RDMA_USER_CM_CMD_SET_OPTION;
+  so.hdr.in = sizeof so.cmd;
+  so.cmd.id = id2;
+  so.cmd.optlen = 1u << 20;
+  CHECK(write_err(fd, &so, sizeof so) == EINVAL, "SET_OPTION optlen 1 MiB");
+  so.cmd.optlen = 4;
+  so.cmd.optval = 8; /* unmapped */
+  CHECK(write_err(fd, &so, sizeof so) == EFAULT, "SET_OPTION optval unmapped");
 
   /* Nothing queued: not readable, GET_EVENT on O_NONBLOCK is EAGAIN. */
   struct pollfd p = {fd, POLLIN, 0};
