@@ -486,6 +486,12 @@ ssize_t ucma_write(Channel& ch, const void* buf, size_t len) {
   Reply r;
   uint8_t out[kMaxMessage];
   if (int e = exchange(ch, buf, cmd_len, extra, extra_len, r, out, sizeof out)) return fail(e);
+  // URXE_LOG=debug: each command and its outcome (GET_EVENT's EAGAIN polls excepted), as one would strace
+  // the kernel's file.
+  if (urxe::provider::log_enabled(LogLevel::debug) &&
+      !(hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT && r.err == EAGAIN))
+    urxe::provider::log_printf(LogLevel::debug, "", "rdma_cm: %s: %s", info.name,
+                               r.err ? std::strerror(r.err) : "ok");
   if (r.err != 0) return fail(r.err > 0 ? r.err : EIO);
   if (r.out_len > hdr.out) return fail(EIO);  // the service broke the protocol
   if (r.out_len) {
