@@ -20,11 +20,13 @@
 #undef _FORTIFY_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <linux/kcmp.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -72,7 +74,7 @@ struct Channel {
   // polls it, so a concurrent close() of the application's fd cannot make it poll a reused fd number.
   int efd = -1;
   uint64_t token = 0;
-  uint64_t dev = 0, ino = 0;  // the eventfd's identity: an fd naming another file is not this channel's
+  uint64_t dev = 0, ino = 0;  // the eventfd's inode, for same_file without kcmp
   uint32_t seq = 0;
   bool dead = false;  // the service went away: every command fails with EIO
 };
@@ -120,9 +122,20 @@ int real_fstat(int fd, struct stat* st) {
 
 void release(Channel* ch);
 
+// Whether `fd` is still a descriptor of the channel's eventfd. kcmp compares open files exactly; without it
+// (a seccomp filter, a kernel built without it) the file's identity tells an eventfd from other kinds of
+// file only, since all eventfds share one anonymous inode.
+bool same_file(int fd, const Channel& ch) {
+  const pid_t self = getpid();
+  const long r = ::syscall(SYS_kcmp, self, self, KCMP_FILE, fd, ch.efd);
+  if (r >= 0) return r == 0;
+  struct stat st;
+  return real_fstat(fd, &st) == 0 && st.st_dev == ch.dev && st.st_ino == ch.ino;
+}
+
 // The channel `fd` names, with a reference, or nullptr. An fd closed behind our back (fclose of an fdopen'ed
 // channel, a raw close syscall) and reused for another file would still be in the table: such an entry is
-// recognised by the file's identity and forgotten (one fstat, on channel fds only).
+// recognised (same_file: two syscalls, on channel fds only) and forgotten.
 [[gnu::noinline]] Channel* acquire(int fd) {
   if (!maybe_ours(fd)) return nullptr;
   Channel* ch;
@@ -132,8 +145,7 @@ void release(Channel* ch);
     if (!ch) return nullptr;
     ch->refs.fetch_add(1, std::memory_order_relaxed);
   }
-  struct stat st;
-  if (real_fstat(fd, &st) == 0 && st.st_dev == ch->dev && st.st_ino == ch->ino) return ch;
+  if (same_file(fd, *ch)) return ch;
   Channel* stale = ch;
   {
     std::lock_guard lock(g_table_mu);

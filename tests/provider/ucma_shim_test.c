@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -283,6 +284,16 @@ static int raw_section(void) {
           st.st_mode);
     close(pp[0]);
     close(pp[1]);
+    /* The same with another eventfd on the number (all eventfds share one inode). */
+    sd = dup(fd);
+    f = sd >= 0 ? fdopen(sd, "w") : NULL;
+    if (f) fclose(f);
+    int ev = eventfd(0, 0);
+    CHECK(ev == sd, "the eventfd did not get fd %d (%d): nothing tested", sd, ev);
+    uint64_t one = 1;
+    CHECK(write(ev, &one, 8) == 8 && read(ev, &one, 8) == 8, "an eventfd on a former channel fd: %s",
+          strerror(errno));
+    close(ev);
   }
 
   /* dup'ed fds share the channel: an id made on one is destroyed on another, also after the first closes. */
