@@ -30,6 +30,15 @@
 #ifndef URXE_BUILD_DIR
 #define URXE_BUILD_DIR ""
 #endif
+#ifndef URXE_COMMAND_BUILD_PATH
+#define URXE_COMMAND_BUILD_PATH ""
+#endif
+#ifndef URXE_COMMAND_INSTALL_PATH
+#define URXE_COMMAND_INSTALL_PATH "/usr/local/bin/urxe"
+#endif
+#ifndef URXE_BINDIR_FROM_PROVIDER_INSTALL_DIR
+#define URXE_BINDIR_FROM_PROVIDER_INSTALL_DIR "../../../bin"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -472,6 +481,24 @@ std::string provider_library_path() {
       if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
   }
   const bool in_build = !build_dir.empty() && exe.rfind(build_dir + "/", 0) == 0;
+  const std::string& first = in_build ? build : install;
+  const std::string& second = in_build ? install : build;
+  if (!first.empty() && fs::exists(first, ec)) return first;
+  if (!second.empty() && fs::exists(second, ec)) return second;
+  return first.empty() ? second : first;
+}
+
+std::string urxe_command_path(const std::string& provider_so) {
+  if (const char* p = std::getenv("URXE_BIN"); p && *p) return p;
+  const std::string build = URXE_COMMAND_BUILD_PATH, install = URXE_COMMAND_INSTALL_PATH;
+  const std::string build_dir = URXE_BUILD_DIR;
+  std::error_code ec;
+  if (!provider_so.empty()) {
+    const fs::path dir = fs::absolute(provider_so, ec).parent_path();
+    for (const fs::path& p : {dir / "../tools/urxe", dir / URXE_BINDIR_FROM_PROVIDER_INSTALL_DIR / "urxe"})
+      if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
+  }
+  const bool in_build = !build_dir.empty() && provider_so.rfind(build_dir + "/", 0) == 0;
   const std::string& first = in_build ? build : install;
   const std::string& second = in_build ? install : build;
   if (!first.empty() && fs::exists(first, ec)) return first;

@@ -124,6 +124,12 @@ std::vector<std::pair<uint32_t, GidEntry>> read_gid_table(const std::string& ibd
 // Where liburxe-rdmav34.so is: $URXE_PROVIDER if set; else the build tree's copy when the running
 // program is in the build tree; else the install location.
 std::string provider_library_path();
+// Where the `urxe` command is, for a process that has only the provider library (the UCMA shim starts
+// `urxe cm` with it): $URXE_BIN if set; else the copy next to `provider_so` (the build tree's
+// <build>/provider/ -> <build>/tools/urxe, an install's <libdir>/libibverbs/ -> <prefix>/bin/urxe, so moved
+// build trees and relocated installs find their own); else the build tree's when `provider_so` is in it;
+// else the configured install location.
+std::string urxe_command_path(const std::string& provider_so);
 // The variables an unmodified verbs application needs (in order): SYSFS_PATH and LD_PRELOAD (the provider
 // appended to any existing LD_PRELOAD). LD_PRELOAD registers the provider before device discovery and is the
 // only way ibv_create_comp_channel works without a kernel.

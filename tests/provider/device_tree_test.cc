@@ -208,6 +208,30 @@ TEST_F(DeviceTreeTest, AppEnvironment) {
   EXPECT_NE(provider_library_path().find("liburxe-rdmav34.so"), std::string::npos);
 }
 
+// The urxe command as the UCMA shim looks for it from the provider library: $URXE_BIN, the build tree's
+// tools/urxe next to provider/, an install's bin/urxe relative to the library directory.
+TEST_F(DeviceTreeTest, UrxeCommandPathFollowsTheProviderLibrary) {
+  auto touch = [](const fs::path& p) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << "";
+  };
+  const fs::path build = root_ + "/build", inst = root_ + "/inst";
+  touch(build / "provider/liburxe-rdmav34.so");
+  touch(build / "tools/urxe");
+  touch(inst / "lib/x86_64-linux-gnu/libibverbs/liburxe-rdmav34.so");
+  touch(inst / "bin/urxe");
+  ::unsetenv("URXE_BIN");
+  EXPECT_EQ(urxe_command_path((build / "provider/liburxe-rdmav34.so").string()),
+            (build / "tools/urxe").string());
+  EXPECT_EQ(urxe_command_path((inst / "lib/x86_64-linux-gnu/libibverbs/liburxe-rdmav34.so").string()),
+            (inst / "bin/urxe").string());
+  ::setenv("URXE_BIN", "/opt/urxe/bin/urxe", 1);
+  EXPECT_EQ(urxe_command_path((build / "provider/liburxe-rdmav34.so").string()), "/opt/urxe/bin/urxe");
+  ::unsetenv("URXE_BIN");
+  // Nothing next to the library: a configured location, which names the urxe command.
+  EXPECT_NE(urxe_command_path("/nonexistent/liburxe-rdmav34.so").find("urxe"), std::string::npos);
+}
+
 // GID table updates follow the kernel's slot rules: a kept address keeps its index (apps' sgid_index stays
 // valid), a removed one leaves a hole, a new one fills the lowest hole.
 GidEntry gid_entry(uint8_t last, const char* ndev = "eth0") {
