@@ -450,7 +450,8 @@ CommandResult Service::init_qp_attr(const rdma_ucm_init_qp_attr& c) {
         a.sq_psn = 0;
         break;
       }
-      if (!have_cm || id->state == State::req_sent || id->state == State::req_rcvd) return {EINVAL, {}};
+      // The passive side moves its QP to RTS before it accepts (rdma_accept), as cm_init_qp_rts_attr allows.
+      if (!have_cm || id->state == State::req_sent) return {EINVAL, {}};
       a.qp_attr_mask = kQpState | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpSqPsn | kQpMaxQpRdAtomic;
       a.sq_psn = id->sq_psn;
       a.timeout = id->local_ack_timeout;

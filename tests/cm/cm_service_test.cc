@@ -269,13 +269,27 @@ struct Connected {
   void connect_all() {
     setup_listener();
     resolve();
+    int err = -1;
+    const auto init = client.qp_attr(cid, 1, &err);  // rdma_create_qp before the connection
+    ASSERT_EQ(err, 0);
+    EXPECT_EQ(init.qp_access_flags, 0u);
     ASSERT_EQ(client.connect(cid, 0x11), 0);
     net.run();
     server.expect_event(0, UcmaEvent::connect_request, &req_ev);
     sid = req_ev.id;
+    // librdmacm's order: rdma_create_qp (INIT), then rdma_accept moves the QP to RTR and RTS before ACCEPT.
+    for (uint32_t state : {1u, 2u, 3u}) {
+      int err = -1;
+      server.qp_attr(sid, state, &err);
+      ASSERT_EQ(err, 0) << "INIT_QP_ATTR " << state << " before ACCEPT";
+    }
     ASSERT_EQ(server.accept(sid, 0x3000, 0x22), 0);
     net.run();
     client.expect_event(cid, UcmaEvent::connect_response, &rep_ev);
+    for (uint32_t state : {1u, 2u, 3u}) {  // ucma_process_conn_resp: INIT (again), RTR, RTS, then ACCEPT
+      client.qp_attr(cid, state, &err);
+      ASSERT_EQ(err, 0) << "INIT_QP_ATTR " << state << " after the REP";
+    }
     ASSERT_EQ(client.accept(cid, 0, 0), 0);  // librdmacm's "send RTU" after its QP is in RTS
     net.run();
     server.expect_event(sid, UcmaEvent::established);
