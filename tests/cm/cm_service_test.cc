@@ -279,7 +279,7 @@ struct Connected {
     sid = req_ev.id;
     // librdmacm's order: rdma_create_qp (INIT), then rdma_accept moves the QP to RTR and RTS before ACCEPT.
     for (uint32_t state : {1u, 2u, 3u}) {
-      int err = -1;
+      err = -1;
       server.qp_attr(sid, state, &err);
       ASSERT_EQ(err, 0) << "INIT_QP_ATTR " << state << " before ACCEPT";
     }
