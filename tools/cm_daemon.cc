@@ -145,7 +145,6 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   void arm_timer();
   bool idle_expired();
   std::string status_text() const;
-  int slot_of_ifindex(int ifindex) const;
 
   CmDaemonConfig cfg_;
   prov::Paths paths_;
@@ -155,7 +154,7 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   bool monitor_ok_ = false;
   bool rescan_ = false;
   bool stop_ = false;
-  uint64_t armed_ = 0;  // deadline the timerfd holds (0 = disarmed)
+  uint64_t armed_ = UINT64_MAX;  // deadline the timerfd holds (UINT64_MAX = disarmed)
   uint64_t last_busy_ns_ = 0;
   std::vector<DeviceSlot> slots_;
   std::map<int, Client> clients_;
@@ -163,6 +162,7 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   RxDrops drops_;
   TxCounts tx_;
   uint64_t rx_mads_ = 0;
+  uint16_t ip_id_ = 0;
 };
 
 Daemon::~Daemon() {
@@ -215,7 +215,7 @@ void Daemon::open_port(DeviceSlot& s) {
   pc.ifname = s.netdev;
   pc.ring_frames = 64;
   pc.rx_ring_bytes = 1u << 20;
-  pc.gids = s.dev.gids;
+  pc.gids = s.dev.gids;  // only its attr(); given so that it does not build the table again
   std::string err;
   s.port = dpdk::SocketPort::open(pc, &err);
   if (s.port && !s.port->set_rx_qpn_range(wire::kQp1, wire::kQp1 + 1)) {
@@ -263,15 +263,16 @@ void Daemon::rescan() {
     DeviceSlot& s = slots_[i];
     seen[i] = true;
     dev.index = static_cast<uint32_t>(i);
-    const bool reopen = !s.present || s.netdev != d.config.netdev || s.dev.ifindex != dev.ifindex ||
-                        s.dev.mac != dev.mac || (!s.port && s.port_error.empty());
+    // A port that could not be opened is tried again every rescan (its error is logged once).
+    const bool reopen = !s.present || !s.port || s.netdev != d.config.netdev ||
+                        s.dev.ifindex != dev.ifindex || s.dev.mac != dev.mac;
     if (!s.present || !same_device(s.dev, dev)) changed = true;
     if (!s.present)
       log("device %s on %s (ifindex %d)", dev.name.c_str(), d.config.netdev.c_str(), dev.ifindex);
     s.dev = std::move(dev);
     s.netdev = d.config.netdev;
     s.present = true;
-    if (reopen || (s.port && s.port->attr().gids != s.dev.gids)) open_port(s);
+    if (reopen) open_port(s);
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     DeviceSlot& s = slots_[i];
@@ -304,40 +305,29 @@ void Daemon::poll_port(uint32_t slot) {
 }
 
 void Daemon::handle_frame(uint32_t slot, const uint8_t* data, uint32_t len) {
-  wire::Packet p;
-  const wire::ParseError e = wire::parse_frame(wire::ByteSpan(data, len), p);
-  if (e == wire::ParseError::bad_icrc) {
-    ++drops_.icrc;
-    return;
-  }
-  if (e != wire::ParseError::ok) {
-    ++drops_.parse;
-    return;
-  }
-  if (p.bth.opcode != kUdSendOnly || p.bth.dqpn != wire::kQp1 || !(p.present & wire::kDeth)) {
-    ++drops_.opcode;
-    return;
-  }
-  if (p.deth.qkey != wire::kQp1Qkey) {
-    ++drops_.qkey;
-    return;
-  }
-  if (p.payload_len != wire::kMadSize) {
-    ++drops_.length;
-    return;
-  }
   cm::MadIn m;
-  m.device = slot;
-  m.sgid = p.src_gid();
-  m.dgid = p.dst_gid();
-  m.smac = p.eth.src;
-  m.traffic_class = p.ip_version == 4 ? p.ip4.tos : p.ip6.traffic_class;
-  m.hop_limit = p.ip_version == 4 ? p.ip4.ttl : p.ip6.hop_limit;
-  m.src_qp = p.deth.src_qp;
-  m.pkey = p.bth.pkey;
-  m.mad = p.payload;
-  ++rx_mads_;
-  service_->on_mad(m);
+  switch (parse_qp1_frame(wire::ByteSpan(data, len), m)) {
+    case Qp1Rx::mad:
+      m.device = slot;
+      ++rx_mads_;
+      service_->on_mad(m);
+      return;
+    case Qp1Rx::parse:
+      ++drops_.parse;
+      return;
+    case Qp1Rx::icrc:
+      ++drops_.icrc;
+      return;
+    case Qp1Rx::opcode:
+      ++drops_.opcode;
+      return;
+    case Qp1Rx::qkey:
+      ++drops_.qkey;
+      return;
+    case Qp1Rx::length:
+      ++drops_.length;
+      return;
+  }
 }
 
 void Daemon::send_mad(const cm::MadOut& m) {
@@ -346,77 +336,27 @@ void Daemon::send_mad(const cm::MadOut& m) {
     return;
   }
   DeviceSlot& s = slots_[m.device];
-  wire::FrameSpec f;
-  f.dst_mac = m.dmac;
-  f.src_mac = s.dev.mac;
-  f.ip_version = wire::gid_is_ipv4_mapped(m.dgid) ? 4 : 6;
-  f.src_ip = m.sgid;
-  f.dst_ip = m.dgid;
-  f.traffic_class = m.traffic_class;
-  f.ttl = m.hop_limit;
-  f.flow_label = m.flow_label;
-  f.udp_sport = kQp1SourcePort;
-  f.bth.opcode = kUdSendOnly;
-  f.bth.pkey = 0xffff;
-  f.bth.dqpn = m.dest_qp;
-  f.bth.psn = s.psn;
-  s.psn = (s.psn + 1) & 0xffffff;
-  f.deth.qkey = wire::kQp1Qkey;
-  f.deth.src_qp = wire::kQp1;
-  const uint32_t size = wire::frame_size(f, wire::kMadSize);
   engine::PacketBuf b;
-  if (!s.port->tx_alloc(size, b)) {
+  if (!s.port->tx_alloc(kQp1FrameMax, b)) {
     ++tx_.dropped;
     return;
   }
   // A frame to our own MAC (the peer is on this device) goes through the port's LoopbackSender.
-  b.len = wire::build_frame(wire::MutByteSpan(b.data, size), f, wire::ByteSpan(m.mad.data(), m.mad.size()));
+  b.len = build_qp1_frame(m, s.dev.mac, s.psn, ip_id_++, wire::MutByteSpan(b.data, kQp1FrameMax));
   if (b.len == 0 || s.port->tx_burst(&b, 1) != 1) {
     s.port->tx_free(b);
     ++tx_.dropped;
     return;
   }
+  s.psn = (s.psn + 1) & 0xffffff;
   ++tx_.frames;
 }
 
-int Daemon::slot_of_ifindex(int ifindex) const {
-  for (size_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].present && slots_[i].dev.ifindex == ifindex) return static_cast<int>(i);
-  return -1;
-}
-
 cm::RouteResult Daemon::lookup_route(const wire::Gid& dst, const wire::Gid& src, int ifindex, bool trigger) {
-  cm::RouteResult r;
-  const hostnet::Route rt = hostnet::lookup_route(dst, src, ifindex);
-  if (!rt.ok) return r;
-  // A local destination's route leaves through lo: the device is the one holding the address.
-  const int oif = rt.local ? (ifindex > 0 ? ifindex : hostnet::address_ifindex(dst)) : rt.ifindex;
-  const int slot = slot_of_ifindex(oif);
-  if (slot < 0) {
-    r.state = cm::RouteResult::State::not_urxe;
-    return r;
-  }
-  r.device = static_cast<uint32_t>(slot);
-  r.src = rt.src;
-  if (rt.local) {  // the frames loop back through the device's own MAC
-    r.dmac = slots_[r.device].dev.mac;
-    r.state = cm::RouteResult::State::resolved;
-    return r;
-  }
-  const hostnet::NeighResult n = hostnet::lookup_neighbor(rt.next_hop, oif, trigger);
-  switch (n.state) {
-    case hostnet::NeighState::resolved:
-      r.dmac = n.mac;
-      r.state = cm::RouteResult::State::resolved;
-      break;
-    case hostnet::NeighState::pending:
-      r.state = cm::RouteResult::State::pending;
-      break;
-    case hostnet::NeighState::unreachable:
-      r.state = cm::RouteResult::State::unreachable;
-      break;
-  }
-  return r;
+  std::vector<cm::CmDevice> devs;
+  devs.reserve(slots_.size());
+  for (const DeviceSlot& s : slots_) devs.push_back(s.dev);
+  return lookup_cm_route(devs, dst, src, ifindex, trigger);
 }
 
 void Daemon::event_queued(cm::ChannelId ch) {
@@ -586,14 +526,16 @@ void Daemon::drop_client(int fd) {
 }
 
 void Daemon::arm_timer() {
-  uint64_t d = service_->next_deadline_ns();
-  if (d == UINT64_MAX) d = 0;
-  if (d != 0 && d < 1) d = 1;
+  const uint64_t d = service_->next_deadline_ns();
   if (d == armed_) return;
   armed_ = d;
-  itimerspec its{};
-  its.it_value.tv_sec = static_cast<time_t>(d / 1000000000u);
-  its.it_value.tv_nsec = static_cast<long>(d % 1000000000u);
+  itimerspec its{};  // all zero: disarmed
+  if (d != UINT64_MAX) {
+    // A deadline already past fires at once; 0 itself would disarm, so it becomes 1 ns.
+    const uint64_t at = d ? d : 1;
+    its.it_value.tv_sec = static_cast<time_t>(at / 1000000000u);
+    its.it_value.tv_nsec = static_cast<long>(at % 1000000000u);
+  }
   timerfd_settime(timer_, TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
@@ -691,7 +633,7 @@ int Daemon::run() {
         case Tag::timer:
           if (read(timer_, &ticks, sizeof ticks) < 0) { /* spurious wakeup: the deadline is checked anyway */
           }
-          armed_ = 0;
+          armed_ = UINT64_MAX;
           if (service_->next_deadline_ns() <= monotonic_ns()) service_->on_timer();
           break;
         case Tag::tick:
@@ -723,6 +665,86 @@ int Daemon::run() {
 }
 
 }  // namespace
+
+Qp1Rx parse_qp1_frame(wire::ByteSpan frame, cm::MadIn& m) {
+  wire::Packet p;
+  const wire::ParseError e = wire::parse_frame(frame, p);
+  if (e == wire::ParseError::bad_icrc) return Qp1Rx::icrc;
+  if (e != wire::ParseError::ok) return Qp1Rx::parse;
+  if (p.bth.opcode != kUdSendOnly || p.bth.dqpn != wire::kQp1 || !(p.present & wire::kDeth))
+    return Qp1Rx::opcode;
+  if (p.deth.qkey != wire::kQp1Qkey) return Qp1Rx::qkey;
+  if (p.payload_len != wire::kMadSize) return Qp1Rx::length;
+  m.sgid = p.src_gid();
+  m.dgid = p.dst_gid();
+  m.smac = p.eth.src;
+  m.traffic_class = p.ip_version == 4 ? p.ip4.tos : p.ip6.traffic_class;
+  m.hop_limit = p.ip_version == 4 ? p.ip4.ttl : p.ip6.hop_limit;
+  m.src_qp = p.deth.src_qp;
+  m.pkey = p.bth.pkey;
+  m.mad = p.payload;
+  return Qp1Rx::mad;
+}
+
+uint32_t build_qp1_frame(const cm::MadOut& m, const wire::MacAddr& src_mac, uint32_t psn, uint16_t ip_id,
+                         wire::MutByteSpan out) {
+  wire::FrameSpec f;
+  f.dst_mac = m.dmac;
+  f.src_mac = src_mac;
+  f.ip_version = wire::gid_is_ipv4_mapped(m.dgid) ? 4 : 6;
+  f.src_ip = m.sgid;
+  f.dst_ip = m.dgid;
+  f.traffic_class = m.traffic_class;
+  f.ttl = m.hop_limit;
+  f.ip_id = ip_id;
+  f.flow_label = m.flow_label;
+  f.udp_sport = kQp1SourcePort;
+  f.bth.opcode = kUdSendOnly;
+  f.bth.pkey = 0xffff;
+  f.bth.dqpn = m.dest_qp;
+  f.bth.psn = psn & 0xffffff;
+  f.bth.ack_req = true;  // rxe sets AckReq on the last packet of every message, UD's too
+  f.deth.qkey = wire::kQp1Qkey;
+  f.deth.src_qp = wire::kQp1;
+  return wire::build_frame(out, f, wire::ByteSpan(m.mad.data(), m.mad.size()));
+}
+
+cm::RouteResult lookup_cm_route(const std::vector<cm::CmDevice>& devs, const wire::Gid& dst,
+                                const wire::Gid& src, int ifindex, bool trigger) {
+  cm::RouteResult r;
+  const hostnet::Route rt = hostnet::lookup_route(dst, src, ifindex);
+  if (!rt.ok) return r;
+  // A local destination's route leaves through lo: the device is the one holding the address.
+  const int oif = rt.local ? (ifindex > 0 ? ifindex : hostnet::address_ifindex(dst)) : rt.ifindex;
+  const cm::CmDevice* dev = nullptr;
+  for (const cm::CmDevice& d : devs)
+    if (oif > 0 && d.ifindex == oif) dev = &d;
+  if (!dev) {
+    r.state = cm::RouteResult::State::not_urxe;
+    return r;
+  }
+  r.device = dev->index;
+  r.src = rt.src;
+  if (rt.local) {  // the frames loop back through the device's own MAC
+    r.dmac = dev->mac;
+    r.state = cm::RouteResult::State::resolved;
+    return r;
+  }
+  const hostnet::NeighResult n = hostnet::lookup_neighbor(rt.next_hop, oif, trigger);
+  switch (n.state) {
+    case hostnet::NeighState::resolved:
+      r.dmac = n.mac;
+      r.state = cm::RouteResult::State::resolved;
+      break;
+    case hostnet::NeighState::pending:
+      r.state = cm::RouteResult::State::pending;
+      break;
+    case hostnet::NeighState::unreachable:
+      r.state = cm::RouteResult::State::unreachable;
+      break;
+  }
+  return r;
+}
 
 int run_cm_daemon(const CmDaemonConfig& cfg) {
   Daemon d(cfg);

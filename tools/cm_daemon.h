@@ -6,6 +6,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "cm/service.h"
+#include "wire/packet.h"
 
 namespace urxe::tools {
 
@@ -19,5 +23,34 @@ struct CmDaemonConfig {
 // Runs the service until SIGTERM/SIGINT or the idle timeout. The caller blocks SIGTERM and SIGINT first
 // (they are read from a signalfd) and removes the socket and pid file afterwards. Returns the exit status.
 int run_cm_daemon(const CmDaemonConfig& cfg);
+
+// QP1 on the wire, as kernel rxe sends and takes it (tests compare with rxe's captures).
+//
+// What a received frame is to the CM: a MAD (`m` filled in, but for m.device; m.mad points into the
+// frame), or the reason it is dropped.
+enum class Qp1Rx : uint8_t {
+  mad,
+  parse,   // not a RoCEv2 frame (length, checksum, version, opcode)
+  icrc,    // bad ICRC
+  opcode,  // not a UD SEND_ONLY with a DETH to QP 1
+  qkey,    // Q_Key is not the GSI's
+  length,  // payload is not one 256-byte MAD
+};
+Qp1Rx parse_qp1_frame(wire::ByteSpan frame, cm::MadIn& m);
+
+// The whole frame carrying `m` from QP1 of the device with MAC `src_mac`: UD SEND_ONLY, BTH PSN `psn`,
+// IPv4 identification `ip_id` (IPv4 when m.dgid is IPv4-mapped, else IPv6). Returns its length, 0 when
+// `out` is too small.
+uint32_t build_qp1_frame(const cm::MadOut& m, const wire::MacAddr& src_mac, uint32_t psn, uint16_t ip_id,
+                         wire::MutByteSpan out);
+// CmHost::lookup_route for the devices `devs` (a device that has gone has ifindex 0): the kernel's route to
+// `dst` (from `src` unless zero; `ifindex` scopes a link-local dst), not_urxe unless it leaves through one
+// of `devs`; a local destination is resolved to the device's own MAC (the frames loop back), any other
+// next hop by the neighbour table (with `trigger`, resolution is provoked; never waits). device is the
+// CmDevice::index of the device found.
+cm::RouteResult lookup_cm_route(const std::vector<cm::CmDevice>& devs, const wire::Gid& dst,
+                                const wire::Gid& src, int ifindex, bool trigger);
+
+inline constexpr uint32_t kQp1FrameMax = 14 + 4 + 40 + 8 + 12 + 8 + 256 + 4;  // Ethernet+VLAN .. ICRC
 
 }  // namespace urxe::tools

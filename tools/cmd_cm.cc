@@ -151,18 +151,17 @@ bool write_pid(const std::string& path) {
 }  // namespace
 
 int cm_main(Args args) {
-  if (!args.empty() && args[0] == "show") {
+  const bool show_cmd = !args.empty() && args[0] == "show";
+  bool foreground = false;
+  uint32_t idle = 60;
+  if (show_cmd) {
     for (std::string_view a : args.subspan(1))
       if (is_help(a)) return print_help(kUsage);
     if (args.size() > 1) return usage_error("unknown argument '" + std::string(args[1]) + "'");
-  }
-  static constexpr Option kOptions[] = {{"foreground"}, {"idle-exit", Option::required}};
-  const bool show_cmd = !args.empty() && args[0] == "show";
-  OptionParser opts(show_cmd ? args.subspan(1) : args, kOptions);
-  if (opts.help()) return print_help(kUsage);
-  bool foreground = false;
-  uint32_t idle = 60;
-  if (!show_cmd) {
+  } else {
+    static constexpr Option kOptions[] = {{"foreground"}, {"idle-exit", Option::required}};
+    OptionParser opts(args, kOptions);
+    if (opts.help()) return print_help(kUsage);
     for (Token t; (t = opts.next());) {
       const std::string_view k = t.opt ? t.opt->name : std::string_view();
       if (t.kind == Token::missing_value) return usage_error("--" + std::string(k) + " needs a value");

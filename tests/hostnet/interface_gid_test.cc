@@ -1,10 +1,11 @@
 // hostnet/interface.h and hostnet/gid.h without the network: the GID table's order and contents from a
 // given address list, the default GID from a MAC, GID text conversion (inet and sysfs forms), and queries
-// of `lo`. (The same against a real interface: tests/port/port_test.py.)
+// of `lo` (its address's interface, its route). (The same against a real interface: tests/port/port_test.py.)
 #include <gtest/gtest.h>
 
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
+#include "hostnet/neighbour.h"
 
 namespace urxe::hostnet {
 namespace {
@@ -95,6 +96,26 @@ TEST(NetdevInfo, LoopbackInterface) {
   ASSERT_TRUE(query_interface("lo", info, &err)) << err;
   EXPECT_GT(info.ifindex, 0);
   EXPECT_GE(info.mtu, 1500u);
+}
+
+// 127.0.0.1 is on lo wherever the tests run (lo may be down in a fresh namespace: then it has no address).
+TEST(NetdevInfo, AddressIfindexAndRouteOfLoopback) {
+  Interface lo;
+  ASSERT_TRUE(query_interface("lo", lo));
+  const wire::Gid v4lo = G("127.0.0.1");
+  bool has_v4lo = false;
+  for (const Address& a : lo.addrs) has_v4lo |= a.addr == v4lo;
+  if (!has_v4lo) GTEST_SKIP() << "lo has no 127.0.0.1 here";
+  EXPECT_EQ(address_ifindex(v4lo), lo.ifindex);
+  EXPECT_EQ(address_ifindex(G("192.0.2.77")), 0);  // TEST-NET-1: nobody's
+  const Route r = lookup_route(v4lo, wire::Gid{}, 0);
+  EXPECT_TRUE(r.ok);
+  EXPECT_TRUE(r.local);
+  EXPECT_EQ(r.ifindex, lo.ifindex);
+  EXPECT_EQ(r.src, v4lo);  // the preferred source of a local route is the address itself
+  const Route given = lookup_route(v4lo, v4lo, 0);
+  EXPECT_TRUE(given.ok);
+  EXPECT_EQ(given.src, v4lo);
 }
 
 }  // namespace
