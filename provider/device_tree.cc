@@ -90,10 +90,6 @@ std::string class_rdma_cm(const Paths& p) {
   return p.sysfs() + "/class/misc/rdma_cm";
 }
 
-std::string read_text_link(const std::string& path) {
-  std::error_code ec;
-  return fs::read_symlink(path, ec).string();
-}
 
 // Serialises link add/del on one run directory.
 struct RunLock {
@@ -137,26 +133,6 @@ bool same_netns(const DeviceConfig& cfg) {
   if (!hostnet::NetnsId::parse(cfg.netns, ns)) return true;  // not recorded: as read_device_config
   const hostnet::NetnsId here = hostnet::current_netns();
   return !here.known() || ns == here;
-}
-
-// /dev/null's numbers: libibverbs requires a character device whose rdev matches uverbsN/dev, and librdmacm
-// opens rdma_cm. A symlink to /dev/null where mknod is not allowed (no CAP_MKNOD).
-int make_null_node(const std::string& node, std::string& err) {
-  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
-    ::chmod(node.c_str(), 0666);
-  } else if (errno != EEXIST && ::symlink("/dev/null", node.c_str()) != 0 && errno != EEXIST) {
-    err = node + ": " + std::strerror(errno);
-    return EACCES;
-  }
-  return 0;
-}
-
-// A node make_null_node made (not the kernel's own, should one be there).
-bool is_null_node(const std::string& node) {
-  struct stat st {};
-  if (::lstat(node.c_str(), &st) != 0) return false;
-  if (S_ISLNK(st.st_mode)) return read_text_link(node) == "/dev/null";
-  return S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 && minor(st.st_rdev) == 3;
 }
 
 }  // namespace
@@ -366,8 +342,10 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
     err = vdir + ": cannot write";
     return EIO;
   }
-  // The RDMA CM's ABI file and node, made with the first device and kept while any is there: librdmacm
-  // looks for both before it will list devices.
+  // The RDMA CM's ABI file, made with the first device and kept while any is there (librdmacm checks it).
+  // No /dev/infiniband/rdma_cm: with /dev/null's numbers librdmacm would take whatever its response
+  // buffers held for the kernel's answers (UCX's UCP crashed so); without one it fails cleanly (ENOENT) and
+  // applications fall back to their other connection managers.
   fs::create_directories(class_rdma_cm(paths), ec);
   if (ec || !write_file(class_rdma_cm(paths) + "/abi_version", "4\n")) {
     err = class_rdma_cm(paths) + ": cannot write";
@@ -375,12 +353,15 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
     fs::remove_all(dev_path, ec);
     return EIO;
   }
-  if (int rc = make_null_node(paths.dev_dir + "/" + uverbs, err);
-      rc != 0 || (rc = make_null_node(paths.dev_dir + "/rdma_cm", err)) != 0) {
-    ::unlink((paths.dev_dir + "/" + uverbs).c_str());
+  // /dev/null's numbers: libibverbs requires a character device whose rdev matches "dev".
+  const std::string node = paths.dev_dir + "/" + uverbs;
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    ::chmod(node.c_str(), 0666);
+  } else if (errno != EEXIST && ::symlink("/dev/null", node.c_str()) != 0 && errno != EEXIST) {
+    err = node + ": " + std::strerror(errno);
     fs::remove_all(vdir, ec);
     fs::remove_all(dev_path, ec);
-    return rc;
+    return EACCES;
   }
   return 0;
 }
@@ -406,14 +387,11 @@ int remove_device(const Paths& paths, const std::string& name, std::string& err)
     err = dev_path + ": " + ec.message();
     return EIO;
   }
-  // The last device takes the RDMA CM's files with it (only nodes urxe made: a kernel's stays).
+  // The last device takes the RDMA CM's ABI file with it.
   bool last = true;
   for (auto& ent : fs::directory_iterator(class_verbs(paths), ec))
     if (ent.path().filename().string().rfind("uverbs", 0) == 0) last = false;
-  if (last) {
-    if (is_null_node(paths.dev_dir + "/rdma_cm")) ::unlink((paths.dev_dir + "/rdma_cm").c_str());
-    fs::remove_all(class_rdma_cm(paths), ec);
-  }
+  if (last) fs::remove_all(class_rdma_cm(paths), ec);
   return 0;
 }
 

@@ -5,7 +5,7 @@
 // Layout under Paths::sysfs():
 //   class/infiniband_verbs/abi_version                 "6"
 //   class/infiniband_verbs/uverbsN/{ibdev,dev,abi_version}
-//   class/misc/rdma_cm/abi_version                     "4" (librdmacm reads it; /dev/infiniband/rdma_cm too)
+//   class/misc/rdma_cm/abi_version                     "4" (librdmacm reads it; no /dev/infiniband/rdma_cm)
 //   class/infiniband/<name>/{node_type,node_guid,sys_image_guid,board_id,fw_ver,urxe.conf,urxe.qpn}
 //   class/infiniband/<name>/device/net/<netdev>        -> /sys/class/net/<netdev> (how tools find the netdev)
 //   class/infiniband/<name>/ports/1/{gids,gid_attrs/types,gid_attrs/ndevs}/0..gid_tbl_len-1, pkeys/0
