@@ -42,6 +42,7 @@ constexpr char kRunUsage[] =
     "examples:\n"
     "  urxe run -- ibv_devices\n"
     "  URXE_LOG=info urxe run -- ibv_rc_pingpong -d urxe0 -g 1 10.0.0.1\n"
+    "  urxe run -- ibstatus urxe0                        (as root: reads /sys/class/infiniband)\n"
     "\n"
     "exit status: CMD's; 127 when CMD cannot be run, 1 when the provider library is missing, 2 usage error\n";
 

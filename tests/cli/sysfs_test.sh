@@ -1,13 +1,13 @@
 #!/bin/sh
 # `urxe run` shows the urxe devices at the real /sys/class/infiniband (private mount namespace), with the port
 # files a kernel RoCE port has: state follows the interface, counters/port_* follow the traffic
-# (ibv_rc_pingpong), ibstatus reads them; every other /sys/class path still works inside, nothing shows
+# (ibv_rc_pingpong), ibstatus and ibstat read them; every other /sys/class path still works inside, nothing shows
 # outside, and URXE_NO_SYSFS_MOUNT=1 or a missing CAP_SYS_ADMIN leave /sys as it is.
 #   usage: sysfs_test.sh URXE PROVIDER_SO
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
-for t in ibv_rc_pingpong ibstatus ethtool jq setpriv; do
+for t in ibv_rc_pingpong ibstatus ibstat ethtool jq setpriv; do
   command -v $t >/dev/null || { echo "SKIP: $t missing (tools/apt-packages.txt)"; exit 77; }
 done
 netns_private -t 150 "$0" "$@"
@@ -55,6 +55,11 @@ check "  shows urxe0" "Infiniband device 'urxe0' port 1 status" "$out"
 check "  ACTIVE" "state:[[:space:]]+4: ACTIVE" "$out"
 check "  on Ethernet" "link_layer:[[:space:]]+Ethernet" "$out"
 check "  with its default GID" "default gid:[[:space:]]+fe80:" "$out"
+out=$("$U" run -- ibstat urxe0 2>&1); expect_rc "urxe run -- ibstat urxe0 (libibumad)" 0 $?
+check "  State: Active" "State: Active" "$out"
+check "  Rate: 10 (FDR10)" "Rate: 10 \(FDR10\)" "$out"
+check "  Capability mask: 0x00010000" "Capability mask: 0x00010000" "$out"
+check "  Link layer: Ethernet" "Link layer: Ethernet" "$out"
 
 # --- every other class still works inside: the same entries, and the interfaces for ip, ethtool, libibverbs
 before=$(ls /sys/class)
