@@ -90,7 +90,6 @@ std::string class_rdma_cm(const Paths& p) {
   return p.sysfs() + "/class/misc/rdma_cm";
 }
 
-
 // Serialises link add/del on one run directory.
 struct RunLock {
   int fd = -1;
@@ -146,8 +145,8 @@ PortSpeed eth_port_speed(uint32_t mbps) {
     PortSpeed s;
   };
   static constexpr Step kSteps[] = {
-      {2500, {w1, sdr}},   {5000, {w1, ddr}},   {10000, {w1, fdr10}}, {20000, {w4, ddr}},
-      {25000, {w1, edr}},  {40000, {w4, fdr10}}, {50000, {w1, hdr}},  {100000, {w4, edr}},
+      {2500, {w1, sdr}},  {5000, {w1, ddr}},    {10000, {w1, fdr10}}, {20000, {w4, ddr}},
+      {25000, {w1, edr}}, {40000, {w4, fdr10}}, {50000, {w1, hdr}},   {100000, {w4, edr}},
   };
   if (mbps == 0) return {w1, sdr};
   for (const Step& st : kSteps)
@@ -162,7 +161,7 @@ std::string port_rate_text(PortSpeed s) {
     int tenths;
     const char* name;
   };
-  static constexpr SpeedName kSpeeds[] = {{1, 25, "SDR"},   {2, 50, "DDR"},    {4, 100, "QDR"},
+  static constexpr SpeedName kSpeeds[] = {{1, 25, "SDR"},    {2, 50, "DDR"},    {4, 100, "QDR"},
                                           {8, 100, "FDR10"}, {16, 140, "FDR"},  {32, 250, "EDR"},
                                           {64, 500, "HDR"},  {128, 1000, "NDR"}};
   // Lanes by width code (1X, 4X, 8X, 12X, 2X).
@@ -174,8 +173,8 @@ std::string port_rate_text(PortSpeed s) {
   for (const auto& [code, n] : kWidths)
     if (code == s.width) lanes = n;
   const int tenths = sp.tenths * lanes;
-  return std::to_string(tenths / 10) + (tenths % 10 ? ".5" : "") + " Gb/sec (" + std::to_string(lanes) + "X " +
-         sp.name + ")";
+  return std::to_string(tenths / 10) + (tenths % 10 ? ".5" : "") + " Gb/sec (" + std::to_string(lanes) +
+         "X " + sp.name + ")";
 }
 
 std::string port_state_text(bool active) {

@@ -90,8 +90,9 @@ bool carrier_down_count(const std::string& netdev, uint64_t& out);
 std::vector<GidEntry> build_gid_table(const std::string& netdev);
 
 // What kernel rxe reports for its port (rxe_query_port): the IB width and speed codes of ibv_port_attr
-// that ib_get_eth_speed derives from the interface's ethtool speed (0 = unknown, e.g. lo or a virtio NIC without a speed:
-// 1X SDR, as the kernel's default of 1000 Mb/s gives), and the port capabilities (IB_PORT_CM_SUP only).
+// that ib_get_eth_speed derives from the interface's ethtool speed (0 = unknown, e.g. lo or a virtio NIC
+// without one: 1X SDR, as the kernel's default of 1000 Mb/s gives), and the port capabilities
+// (IB_PORT_CM_SUP only).
 struct PortSpeed {
   uint8_t width = 1;  // IB_WIDTH_1X
   uint8_t speed = 1;  // IB_SPEED_SDR

@@ -30,7 +30,8 @@ std::string why(const std::string& what, const std::string& path) {
 // directory or file bind-mounted from the original, a symlink copied) plus `extras` (name -> directory to
 // bind there, replacing an entry of the same name). Read-only afterwards, so nothing is created in it by
 // mistake; the bound entries stay as writable as they were. Returns "" or why not, with target as before.
-std::string overlay_dir(const std::string& target, const std::vector<std::pair<std::string, std::string>>& extras,
+std::string overlay_dir(const std::string& target,
+                        const std::vector<std::pair<std::string, std::string>>& extras,
                         const std::function<bool(const std::string&)>& keep) {
   const int fd = ::open(target.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return why("cannot open", target);

@@ -188,9 +188,9 @@ TEST_F(DeviceTreeTest, RefreshFollowsTheInterfaceState) {
 // ports/N/rate: the kernel's text for ib_get_eth_speed's width and speed of an ethtool speed.
 TEST(PortFormat, RateTextFromTheEthernetSpeed) {
   const std::pair<uint32_t, const char*> cases[] = {
-      {0, "2.5 Gb/sec (1X SDR)"},       {1000, "2.5 Gb/sec (1X SDR)"},   {5000, "5 Gb/sec (1X DDR)"},
-      {10000, "10 Gb/sec (1X FDR10)"},  {20000, "20 Gb/sec (4X DDR)"},   {25000, "25 Gb/sec (1X EDR)"},
-      {40000, "40 Gb/sec (4X FDR10)"},  {50000, "50 Gb/sec (1X HDR)"},   {100000, "100 Gb/sec (4X EDR)"},
+      {0, "2.5 Gb/sec (1X SDR)"},      {1000, "2.5 Gb/sec (1X SDR)"}, {5000, "5 Gb/sec (1X DDR)"},
+      {10000, "10 Gb/sec (1X FDR10)"}, {20000, "20 Gb/sec (4X DDR)"}, {25000, "25 Gb/sec (1X EDR)"},
+      {40000, "40 Gb/sec (4X FDR10)"}, {50000, "50 Gb/sec (1X HDR)"}, {100000, "100 Gb/sec (4X EDR)"},
       {200000, "200 Gb/sec (4X HDR)"},
   };
   for (const auto& [mbps, text] : cases) EXPECT_EQ(port_rate_text(eth_port_speed(mbps)), text) << mbps;
