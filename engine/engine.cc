@@ -257,6 +257,7 @@ void EngineImpl::finish_frame() {
   cur_buf.len = cur_layout.frame_len;
   tx.push_back(cur_buf);
   count(Counter::sent_pkts);
+  count(Counter::sent_bytes, cur_buf.len);
 }
 
 void EngineImpl::abort_frame() {
@@ -317,6 +318,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       return;
     }
     count(Counter::rcvd_pkts);  // as rxe: frames that passed the header checks and reach a QP
+    count(Counter::rcvd_bytes, buf.len);
     completer_rx(*qp, pkt);
     // Complete what this response finished now, before the next frame of the burst: completions then
     // appear in wire order, as on hardware. Apps waiting on one channel for a send and a receive CQ
@@ -329,6 +331,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       return;
     }
     count(Counter::rcvd_pkts);
+    count(Counter::rcvd_bytes, buf.len);
     if (st == QPS_RTR && !qp->comm_est) {
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);

@@ -91,6 +91,8 @@ enum class Counter : uint32_t {
   tx_no_buf,      // port had no tx buffer
   cq_overflow,
   resp_remote_access_errors,  // as mlx5: RDMA WRITE/READ/atomic refused for its rkey, range or rights
+  sent_bytes,                 // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
+  rcvd_bytes,                 // the same of the frames rcvd_pkts counts
   num_counters
 };
 
@@ -126,6 +128,8 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::tx_no_buf, .name = "tx_no_buf"},
     {.id = Counter::cq_overflow, .name = "cq_overflow"},
     {.id = Counter::resp_remote_access_errors, .name = "resp_remote_access_errors"},
+    {.id = Counter::sent_bytes, .name = "sent_bytes"},
+    {.id = Counter::rcvd_bytes, .name = "rcvd_bytes"},
 };
 static_assert(std::size(kCounterTable) == static_cast<size_t>(Counter::num_counters));
 static_assert(

@@ -379,50 +379,6 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
   });
 }
 
-namespace {
-
-// rxe's mapping of the netdev speed to IB width/speed (ib_get_eth_speed), for what ibv_devinfo prints.
-// IB width / speed codes of ibv_port_attr (rdma-core 44 has no names for them in verbs.h).
-enum : uint8_t { IBV_WIDTH_1X = 1, IBV_WIDTH_4X = 2 };
-enum : uint8_t {
-  IBV_SPEED_SDR = 1,
-  IBV_SPEED_DDR = 2,
-  IBV_SPEED_FDR10 = 8,
-  IBV_SPEED_EDR = 32,
-  IBV_SPEED_HDR = 64
-};
-void eth_speed(const std::string& netdev, uint8_t& width, uint8_t& speed) {
-  const uint32_t mbps = urxe::hostnet::link_speed_mbps(netdev);  // this netns's view
-  width = IBV_WIDTH_1X;
-  speed = IBV_SPEED_SDR;
-  if (mbps == 0) return;  // unknown (veth, lo): as the kernel, 1X SDR
-  if (mbps <= 2500) {
-    speed = IBV_SPEED_SDR;
-  } else if (mbps <= 5000) {
-    speed = IBV_SPEED_DDR;
-  } else if (mbps <= 10000) {
-    speed = IBV_SPEED_FDR10;
-  } else if (mbps <= 20000) {
-    width = IBV_WIDTH_4X;
-    speed = IBV_SPEED_DDR;
-  } else if (mbps <= 25000) {
-    speed = IBV_SPEED_EDR;
-  } else if (mbps <= 40000) {
-    width = IBV_WIDTH_4X;
-    speed = IBV_SPEED_FDR10;
-  } else if (mbps <= 50000) {
-    speed = IBV_SPEED_HDR;
-  } else if (mbps <= 100000) {
-    width = IBV_WIDTH_4X;
-    speed = IBV_SPEED_EDR;
-  } else {
-    width = IBV_WIDTH_4X;
-    speed = IBV_SPEED_HDR;
-  }
-}
-
-}  // namespace
-
 int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa) {
   return guarded(EIO, [&] {
     if (port_num != 1) return EINVAL;
@@ -434,7 +390,7 @@ int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa) {
     pa->max_mtu = IBV_MTU_4096;
     pa->active_mtu = static_cast<ibv_mtu>(st.engine->active_mtu());
     pa->gid_tbl_len = static_cast<int>(st.config.gid_tbl_len);
-    pa->port_cap_flags = IBV_PORT_CM_SUP;
+    pa->port_cap_flags = urxe::provider::kPortCapFlags;  // IBV_PORT_CM_SUP, as sysfs cap_mask shows
     pa->max_msg_sz = st.engine->device_attr().max_msg_sz;
     pa->bad_pkey_cntr = 0;
     pa->qkey_viol_cntr = 0;
@@ -446,7 +402,9 @@ int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa) {
     pa->sm_sl = 0;
     pa->subnet_timeout = 0;
     pa->init_type_reply = 0;
-    eth_speed(st.config.netdev, pa->active_width, pa->active_speed);
+    const PortSpeed ps = eth_port_speed(urxe::hostnet::link_speed_mbps(st.config.netdev));  // this netns's
+    pa->active_width = ps.width;
+    pa->active_speed = ps.speed;
     pa->phys_state = up ? 5 /* LinkUp */ : 3 /* Disabled */;
     pa->link_layer = IBV_LINK_LAYER_ETHERNET;
     return 0;

@@ -95,6 +95,9 @@ std::string class_ib(const Paths& p) {
 std::string class_verbs(const Paths& p) {
   return p.sysfs() + "/class/infiniband_verbs";
 }
+std::string class_rdma_cm(const Paths& p) {
+  return p.sysfs() + "/class/misc/rdma_cm";
+}
 
 // Serialises link add/del on one run directory.
 struct RunLock {
@@ -133,7 +136,100 @@ void write_gid_files(const std::string& port_dir, uint32_t n, const std::vector<
   }
 }
 
+bool same_netns(const DeviceConfig& cfg) {
+  hostnet::NetnsId ns;
+  if (!hostnet::NetnsId::parse(cfg.netns, ns)) return true;  // not recorded: as read_device_config
+  const hostnet::NetnsId here = hostnet::current_netns();
+  return !here.known() || ns == here;
+}
+
 }  // namespace
+
+PortSpeed eth_port_speed(uint32_t mbps) {
+  // IB width codes (ibv_port_attr.active_width): 1 = 1X, 2 = 4X; speed codes (active_speed): 1 SDR, 2 DDR,
+  // 8 FDR10, 32 EDR, 64 HDR. The thresholds are ib_get_eth_speed's.
+  constexpr uint8_t w1 = 1, w4 = 2, sdr = 1, ddr = 2, fdr10 = 8, edr = 32, hdr = 64;
+  struct Step {
+    uint32_t max_mbps;
+    PortSpeed s;
+  };
+  static constexpr Step kSteps[] = {
+      {2500, {w1, sdr}},  {5000, {w1, ddr}},    {10000, {w1, fdr10}}, {20000, {w4, ddr}},
+      {25000, {w1, edr}}, {40000, {w4, fdr10}}, {50000, {w1, hdr}},   {100000, {w4, edr}},
+  };
+  if (mbps == 0) return {w1, sdr};
+  for (const Step& st : kSteps)
+    if (mbps <= st.max_mbps) return st.s;
+  return {w4, hdr};
+}
+
+std::string port_rate_text(PortSpeed s) {
+  // Per lane in 0.1 Gb/s, by speed code; an unknown code reads as SDR, as the kernel shows it.
+  struct SpeedName {
+    uint8_t code;
+    int tenths;
+    const char* name;
+  };
+  static constexpr SpeedName kSpeeds[] = {{1, 25, "SDR"},    {2, 50, "DDR"},    {4, 100, "QDR"},
+                                          {8, 100, "FDR10"}, {16, 140, "FDR"},  {32, 250, "EDR"},
+                                          {64, 500, "HDR"},  {128, 1000, "NDR"}};
+  // Lanes by width code (1X, 4X, 8X, 12X, 2X).
+  static constexpr std::pair<uint8_t, int> kWidths[] = {{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
+  SpeedName sp = kSpeeds[0];
+  for (const SpeedName& k : kSpeeds)
+    if (k.code == s.speed) sp = k;
+  int lanes = 1;
+  for (const auto& [code, n] : kWidths)
+    if (code == s.width) lanes = n;
+  const int tenths = sp.tenths * lanes;
+  return std::to_string(tenths / 10) + (tenths % 10 ? ".5" : "") + " Gb/sec (" + std::to_string(lanes) +
+         "X " + sp.name + ")";
+}
+
+std::string port_state_text(bool active) {
+  return active ? "4: ACTIVE" : "1: DOWN";
+}
+std::string port_phys_state_text(bool active) {
+  return active ? "5: LinkUp" : "3: Disabled";
+}
+
+bool write_shared_file(const std::string& path, const std::string& text, std::string& err) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    err = path + ": " + std::strerror(errno);
+    return false;
+  }
+  ::fchmod(fd, 0666);  // whoever creates it: every user's apps update it
+  bool ok = true;
+  struct stat st {};
+  if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+    err = path + ": " + std::strerror(errno);
+    ok = false;
+  } else if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(text.size())) {
+    [[maybe_unused]] int r = ::ftruncate(fd, static_cast<off_t>(text.size()));
+  }
+  ::close(fd);
+  return ok;
+}
+
+int refresh_port_state(const std::string& ibdev_path, const DeviceConfig& cfg, std::string& err) {
+  if (!same_netns(cfg)) return 0;
+  NetdevInfo nd;
+  const bool active = query_netdev(cfg.netdev, nd) && nd.up;
+  const std::string port_dir = ibdev_path + "/ports/1";
+  const std::pair<const char*, std::string> files[] = {
+      {"state", port_state_text(active)},
+      {"phys_state", port_phys_state_text(active)},
+      {"rate", port_rate_text(eth_port_speed(hostnet::link_speed_mbps(cfg.netdev)))},
+  };
+  int rc = 0;
+  for (const auto& [name, text] : files) {
+    const std::string path = port_dir + "/" + name;
+    if (read_text(path) == text) continue;  // unchanged: no write a reader could see half of
+    if (!write_shared_file(path, text + "\n", err) && rc == 0) rc = errno ? errno : EIO;
+  }
+  return rc;
+}
 
 Paths Paths::from_env() {
   Paths p;
@@ -212,10 +308,16 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
   const std::string port_dir = dev_path + "/ports/1";
   for (const char* d : {"/gids", "/gid_attrs/types", "/gid_attrs/ndevs", "/pkeys"})
     fs::create_directories(port_dir + d, ec);
+  // Tools find a device's interface under device/net/ (the parent device's netdevs in the kernel's tree).
+  if (!ec) fs::create_directories(dev_path + "/device/net", ec);
   if (ec) {
     err = port_dir + ": " + ec.message();
     return EACCES;
   }
+  // Absolute, so it resolves in whichever view of /sys the reader has (its network namespace's).
+  fs::create_symlink("/sys/class/net/" + cfg.netdev, dev_path + "/device/net/" + cfg.netdev, ec);
+  char cap_mask[16];
+  std::snprintf(cap_mask, sizeof cap_mask, "0x%08x\n", kPortCapFlags);
   const uint64_t guid = hostnet::eui64(nd.mac);  // the node GUID, as rxe derives it
   bool ok = write_file(dev_path + "/node_type", "1: CA\n") &&
             write_file(dev_path + "/node_guid", hostnet::format_guid(guid) + "\n") &&
@@ -223,7 +325,12 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
             write_file(dev_path + "/board_id", "urxe\n") && write_file(dev_path + "/fw_ver", "0.1.0\n") &&
             write_file(dev_path + "/urxe.conf", config_text(cfg)) &&
             // Byte i locked (OFD lock) by a context = that context owns QPN block i; see provider.
-            write_file(dev_path + "/urxe.qpn", "") && write_file(port_dir + "/pkeys/0", "0xffff\n");
+            write_file(dev_path + "/urxe.qpn", "") && write_file(port_dir + "/pkeys/0", "0xffff\n") &&
+            // A RoCE port has no LID, subnet manager or LMC: the kernel shows zeros.
+            write_file(port_dir + "/link_layer", "Ethernet\n") && write_file(port_dir + "/lid", "0x0\n") &&
+            write_file(port_dir + "/sm_lid", "0x0\n") && write_file(port_dir + "/lid_mask_count", "0\n") &&
+            write_file(port_dir + "/sm_sl", "0\n") && write_file(port_dir + "/cap_mask", cap_mask) &&
+            refresh_port_state(dev_path, cfg, err) == 0;
   if (!ok) {
     err = dev_path + ": cannot write";
     return EIO;
@@ -241,6 +348,17 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
        write_file(vdir + "/abi_version", "1\n");
   if (!ok) {
     err = vdir + ": cannot write";
+    return EIO;
+  }
+  // The RDMA CM's ABI file, made with the first device and kept while any is there (librdmacm checks it).
+  // No /dev/infiniband/rdma_cm: with /dev/null's numbers librdmacm would take whatever its response
+  // buffers held for the kernel's answers (UCX's UCP crashed so); without one it fails cleanly (ENOENT) and
+  // applications fall back to their other connection managers.
+  fs::create_directories(class_rdma_cm(paths), ec);
+  if (ec || !write_file(class_rdma_cm(paths) + "/abi_version", "4\n")) {
+    err = class_rdma_cm(paths) + ": cannot write";
+    fs::remove_all(vdir, ec);
+    fs::remove_all(dev_path, ec);
     return EIO;
   }
   // /dev/null's numbers: libibverbs requires a character device whose rdev matches "dev".
@@ -277,6 +395,11 @@ int remove_device(const Paths& paths, const std::string& name, std::string& err)
     err = dev_path + ": " + ec.message();
     return EIO;
   }
+  // The last device takes the RDMA CM's ABI file with it.
+  bool last = true;
+  for (auto& ent : fs::directory_iterator(class_verbs(paths), ec))
+    if (ent.path().filename().string().rfind("uverbs", 0) == 0) last = false;
+  if (last) fs::remove_all(class_rdma_cm(paths), ec);
   return 0;
 }
 
@@ -458,6 +581,11 @@ int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::
     }
   }
   if (lock_fd >= 0) ::close(lock_fd);
+  std::string state_err;
+  if (const int src = refresh_port_state(ibdev_path, cfg, state_err); src != 0 && rc == 0) {
+    rc = src;
+    err = state_err;
+  }
   if (rc == 0 && live.size() > cfg.gid_tbl_len) {
     err = cfg.name + ": " + std::to_string(live.size()) + " GIDs, table holds " +
           std::to_string(cfg.gid_tbl_len);

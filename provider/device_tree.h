@@ -5,10 +5,15 @@
 // Layout under Paths::sysfs():
 //   class/infiniband_verbs/abi_version                 "6"
 //   class/infiniband_verbs/uverbsN/{ibdev,dev,abi_version}
+//   class/misc/rdma_cm/abi_version                     "4" (librdmacm reads it; no /dev/infiniband/rdma_cm)
 //   class/infiniband/<name>/{node_type,node_guid,sys_image_guid,board_id,fw_ver,urxe.conf,urxe.qpn}
+//   class/infiniband/<name>/device/net/<netdev>        -> /sys/class/net/<netdev> (how tools find the netdev)
 //   class/infiniband/<name>/ports/1/{gids,gid_attrs/types,gid_attrs/ndevs}/0..gid_tbl_len-1, pkeys/0
+//   class/infiniband/<name>/ports/1/{state,phys_state,rate,link_layer,lid,sm_lid,lid_mask_count,sm_sl,cap_mask}
+//   class/infiniband/<name>/ports/1/{hw_counters,counters}/  (provider/stats.h)
+// in the kernel's formats (drivers/infiniband/core/sysfs.c) with kernel rxe's values.
 // class/infiniband/<name>/ itself is never changed after creation (its mtime is the device's identity to
-// libibverbs); GIDs are rewritten inside ports/1/.
+// libibverbs); GIDs, the port's state and the counters are rewritten inside ports/1/.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -84,13 +89,38 @@ bool carrier_down_count(const std::string& netdev, uint64_t& out);
 // interface is not there.
 std::vector<GidEntry> build_gid_table(const std::string& netdev);
 
+// What kernel rxe reports for its port (rxe_query_port): the IB width and speed codes of ibv_port_attr
+// that ib_get_eth_speed derives from the interface's ethtool speed (0 = unknown, e.g. lo or a virtio NIC
+// without one: 1X SDR, as the kernel's default of 1000 Mb/s gives), and the port capabilities
+// (IB_PORT_CM_SUP only).
+struct PortSpeed {
+  uint8_t width = 1;  // IB_WIDTH_1X
+  uint8_t speed = 1;  // IB_SPEED_SDR
+};
+PortSpeed eth_port_speed(uint32_t mbps);
+inline constexpr uint32_t kPortCapFlags = 1u << 16;
+// sysfs ports/N/rate text of a width and speed, e.g. "10 Gb/sec (1X FDR10)" (no newline).
+std::string port_rate_text(PortSpeed s);
+// sysfs ports/N/state and phys_state of a port whose interface is (not) up and running.
+std::string port_state_text(bool active);       // "4: ACTIVE" / "1: DOWN"
+std::string port_phys_state_text(bool active);  // "5: LinkUp" / "3: Disabled"
+
+// Rewrites the facts of ports/1 that follow the interface (state, phys_state, rate) when they changed; in
+// place, 0666, so the apps of every user refresh them as they do hw_counters. Nothing is written for a
+// device of another network namespace (its interface cannot be seen from here). Returns 0 or an errno.
+int refresh_port_state(const std::string& ibdev_path, const DeviceConfig& cfg, std::string& err);
+// Replaces a small file's contents in place (created 0666 if missing): a reader sees the old or the new text
+// when the new one is not shorter, and any user may update a file another user's process created (the
+// directory need not be writable, as a rename's would).
+bool write_shared_file(const std::string& path, const std::string& text, std::string& err);
+
 // Creates the tree, the config and the /dev node. Returns 0 or an errno (EEXIST, ENODEV for a missing
 // netdev, EINVAL for a bad name, ...) with a message in err. cfg.uverbs is filled in.
 int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err);
 int remove_device(const Paths& paths, const std::string& name, std::string& err);
 std::vector<DeviceInfo> list_devices(const Paths& paths);
-// Rewrites ports/1/gids, types and ndevs from the interface's current addresses (sync_gid_table). Returns 0
-// or an errno.
+// Rewrites ports/1/gids, types and ndevs from the interface's current addresses (sync_gid_table), and the
+// port's state files (refresh_port_state). Returns 0 or an errno.
 int refresh_gids(const Paths& paths, const std::string& name, std::string& err);
 
 // The kernel's rules for updating a RoCE GID table (ib_cache): an address that stays keeps its slot, a
@@ -100,7 +130,8 @@ int refresh_gids(const Paths& paths, const std::string& name, std::string& err);
 std::vector<GidEntry> merge_gid_table(const std::vector<std::pair<uint32_t, GidEntry>>& current,
                                       const std::vector<GidEntry>& live, uint32_t gid_tbl_len);
 // Brings the device's GID files (ibdev_path/ports/1) up to date with the interface's addresses by
-// merge_gid_table, under a lock on that directory, rewriting only the slots that change. `table` receives
+// merge_gid_table, under a lock on that directory, rewriting only the slots that change; then the port's
+// state files (refresh_port_state). `table` receives
 // the merged table even when the files may not be written (then EACCES/EROFS, with a message in err).
 // Returns 0 or an errno.
 int sync_gid_table(const std::string& ibdev_path, const DeviceConfig& cfg, std::vector<GidEntry>& table,

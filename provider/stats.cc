@@ -331,10 +331,22 @@ std::string stats_dir(const std::string& ibdev_path) {
 std::string hw_counters_dir(const std::string& ibdev_path) {
   return ibdev_path + "/ports/1/hw_counters";
 }
+std::string port_counters_dir(const std::string& ibdev_path) {
+  return ibdev_path + "/ports/1/counters";
+}
+
+std::vector<std::pair<std::string, uint64_t>> port_counters(const CounterSet& c) {
+  // The PMA's data counters count 32-bit words (octets / 4), as the kernel shows them.
+  return {{"port_xmit_data", c.get("sent_bytes") / 4},
+          {"port_rcv_data", c.get("rcvd_bytes") / 4},
+          {"port_xmit_packets", c.get("sent_pkts")},
+          {"port_rcv_packets", c.get("rcvd_pkts")}};
+}
 
 bool init_device_stats(const std::string& ibdev_path, const std::string& netdev, std::string& err) {
   std::error_code ec;
-  for (const std::string& d : {stats_dir(ibdev_path), hw_counters_dir(ibdev_path)}) {
+  for (const std::string& d :
+       {stats_dir(ibdev_path), hw_counters_dir(ibdev_path), port_counters_dir(ibdev_path)}) {
     fs::create_directories(d, ec);
     // Apps of every user add their own counters file, and mirror into hw_counters.
     if (ec || ::chmod(d.c_str(), 0777) != 0) {
@@ -418,30 +430,27 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
 }
 
 bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counters, std::string& err) {
-  const std::string dir = hw_counters_dir(ibdev_path);
   CounterSet all = with_rxe_names();
   for (const auto& [n, v] : counters.values) all.add(n, v);
   bool ok = true;
-  for (const auto& [n, v] : all.values) {
-    const std::string path = dir + "/" + n;
-    // In place, not through a rename: counters only grow, so the new text is never shorter and a reader
-    // sees the old or the new number; and any user's app may write a file another user's app created.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) {
-      if (ok) err = path + ": " + std::strerror(errno);
+  // In place (write_shared_file), not through a rename: counters only grow, so the new text is never
+  // shorter and a reader sees the old or the new number; and any user's app may write a file another
+  // user's app created.
+  auto put = [&](const std::string& path, uint64_t v) {
+    std::string e;
+    if (!write_shared_file(path, std::to_string(v) + "\n", e) && ok) {
+      err = e;
       ok = false;
-      continue;
     }
-    ::fchmod(fd, 0666);
-    const std::string text = std::to_string(v) + "\n";
-    struct stat st {};
-    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-      if (ok) err = path + ": " + std::strerror(errno);
-      ok = false;
-    } else if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(text.size())) {
-      [[maybe_unused]] int r = ::ftruncate(fd, static_cast<off_t>(text.size()));
-    }
-    ::close(fd);
+  };
+  for (const auto& [n, v] : all.values) put(hw_counters_dir(ibdev_path) + "/" + n, v);
+  for (const auto& [n, v] : port_counters(all)) put(port_counters_dir(ibdev_path) + "/" + n, v);
+  // The port's state too: the stats thread runs when the port goes up or down (CounterFile::poke).
+  DeviceConfig cfg;
+  std::string e;
+  if (load_device_config(ibdev_path, cfg) && refresh_port_state(ibdev_path, cfg, e) != 0 && ok) {
+    err = e;
+    ok = false;
   }
   return ok;
 }

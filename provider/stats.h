@@ -10,8 +10,8 @@
 // so processes built from different urxe versions still add up by name.
 //
 // Device counters = total + every live file. They are mirrored into <ibdev_path>/ports/1/hw_counters/<name>
-// (where kernel rxe has them, read by the tools that read sysfs) by `urxe stats`, at context close and, at
-// most once a second while a context's counters change, by the context's stats thread.
+// (where kernel rxe has them, read by the tools that read sysfs) and ports/1/counters/ by `urxe stats`, at
+// context close and, at most once a second while a context's counters change, by the context's stats thread.
 #pragma once
 #include <sys/types.h>
 
@@ -78,7 +78,9 @@ bool init_device_stats(const std::string& ibdev_path, const std::string& netdev,
 bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceCounters& out,
                           std::string& err);
 
-// Writes each counter into ports/1/hw_counters/<name> (rxe's names always, 0 when absent).
+// Writes each counter into ports/1/hw_counters/<name> (rxe's names always, 0 when absent), the PMA-style
+// ports/1/counters/port_{xmit,rcv}_{data,packets} (data in 4-octet words: sent_bytes / 4, ...; packets are
+// sent_pkts and rcvd_pkts) and the port's state files (refresh_port_state).
 bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counters, std::string& err);
 
 // One context's counters file. values() is the storage the engine counts into (EngineConfig).

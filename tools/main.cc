@@ -41,6 +41,7 @@ constexpr char kEpilog[] =
     "debug)\n"
     "  URXE_PCAP      in applications: capture every frame to pcapng files in this directory for this run\n"
     "                 (URXE_PCAP_SIZE, URXE_PCAP_FILES bound them; see 'urxe link add --help', --pcap)\n"
+    "  URXE_NO_SYSFS_MOUNT=1  'urxe run' leaves /sys as it is (see 'urxe run --help')\n"
     "\n"
     "Devices stay invisible to applications when the kernel has RDMA loaded (ib_core): libibverbs then\n"
     "ignores SYSFS_PATH; 'urxe link add', 'urxe env' and 'urxe run' warn about it. Installed: the provider\n"

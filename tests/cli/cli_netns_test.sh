@@ -41,6 +41,15 @@ check_not "B: urxe env warns about nothing" "[Ww]arning" "$out"
 out=$(in_b timeout 30 "$U" run -- ibv_devinfo 2>&1); expect_rc "B: urxe run -- ibv_devinfo (first device)" 0 $?
 check "  is urxe1" "hca_id:[[:space:]]+urxe1" "$out"
 check_not "  and only urxe1" "urxe0" "$out"
+# /sys/class/infiniband under urxe run (a private mount namespace inside ip netns exec's): only the
+# namespace's own device, ACTIVE, and the namespace's own /sys/class/net.
+out=$(in_a "$U" run -- sh -c 'ls /sys/class/infiniband; cat /sys/class/infiniband/*/ports/1/state' 2>&1)
+check "A: urxe run shows urxe0 at /sys/class/infiniband" "^urxe0$" "$out"
+check "  ACTIVE" "^4: ACTIVE$" "$out"
+check_not "  and not B's urxe1" "urxe1" "$out"
+out=$(in_a "$U" run -- ls /sys/class/net 2>&1)
+check "  /sys/class/net is A's (va)" "^va$" "$out"
+check_not "  not B's (vb)" "^vb$" "$out"
 # The run directory's owner still sees every device, the other namespace's marked as such.
 out=$(in_a "$U" link show 2>&1); expect_rc "A: link show" 0 $?
 check "  lists urxe0 as here" "^link urxe0/1 state ACTIVE .*netdev va port loop dev uverbs0$" "$out"

@@ -90,6 +90,26 @@ TEST_F(DeviceTreeTest, CreateWritesWhatLibibverbsReads) {
     EXPECT_EQ(fs::read_symlink(paths_.dev_dir + "/uverbs0").string(), "/dev/null");
   }
 
+  // The port as the kernel's sysfs shows a RoCE port of rxe; lo has no ethtool speed: 1X SDR.
+  NetdevInfo lo;
+  ASSERT_TRUE(query_netdev("lo", lo));
+  EXPECT_EQ(slurp(port + "/state"), lo.up ? "4: ACTIVE\n" : "1: DOWN\n");
+  EXPECT_EQ(slurp(port + "/phys_state"), lo.up ? "5: LinkUp\n" : "3: Disabled\n");
+  EXPECT_EQ(slurp(port + "/rate"), "2.5 Gb/sec (1X SDR)\n");
+  EXPECT_EQ(slurp(port + "/link_layer"), "Ethernet\n");
+  EXPECT_EQ(slurp(port + "/lid"), "0x0\n");
+  EXPECT_EQ(slurp(port + "/sm_lid"), "0x0\n");
+  EXPECT_EQ(slurp(port + "/lid_mask_count"), "0\n");
+  EXPECT_EQ(slurp(port + "/sm_sl"), "0\n");
+  EXPECT_EQ(slurp(port + "/cap_mask"), "0x00010000\n");
+  for (const char* c : {"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
+    EXPECT_EQ(slurp(port + "/counters/" + c), "0\n") << c;
+  // The interface under device/net/, pointing into the reader's /sys.
+  EXPECT_EQ(fs::read_symlink(ib("urxe0") + "/device/net/lo").string(), "/sys/class/net/lo");
+  // The RDMA CM's ABI, as librdmacm looks for it, and no rdma_cm node (/dev/null would answer its commands).
+  EXPECT_EQ(slurp(paths_.sysfs() + "/class/misc/rdma_cm/abi_version"), "4\n");
+  EXPECT_NE(::lstat((paths_.dev_dir + "/rdma_cm").c_str(), &st), 0);
+
   DeviceConfig back;
   ASSERT_TRUE(read_device_config(ib("urxe0"), back));
   EXPECT_EQ(back.name, "urxe0");
@@ -115,6 +135,7 @@ TEST_F(DeviceTreeTest, SeveralDevicesListAndRemove) {
   EXPECT_GE(list[1].gids.size(), 2u);
 
   ASSERT_EQ(remove_device(paths_, "urxe0", err), 0) << err;
+  EXPECT_TRUE(fs::exists(paths_.sysfs() + "/class/misc/rdma_cm/abi_version"));  // urxe1 still there
   EXPECT_FALSE(fs::exists(ib("urxe0")));
   EXPECT_FALSE(fs::exists(paths_.sysfs() + "/class/infiniband_verbs/uverbs0"));
   struct stat st {};
@@ -128,6 +149,61 @@ TEST_F(DeviceTreeTest, SeveralDevicesListAndRemove) {
   ASSERT_EQ(create_device(paths_, c, err), 0) << err;
   EXPECT_EQ(c.uverbs, 0);
   EXPECT_EQ(remove_device(paths_, "nosuch", err), ENODEV);
+
+  // The last device takes the RDMA CM's ABI file with it.
+  ASSERT_EQ(remove_device(paths_, "urxe1", err), 0) << err;
+  EXPECT_TRUE(fs::exists(paths_.sysfs() + "/class/misc/rdma_cm/abi_version"));
+  ASSERT_EQ(remove_device(paths_, "urxe2", err), 0) << err;
+  EXPECT_FALSE(fs::exists(paths_.sysfs() + "/class/misc/rdma_cm"));
+}
+
+// The port's state follows the interface whenever the tree is refreshed, and a missing interface is DOWN.
+TEST_F(DeviceTreeTest, RefreshFollowsTheInterfaceState) {
+  std::string err;
+  DeviceConfig cfg = dev("urxe0", "lo");
+  ASSERT_EQ(create_device(paths_, cfg, err), 0) << err;
+  NetdevInfo lo;
+  ASSERT_TRUE(query_netdev("lo", lo));
+  const std::string port = ib("urxe0") + "/ports/1";
+  {
+    std::ofstream f(port + "/state", std::ios::trunc);
+    f << (lo.up ? "1: DOWN\n" : "4: ACTIVE\n");  // stale
+  }
+  ASSERT_EQ(refresh_gids(paths_, "urxe0", err), 0) << err;
+  EXPECT_EQ(slurp(port + "/state"), lo.up ? "4: ACTIVE\n" : "1: DOWN\n");
+
+  DeviceConfig gone = cfg;
+  gone.netdev = "no-such-if0";
+  ASSERT_EQ(refresh_port_state(ib("urxe0"), gone, err), 0) << err;
+  EXPECT_EQ(slurp(port + "/state"), "1: DOWN\n");
+  EXPECT_EQ(slurp(port + "/phys_state"), "3: Disabled\n");
+  // Another namespace's device: its interface cannot be seen from here, so nothing is written.
+  DeviceConfig other = cfg;
+  other.netns = "1:1";
+  other.netdev = "lo";
+  ASSERT_EQ(refresh_port_state(ib("urxe0"), other, err), 0) << err;
+  EXPECT_EQ(slurp(port + "/state"), "1: DOWN\n");
+}
+
+// ports/N/rate: the kernel's text for ib_get_eth_speed's width and speed of an ethtool speed.
+TEST(PortFormat, RateTextFromTheEthernetSpeed) {
+  const std::pair<uint32_t, const char*> cases[] = {
+      {0, "2.5 Gb/sec (1X SDR)"},      {1000, "2.5 Gb/sec (1X SDR)"}, {5000, "5 Gb/sec (1X DDR)"},
+      {10000, "10 Gb/sec (1X FDR10)"}, {20000, "20 Gb/sec (4X DDR)"}, {25000, "25 Gb/sec (1X EDR)"},
+      {40000, "40 Gb/sec (4X FDR10)"}, {50000, "50 Gb/sec (1X HDR)"}, {100000, "100 Gb/sec (4X EDR)"},
+      {200000, "200 Gb/sec (4X HDR)"},
+  };
+  for (const auto& [mbps, text] : cases) EXPECT_EQ(port_rate_text(eth_port_speed(mbps)), text) << mbps;
+  // Widths and speeds RoCE never maps to, as the kernel prints them; unknown codes read as 1X SDR.
+  EXPECT_EQ(port_rate_text({.width = 2, .speed = 4}), "40 Gb/sec (4X QDR)");
+  EXPECT_EQ(port_rate_text({.width = 2, .speed = 16}), "56 Gb/sec (4X FDR)");
+  EXPECT_EQ(port_rate_text({.width = 8, .speed = 1}), "30 Gb/sec (12X SDR)");
+  EXPECT_EQ(port_rate_text({.width = 16, .speed = 128}), "200 Gb/sec (2X NDR)");
+  EXPECT_EQ(port_rate_text({.width = 3, .speed = 3}), "2.5 Gb/sec (1X SDR)");
+  EXPECT_EQ(port_state_text(true), "4: ACTIVE");
+  EXPECT_EQ(port_state_text(false), "1: DOWN");
+  EXPECT_EQ(port_phys_state_text(true), "5: LinkUp");
+  EXPECT_EQ(port_phys_state_text(false), "3: Disabled");
 }
 
 TEST_F(DeviceTreeTest, RefusesBadRequests) {

@@ -199,6 +199,30 @@ TEST_F(StatsTest, MirrorRewritesInPlace) {
   EXPECT_EQ(slurp(hw_counters_dir(dev_) + "/sent_pkts"), "7\n");
 }
 
+// ports/1/counters/ as the kernel's PMA group shows it: data in 4-octet words, packets as sent/rcvd_pkts.
+TEST_F(StatsTest, MirrorWritesPortCountersInWords) {
+  CounterSet s;
+  s.add("sent_pkts", 5);
+  s.add("rcvd_pkts", 3);
+  s.add("sent_bytes", 4000);
+  s.add("rcvd_bytes", 803);  // not a multiple of 4: whole words only
+  std::string err;
+  ASSERT_TRUE(mirror_hw_counters(dev_, s, err)) << err;
+  const std::string dir = dev_ + "/ports/1/counters";
+  EXPECT_EQ(slurp(dir + "/port_xmit_data"), "1000\n");
+  EXPECT_EQ(slurp(dir + "/port_rcv_data"), "200\n");
+  EXPECT_EQ(slurp(dir + "/port_xmit_packets"), "5\n");
+  EXPECT_EQ(slurp(dir + "/port_rcv_packets"), "3\n");
+  // Any user's app mirrors into them.
+  EXPECT_EQ(fs::status(dir + "/port_xmit_data").permissions() & fs::perms::others_write,
+            fs::perms::others_write);
+  // The engine's byte counters are urxe's, after rxe's.
+  namespace en = urxe::engine;
+  EXPECT_STREQ(en::counter_name(en::Counter::sent_bytes), "sent_bytes");
+  EXPECT_STREQ(en::counter_name(en::Counter::rcvd_bytes), "rcvd_bytes");
+  EXPECT_FALSE(en::kCounterTable[static_cast<size_t>(en::Counter::sent_bytes)].rxe);
+}
+
 TEST_F(StatsTest, MissingStatsDirIsAnError) {
   DeviceCounters dc;
   std::string err;
