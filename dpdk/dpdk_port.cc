@@ -24,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <map>
 #include <set>
 
 #include "dpdk/port_factory.h"
@@ -39,6 +40,12 @@ std::mutex g_mu;
 bool g_eal_tried = false, g_eal_ok = false;
 std::string g_eal_err;
 std::set<uint16_t> g_ports_in_use;
+// Interfaces with one of our af_packet ports open in this process (by ifindex). DPDK's af_packet PMD puts
+// every socket it opens into the PACKET_FANOUT group (pid ^ ifindex): a second port on the same interface
+// would join the first one's group and the kernel would split the interface's frames between the two, so
+// each would lose about half of its QPs' frames. A second context on the device (librdmacm's next to the
+// app's, as UCX opens them) therefore gets the socket port instead.
+std::map<int, int> g_af_packet_users;
 std::atomic<uint32_t> g_seq{0};
 
 uint64_t read_u64(const char* path) {
@@ -281,6 +288,17 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
       close(fd);
     }
   }
+  if (af_packet) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (g_af_packet_users[p->info_.ifindex] > 0) {
+      if (err)
+        *err = "DPDK af_packet already open on " + cfg.ifname +
+               " in this process (a second one would join its PACKET_FANOUT group and split its frames)";
+      return nullptr;
+    }
+    ++g_af_packet_users[p->info_.ifindex];
+    p->af_packet_ifindex_ = p->info_.ifindex;
+  }
   const std::set<int> packet_fds_before = af_packet ? packet_socket_fds(p->info_.ifindex) : std::set<int>{};
   if (!p->dev_name_.empty()) {
     int r = rte_vdev_init(p->dev_name_.c_str(), vdev_args.c_str());
@@ -400,6 +418,10 @@ DpdkPort::~DpdkPort() {
     if (hotplugged_) rte_vdev_uninit(dev_name_.c_str());
     std::lock_guard<std::mutex> lk(g_mu);
     if (have_port_) g_ports_in_use.erase(port_id_);
+  }
+  if (af_packet_ifindex_ >= 0) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    --g_af_packet_users[af_packet_ifindex_];
   }
   if (pool_) rte_mempool_free(pool_);
 }

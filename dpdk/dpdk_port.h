@@ -83,6 +83,7 @@ class DpdkPort final : public engine::Port {
   uint16_t port_id_ = 0;
   bool started_ = false;
   bool hotplugged_ = false;
+  int af_packet_ifindex_ = -1;  // counted in the process's af_packet users of that interface
   bool have_port_ = false;  // port_id_ names an ethdev this port claimed
   std::string dev_name_;
   rte_mempool* pool_ = nullptr;
