@@ -599,7 +599,7 @@ std::string Daemon::status_text() const {
 }
 
 int Daemon::run() {
-  service_ = cm::CmService::create(*this);
+  service_ = cfg_.make_service ? cfg_.make_service(*this) : cm::CmService::create(*this);
   if (!setup()) return 1;
   last_busy_ns_ = monotonic_ns();
   rescan();
