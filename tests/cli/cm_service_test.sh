@@ -126,6 +126,23 @@ check "route from a given source keeps it" "^resolved device 1 src ::ffff:10.93.
 check "route to a host nobody answers for: pending" "^pending device 1 " "$(route 10.94.0.77 --wait 300)"
 check "route with no route at all: unreachable" "^unreachable " "$(route 10.99.0.1)"
 
+# Devices follow the host: a new address is a new GID at once (rtnetlink), a new device of this namespace
+# is picked up, another namespace's is not.
+gids() { show | sed -n 's/^  urxe0 .* \([0-9][0-9]*\) GIDs.*/\1/p'; }
+g0=$(gids)
+ip addr add 10.93.0.9/24 dev va
+i=0
+while [ $i -lt 30 ] && [ "$(gids)" = "$g0" ]; do sleep 0.1; i=$((i + 1)); done
+check "an address added to va: urxe0 has one GID more" "^$((g0 + 1))\$" "$(gids)"
+out=$("$U" link add urxe1 netdev vc --port socket 2>&1); expect_rc "link add urxe1 netdev vc" 0 $?
+out=$(ip netns exec $peer "$U" link add urxe2 netdev vd --port socket 2>&1)
+expect_rc "link add urxe2 netdev vd in the peer namespace" 0 $?
+i=0
+while [ $i -lt 40 ] && ! show | grep -q "^  urxe1 "; do sleep 0.1; i=$((i + 1)); done
+out=$(show)
+check "  urxe1 is picked up" "^  urxe1  netdev vc ifindex [0-9]+ mtu 1500 up" "$out"
+check_not "  urxe2 (another namespace's) is not" "urxe2" "$out"
+
 kill -TERM "$srv"
 wait "$srv"
 expect_rc "SIGTERM: the service exits" 0 $?
