@@ -126,6 +126,30 @@ check "route from a given source keeps it" "^resolved device 1 src ::ffff:10.93.
 check "route to a host nobody answers for: pending" "^pending device 1 " "$(route 10.94.0.77 --wait 300)"
 check "route with no route at all: unreachable" "^unreachable " "$(route 10.99.0.1)"
 
+# va down for a second: the service must not spin on its packet socket's error, and takes frames again
+# once va is back up.
+cpu() { awk '{print $14 + $15}' "/proc/$srv/stat"; }
+c0=$(cpu)
+ip link set va down
+sleep 1
+c1=$(cpu)
+ip link set va up
+netns_wait_up va && netns_wait_up vb
+check "va down for 1 s: the service stays idle (CPU ticks $c0 -> $c1, fewer than 20)" "^1\$" "$((c1 - c0 < 20))"
+n0=$(count rx_mads)
+/usr/bin/python3 - "$mac" <<'EOF' || bad "injecting a MAD after va came back"
+import struct, sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+from scapy.contrib.roce import BTH
+mad = struct.pack(">BBBBHHQHHI", 1, 7, 2, 3, 0, 0, 0x79, 0x0010, 0, 0) + bytes(232)
+sendp(Ether(dst=sys.argv[1]) / IP(src="10.93.0.2", dst="10.93.0.1", flags="DF") /
+      UDP(sport=0xd872, dport=4791, chksum=0) / BTH(opcode=0x64, dqpn=1, psn=9) /
+      Raw(struct.pack(">II", 0x80010000, 1) + mad), iface="vb", verbose=False)
+EOF
+i=0
+while [ $i -lt 30 ] && [ "$(count rx_mads)" = "$n0" ]; do sleep 0.1; i=$((i + 1)); done
+check "  va up again: a MAD is received" "^$((n0 + 1))\$" "$(count rx_mads)"
+
 # Devices follow the host: a new address is a new GID at once (rtnetlink), a new device of this namespace
 # is picked up, another namespace's is not.
 gids() { show | sed -n 's/^  urxe0 .* \([0-9][0-9]*\) GIDs.*/\1/p'; }
