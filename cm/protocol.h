@@ -41,7 +41,7 @@ struct Hello {
 struct HelloReply {
   uint32_t magic = kProtoMagic;
   uint32_t version = kProtoVersion;
-  int32_t err = 0;             // != 0: refused (the eventfd is not attached)
+  int32_t err = 0;  // != 0: refused (the eventfd is not attached)
   uint32_t reserved = 0;
   uint64_t channel_token = 0;  // random; names this channel in another channel's MIGRATE_ID
 };
@@ -61,7 +61,9 @@ struct Reply {
 };
 
 // Where the service of the namespace `netns` (NetnsId text) listens, etc., under run_dir.
-inline std::string cm_dir(const std::string& run_dir) { return run_dir + "/cm"; }
+inline std::string cm_dir(const std::string& run_dir) {
+  return run_dir + "/cm";
+}
 inline std::string cm_socket_path(const std::string& run_dir, const std::string& netns) {
   return cm_dir(run_dir) + "/" + netns + ".sock";
 }

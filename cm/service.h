@@ -20,21 +20,21 @@ using ChannelId = uint64_t;  // the service's handle of one shim connection (its
 // A urxe device as the CM sees it. index: position in the daemon's list (stable while the device exists).
 struct CmDevice {
   uint32_t index = 0;
-  std::string name;                 // "urxe0"
-  uint64_t node_guid = 0;           // as ibv_get_device_guid returns it (big-endian bytes of the EUI-64)
+  std::string name;        // "urxe0"
+  uint64_t node_guid = 0;  // the EUI-64 as a number; QUERY_ROUTE and the MADs put its bytes in network order
   wire::MacAddr mac{};
   int ifindex = 0;
-  uint32_t mtu = 1500;              // the interface's; the RoCE path MTU follows from it
-  std::vector<wire::Gid> gids;      // the device's GID table (index = sgid_index), as the provider has it
+  uint32_t mtu = 1500;          // the interface's; the RoCE path MTU follows from it
+  std::vector<wire::Gid> gids;  // the device's GID table (index = sgid_index), as the provider has it
   bool up = true;
 };
 
 // What an address lookup found (RTM_GETROUTE + the neighbour table).
 struct RouteResult {
   enum class State : uint8_t { resolved, pending, unreachable, not_urxe } state = State::unreachable;
-  uint32_t device = 0;      // index of the urxe device the route leaves through (resolved/pending)
-  wire::Gid src{};          // source address the kernel picks (IPv4-mapped for IPv4)
-  wire::MacAddr dmac{};     // next hop's MAC (resolved)
+  uint32_t device = 0;   // index of the urxe device the route leaves through (resolved/pending)
+  wire::Gid src{};       // source address the kernel picks (IPv4-mapped for IPv4)
+  wire::MacAddr dmac{};  // next hop's MAC (resolved)
   uint8_t hop_limit = 64;
 };
 
@@ -44,7 +44,7 @@ struct MadIn {
   wire::Gid sgid{}, dgid{};  // IP source (the peer) and destination (us), IPv4-mapped for IPv4
   wire::MacAddr smac{};
   uint8_t traffic_class = 0, hop_limit = 64;
-  uint32_t src_qp = 1;       // DETH source QP
+  uint32_t src_qp = 1;  // DETH source QP
   uint16_t pkey = 0xffff;
   std::span<const uint8_t> mad;
 };
@@ -73,6 +73,9 @@ class CmHost {
   virtual RouteResult lookup_route(const wire::Gid& dst, const wire::Gid& src, int ifindex, bool trigger) = 0;
   // Whether `addr` is an address of this namespace, and on which interface (0 = not local).
   virtual int local_address_ifindex(const wire::Gid& addr) = 0;
+  // Randomness for channel tokens, comm IDs, PSNs and ephemeral ports (unpredictable by default; a test
+  // host may make it a known sequence).
+  virtual uint64_t random_u64();
 };
 
 // Who is on the other end of a channel (SO_PEERCRED): a process may only migrate ids between channels of
@@ -83,8 +86,8 @@ struct ChannelOwner {
 };
 
 struct CommandResult {
-  int err = 0;                   // errno for write(); 0 = success
-  std::vector<uint8_t> out;      // response bytes (at most the header's `out`)
+  int err = 0;               // errno for write(); 0 = success
+  std::vector<uint8_t> out;  // response bytes (at most the header's `out`)
 };
 
 class CmService {
@@ -96,7 +99,8 @@ class CmService {
   virtual ChannelId open_channel(const ChannelOwner& owner) = 0;  // returns a random non-zero token
   virtual void close_channel(ChannelId ch) = 0;  // as the kernel's ucma_close: destroys the channel's ids
   // One write(): `cmd` = header + body as the app wrote it, `extra` as protocol.h says.
-  virtual CommandResult command(ChannelId ch, std::span<const uint8_t> cmd, std::span<const uint8_t> extra) = 0;
+  virtual CommandResult command(ChannelId ch, std::span<const uint8_t> cmd,
+                                std::span<const uint8_t> extra) = 0;
   virtual void on_mad(const MadIn& m) = 0;
   // Earliest time on_timer wants to run (UINT64_MAX: none); on_timer runs everything due.
   virtual uint64_t next_deadline_ns() const = 0;

@@ -22,9 +22,9 @@ inline constexpr uint32_t kUcmaCommandCount = RDMA_USER_CM_CMD_JOIN_MCAST + 1;
 
 struct UcmaCommandInfo {
   const char* name;
-  uint16_t body_size;         // sizeof the command structure (what librdmacm puts in hdr.in)
-  uint16_t resp_size;         // sizeof the response; 0 = none
-  int16_t response_offset;    // offset of the u64 response pointer in the body; -1 = none
+  uint16_t body_size;       // sizeof the command structure (what librdmacm puts in hdr.in)
+  uint16_t resp_size;       // sizeof the response; 0 = none
+  int16_t response_offset;  // offset of the u64 response pointer in the body; -1 = none
 };
 
 // Indexed by command number (RDMA_USER_CM_CMD_*).
@@ -36,7 +36,8 @@ inline constexpr UcmaCommandInfo kUcmaCommands[kUcmaCommandCount] = {
     {"BIND_IP", sizeof(rdma_ucm_bind_ip), 0, -1},
     {"RESOLVE_IP", sizeof(rdma_ucm_resolve_ip), 0, -1},
     {"RESOLVE_ROUTE", sizeof(rdma_ucm_resolve_route), 0, -1},
-    {"QUERY_ROUTE", sizeof(rdma_ucm_query), sizeof(rdma_ucm_query_route_resp), offsetof(rdma_ucm_query, response)},
+    {"QUERY_ROUTE", sizeof(rdma_ucm_query), sizeof(rdma_ucm_query_route_resp),
+     offsetof(rdma_ucm_query, response)},
     {"CONNECT", sizeof(rdma_ucm_connect), 0, -1},
     {"LISTEN", sizeof(rdma_ucm_listen), 0, -1},
     {"ACCEPT", sizeof(rdma_ucm_accept), 0, -1},
@@ -44,7 +45,8 @@ inline constexpr UcmaCommandInfo kUcmaCommands[kUcmaCommandCount] = {
     {"DISCONNECT", sizeof(rdma_ucm_disconnect), 0, -1},
     {"INIT_QP_ATTR", sizeof(rdma_ucm_init_qp_attr), sizeof(ib_uverbs_qp_attr),
      offsetof(rdma_ucm_init_qp_attr, response)},
-    {"GET_EVENT", sizeof(rdma_ucm_get_event), sizeof(rdma_ucm_event_resp), offsetof(rdma_ucm_get_event, response)},
+    {"GET_EVENT", sizeof(rdma_ucm_get_event), sizeof(rdma_ucm_event_resp),
+     offsetof(rdma_ucm_get_event, response)},
     {"GET_OPTION", 0, 0, -1},
     {"SET_OPTION", sizeof(rdma_ucm_set_option), 0, -1},
     {"NOTIFY", sizeof(rdma_ucm_notify), 0, -1},
@@ -52,8 +54,10 @@ inline constexpr UcmaCommandInfo kUcmaCommands[kUcmaCommandCount] = {
      offsetof(rdma_ucm_join_ip_mcast, response)},
     {"LEAVE_MCAST", sizeof(rdma_ucm_destroy_id), sizeof(rdma_ucm_destroy_id_resp),
      offsetof(rdma_ucm_destroy_id, response)},
-    {"MIGRATE_ID", sizeof(rdma_ucm_migrate_id), sizeof(rdma_ucm_migrate_resp), offsetof(rdma_ucm_migrate_id, response)},
-    {"QUERY", sizeof(rdma_ucm_query), 0 /* 280 or more by option: at most `out` */, offsetof(rdma_ucm_query, response)},
+    {"MIGRATE_ID", sizeof(rdma_ucm_migrate_id), sizeof(rdma_ucm_migrate_resp),
+     offsetof(rdma_ucm_migrate_id, response)},
+    {"QUERY", sizeof(rdma_ucm_query), 0 /* 280 or more by option: at most `out` */,
+     offsetof(rdma_ucm_query, response)},
     {"BIND", sizeof(rdma_ucm_bind), 0, -1},
     {"RESOLVE_ADDR", sizeof(rdma_ucm_resolve_addr), 0, -1},
     {"JOIN_MCAST", sizeof(rdma_ucm_join_mcast), sizeof(rdma_ucm_create_id_resp),

@@ -205,6 +205,7 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   cqs = std::vector<std::atomic<Cq*>>(size_t{d.max_cq} + 1);
   srqs = std::vector<std::atomic<Srq*>>(size_t{d.max_srq} + 1);
   qps = std::vector<std::atomic<Qp*>>(d.max_qp);
+  next_qp_index = d.max_qp ? config.qpn_start % d.max_qp : 0;
   qp_list.reserve(d.max_qp);
   tx.reserve(kTxBatch);
   rx.resize(config.rx_burst);

@@ -46,6 +46,10 @@ struct DeviceAttr {
 struct EngineConfig {
   DeviceAttr device;
   uint32_t qpn_base = 0x11;         // first QPN (rxe's first is 0x11); give processes disjoint ranges
+  // QPNs are handed out cyclically from qpn_base + qpn_start (mod max_qp), as rxe's pool does, so a QPN comes
+  // back only after the whole range: a peer's CM may still hold a recently closed QPN and rejects a new
+  // connection that reuses it (REJ "stale connection"). The provider starts each process at random.
+  uint32_t qpn_start = 0;
   uint32_t ack_every_n = 16;        // responder ACKs at least every N packets of a long message (≥ 1)
   uint32_t max_unacked_psns = 128;  // requester's window of unacknowledged PSNs per QP (rxe: 128)
   uint32_t rx_burst = 32;           // frames taken from the port per progress() round

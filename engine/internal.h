@@ -274,6 +274,7 @@ struct EngineImpl {
   std::vector<std::atomic<Cq*>> cqs;
   std::vector<std::atomic<Srq*>> srqs;
   std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
+  uint32_t next_qp_index = 0;          // where the cyclic QPN search starts (EngineConfig::qpn_start)
   std::vector<Qp*> qp_list;           // every live QP, for progress()
   alignas(8) std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> own_counters{};
   uint64_t* counters = own_counters.data();  // or EngineConfig::counter_storage

@@ -169,12 +169,16 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
     idx = init.qpn - config.qpn_base;
     if (qps[idx].load(std::memory_order_relaxed)) return EBUSY;
   } else {
-    for (uint32_t i = 0; i < qps.size(); i++)
+    const auto n = static_cast<uint32_t>(qps.size());
+    for (uint32_t k = 0; k < n; k++) {
+      const uint32_t i = (next_qp_index + k) % n;
       if (!qps[i].load(std::memory_order_relaxed)) {
         idx = i;
         break;
       }
+    }
     if (idx == UINT32_MAX) return ENOMEM;
+    next_qp_index = (idx + 1) % n;
   }
   auto* q = new Qp;
   q->qpn = config.qpn_base + idx;

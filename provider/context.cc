@@ -14,6 +14,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <system_error>
 
 #include "hostnet/gid.h"
@@ -261,6 +262,9 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
           dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
     }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
+    // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
+    // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).
+    ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());
     st->port->set_rx_qpn_range(ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
     {
       const char* names[static_cast<size_t>(en::Counter::num_counters)];

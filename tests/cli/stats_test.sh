@@ -56,9 +56,17 @@ done
 check "live processes on the server's device" "$live" 1
 
 # Frames the server's engine must drop, each counted once: 7 with a bad ICRC, 5 to a QPN in its block with
-# no QP (its first QP is 0x11; 0x211 is unused).
+# no QP (the server's one QP sits at a random place in block 0x11..0x1010: take its neighbour).
 mac=$(ip -n $a -o link show va | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p')
-ip netns exec $b /usr/bin/python3 - "$mac" <<'EOF' || { echo "FAIL: injecting frames"; fail=1; }
+qpn=
+for i in $(seq 50); do  # the provider publishes its QPs within about a second
+  qpn=$(stats "$tmp/runA" --json 2>/dev/null | jq '[.processes[] | select(.alive) | .qps[].qpn][0] // empty')
+  [ -n "$qpn" ] && break
+  sleep 0.1
+done
+[ -n "$qpn" ] || { echo "FAIL: the server's QP is not listed by urxe stats"; fail=1; qpn=17; }
+noqp=$((qpn == 0x1010 ? qpn - 1 : qpn + 1))
+ip netns exec $b /usr/bin/python3 - "$mac" "$noqp" <<'EOF' || { echo "FAIL: injecting frames"; fail=1; }
 import sys
 from scapy.all import Ether, IP, UDP, Raw, sendp
 from scapy.contrib.roce import BTH
@@ -71,7 +79,7 @@ for i in range(7):
     f = bytearray(frame(0x11, i))
     f[-1] ^= 0xff  # ICRC
     frames.append(Ether(bytes(f)))
-frames += [Ether(frame(0x211, i)) for i in range(5)]
+frames += [Ether(frame(int(sys.argv[2]), i)) for i in range(5)]
 sendp(frames, iface="vb", verbose=False)
 EOF
 
