@@ -247,7 +247,7 @@ void Daemon::rescan() {
     prov::sync_gid_table(d.ibdev_path, d.config, table, err);  // EACCES still yields the table
     cm::CmDevice dev;
     dev.name = d.config.name;
-    dev.node_guid = htobe64(hostnet::eui64(nd.mac));
+    dev.node_guid = hostnet::eui64(nd.mac);  // as the provider derives it (the node_guid file)
     dev.mac = nd.mac;
     dev.ifindex = nd.ifindex;
     dev.mtu = d.config.mtu && d.config.mtu < nd.mtu ? d.config.mtu : nd.mtu;
@@ -580,7 +580,7 @@ std::string Daemon::status_text() const {
     for (const wire::Gid& g : s.dev.gids) gids += g != wire::Gid{};
     add("  %s  netdev %s ifindex %d mtu %u %s, %zu GIDs, node_guid %s%s%s\n", s.dev.name.c_str(),
         s.netdev.c_str(), s.dev.ifindex, s.dev.mtu, s.dev.up ? "up" : "down", gids,
-        hostnet::format_guid(be64toh(s.dev.node_guid)).c_str(),
+        hostnet::format_guid(s.dev.node_guid).c_str(),
         s.port ? "" : ", no port: ", s.port ? "" : s.port_error.c_str());
     ++shown;
   }

@@ -86,8 +86,9 @@ frames.append(frame(mad(), opcode=0x04, deth=False))
 frames += [frame(mad(tid=20 + t), qpn=2) for t in range(2)]
 sendp([Ether(f) for f in frames], iface="vb", verbose=False)
 # Sent on va itself to va's MAC, as another process using urxe0 sends (its frames go out through the qdisc
-# layer, so urxe0's packet sockets see them as outgoing frames to their own MAC).
-f = Ether(frame(mad(tid=30)))
+# layer, so urxe0's packet sockets see them as outgoing frames to their own MAC). An RTU of no connection,
+# which the CM drops without an answer (an answer to a REQ would come back to us through the same path).
+f = Ether(frame(mad(attr=0x0014, tid=30)))
 f.src = sys.argv[1]
 sendp(f, iface="va", verbose=False)
 EOF
@@ -100,6 +101,11 @@ check "1 short MAD dropped (rx_drop_length)" "^1\$" "$(count rx_drop_length)"
 check "1 RC SEND to QP1 dropped (rx_drop_opcode; QP 2's frames never reach the service)" "^1\$" \
   "$(count rx_drop_opcode)"
 check "nothing unparsable (rx_drop_parse)" "^0\$" "$(count rx_drop_parse)"
+out=$(show)
+check "the CM counts the 3 REQs received" "^  REQ +0 +3\$" "$out"
+check "  and the RTU" "^  RTU +0 +1\$" "$out"
+check "  answers each REQ (nobody listens) with a REJ" "^  REJ +3 +0\$" "$out"
+check "  sent through the port (tx_frames 3)" "^  tx_frames +3\$" "$out"
 
 # Route lookups, as the service asks them (devices: 0 on va, 1 on vc).
 peer=urxecmpeer$$
