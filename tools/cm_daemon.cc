@@ -135,6 +135,7 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   void rescan();
   void open_port(DeviceSlot& s);
   void poll_port(uint32_t slot);
+  void port_error(uint32_t slot);
   void handle_frame(uint32_t slot, const uint8_t* data, uint32_t len);
   void accept_clients();
   void client_readable(int fd);
@@ -246,7 +247,7 @@ void Daemon::rescan() {
     prov::sync_gid_table(d.ibdev_path, d.config, table, err);  // EACCES still yields the table
     cm::CmDevice dev;
     dev.name = d.config.name;
-    dev.node_guid = hostnet::eui64(nd.mac);
+    dev.node_guid = hostnet::eui64(nd.mac);  // as the provider derives it (the node_guid file)
     dev.mac = nd.mac;
     dev.ifindex = nd.ifindex;
     dev.mtu = d.config.mtu && d.config.mtu < nd.mtu ? d.config.mtu : nd.mtu;
@@ -302,6 +303,18 @@ void Daemon::poll_port(uint32_t slot) {
     if (s.port) s.port->rx_free(bufs, n);
     if (n < kRxBurst || !s.port) return;
   }
+}
+
+// The kernel flags a packet socket ENETDOWN when its interface goes down (it is hooked in again when the
+// interface comes back up). The flag stays set, and the fd in POLLERR, until read: read it so the loop does
+// not spin while the link is down.
+void Daemon::port_error(uint32_t slot) {
+  DeviceSlot& s = slots_[slot];
+  if (!s.port) return;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(s.port->rx_wait_fd(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err)
+    log("%s: port on %s: %s", s.dev.name.c_str(), s.netdev.c_str(), std::strerror(err));
 }
 
 void Daemon::handle_frame(uint32_t slot, const uint8_t* data, uint32_t len) {
@@ -599,7 +612,7 @@ std::string Daemon::status_text() const {
 }
 
 int Daemon::run() {
-  service_ = cm::CmService::create(*this);
+  service_ = cfg_.make_service ? cfg_.make_service(*this) : cm::CmService::create(*this);
   if (!setup()) return 1;
   last_busy_ns_ = monotonic_ns();
   rescan();
@@ -650,6 +663,7 @@ int Daemon::run() {
           if (rescan_) rescan();
           break;
         case Tag::port:
+          if (v < slots_.size() && (evs[i].events & EPOLLERR)) port_error(v);
           if (v < slots_.size()) poll_port(v);
           break;
         case Tag::client:

@@ -5,6 +5,7 @@
 // link/address changes and a one-second tick (new devices, idle exit), and SIGTERM/SIGINT by signalfd.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct CmDaemonConfig {
   std::string netns;          // hostnet::NetnsId text of this namespace
   int listen_fd = -1;         // listening SOCK_SEQPACKET socket (non-blocking), owned by the caller
   uint32_t idle_exit_s = 60;  // exit after this long with no client and no id; 0 = never
+  // The core to run; nullptr = cm::CmService::create. Tests put a scripted one here to drive the loop.
+  std::unique_ptr<cm::CmService> (*make_service)(cm::CmHost& host) = nullptr;
 };
 
 // Runs the service until SIGTERM/SIGINT or the idle timeout. The caller blocks SIGTERM and SIGINT first

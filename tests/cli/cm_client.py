@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 # A client of the CM service's socket (cm/protocol.h), speaking as the provider's shim does, for
 # cm_service_test.sh. Prints one "ok: ..." / "FAIL: ..." line per check; exit status 1 when any failed.
-#   usage: cm_client.py SOCKET URXE
+#   usage: cm_client.py SOCKET URXE [--events]
 #     SOCKET  the service's socket; URXE  the urxe command (`urxe cm show` while a channel is open)
+#     --events  against cm_echo_daemon instead: an event queued by its timer after CREATE_ID makes the
+#               eventfd readable, GET_EVENT takes it and the eventfd is empty again
 import errno
+import select
 import os
 import socket
 import struct
@@ -15,6 +18,7 @@ CREATE_ID, DESTROY_ID, GET_EVENT = 0, 1, 12
 RDMA_PS_TCP, IBV_QPT_RC = 0x0106, 2
 
 sock_path, urxe = sys.argv[1], sys.argv[2]
+events_mode = sys.argv[3:] == ["--events"]
 failed = False
 
 
@@ -72,6 +76,25 @@ if efd >= 0:
     except BlockingIOError:
         check("  with count 0 (no event queued)", True)
     os.set_blocking(efd, True)
+
+
+def readable(fd, timeout):
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+if events_mode:
+    err, out = request(s, CREATE_ID, 4, struct.pack("<QQHB5x", 1, 0xDEAD0000, RDMA_PS_TCP, IBV_QPT_RC))
+    check("CREATE_ID: err 0", err == 0, err)
+    check("  no event at once (the event is due 200 ms later)", not readable(efd, 0))
+    err, out = request(s, GET_EVENT, 336, struct.pack("<Q", 0xDEAD1000))
+    check("  GET_EVENT before it: EAGAIN", err == errno.EAGAIN, err)
+    check("the timer queues it: the eventfd turns readable", readable(efd, 2))
+    err, out = request(s, GET_EVENT, 336, struct.pack("<Q", 0xDEAD1000))
+    check("GET_EVENT takes it: err 0, 336 bytes", err == 0 and len(out) == 336, (err, len(out)))
+    check("  and the eventfd is empty again", not readable(efd, 0.1))
+    err, out = request(s, GET_EVENT, 336, struct.pack("<Q", 0xDEAD1000))
+    check("  GET_EVENT again: EAGAIN", err == errno.EAGAIN, err)
+    sys.exit(1 if failed else 0)
 
 # CREATE_ID (struct rdma_ucm_create_id: uid, response, ps, qp_type, reserved[5]) -> 4-byte id.
 err, out = request(s, CREATE_ID, 4, struct.pack("<QQHB5x", 0x1234, 0xDEAD0000, RDMA_PS_TCP, IBV_QPT_RC))

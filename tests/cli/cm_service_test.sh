@@ -7,14 +7,17 @@
 # the socket listens and exits by itself after --idle-exit.
 # The daemon's route lookups (cm_route_probe, devices on va and vc; vc's peer vd, 10.94.0.2, in a namespace
 # of its own, the gateway to 10.95.0.0/24): local, foreign, routed, unresolvable and unroutable addresses.
-#   usage: cm_service_test.sh URXE CM_ROUTE_PROBE
+# The loop's own paths around a scripted core (cm_echo_daemon): timer -> event -> eventfd, GET_EVENT; each
+# MAD answered from QP1 through the port (captured on vb: rxe's source port, UD SEND_ONLY from QP1 with the
+# GSI Q_Key and a good ICRC), and a device's MAD to itself looping back through its own port.
+#   usage: cm_service_test.sh URXE CM_ROUTE_PROBE CM_ECHO_DAEMON
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
 /usr/bin/python3 -c 'import scapy.contrib.roce' 2>/dev/null ||
   { echo "SKIP: scapy missing for /usr/bin/python3"; exit 77; }
 netns_private -t 100 "$0" "$@"
-U=$1 P=$2
+U=$1 P=$2 E=$3
 here=$(cd "$(dirname "$0")" && pwd)
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH
 . "$(dirname "$0")/../lib/check.sh"
@@ -83,8 +86,9 @@ frames.append(frame(mad(), opcode=0x04, deth=False))
 frames += [frame(mad(tid=20 + t), qpn=2) for t in range(2)]
 sendp([Ether(f) for f in frames], iface="vb", verbose=False)
 # Sent on va itself to va's MAC, as another process using urxe0 sends (its frames go out through the qdisc
-# layer, so urxe0's packet sockets see them as outgoing frames to their own MAC).
-f = Ether(frame(mad(tid=30)))
+# layer, so urxe0's packet sockets see them as outgoing frames to their own MAC). An RTU of no connection,
+# which the CM drops without an answer (an answer to a REQ would come back to us through the same path).
+f = Ether(frame(mad(attr=0x0014, tid=30)))
 f.src = sys.argv[1]
 sendp(f, iface="va", verbose=False)
 EOF
@@ -97,6 +101,11 @@ check "1 short MAD dropped (rx_drop_length)" "^1\$" "$(count rx_drop_length)"
 check "1 RC SEND to QP1 dropped (rx_drop_opcode; QP 2's frames never reach the service)" "^1\$" \
   "$(count rx_drop_opcode)"
 check "nothing unparsable (rx_drop_parse)" "^0\$" "$(count rx_drop_parse)"
+out=$(show)
+check "the CM counts the 3 REQs received" "^  REQ +0 +3\$" "$out"
+check "  and the RTU" "^  RTU +0 +1\$" "$out"
+check "  answers each REQ (nobody listens) with a REJ" "^  REJ +3 +0\$" "$out"
+check "  sent through the port (tx_frames 3)" "^  tx_frames +3\$" "$out"
 
 # Route lookups, as the service asks them (devices: 0 on va, 1 on vc).
 peer=urxecmpeer$$
@@ -123,6 +132,47 @@ check "route from a given source keeps it" "^resolved device 1 src ::ffff:10.93.
 check "route to a host nobody answers for: pending" "^pending device 1 " "$(route 10.94.0.77 --wait 300)"
 check "route with no route at all: unreachable" "^unreachable " "$(route 10.99.0.1)"
 
+# va down for a second: the service must not spin on its packet socket's error, and takes frames again
+# once va is back up.
+cpu() { awk '{print $14 + $15}' "/proc/$srv/stat"; }
+c0=$(cpu)
+ip link set va down
+sleep 1
+c1=$(cpu)
+ip link set va up
+netns_wait_up va && netns_wait_up vb
+check "va down for 1 s: the service stays idle (CPU ticks $c0 -> $c1, fewer than 20)" "^1\$" "$((c1 - c0 < 20))"
+n0=$(count rx_mads)
+/usr/bin/python3 - "$mac" <<'EOF' || bad "injecting a MAD after va came back"
+import struct, sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+from scapy.contrib.roce import BTH
+mad = struct.pack(">BBBBHHQHHI", 1, 7, 2, 3, 0, 0, 0x79, 0x0010, 0, 0) + bytes(232)
+sendp(Ether(dst=sys.argv[1]) / IP(src="10.93.0.2", dst="10.93.0.1", flags="DF") /
+      UDP(sport=0xd872, dport=4791, chksum=0) / BTH(opcode=0x64, dqpn=1, psn=9) /
+      Raw(struct.pack(">II", 0x80010000, 1) + mad), iface="vb", verbose=False)
+EOF
+i=0
+while [ $i -lt 30 ] && [ "$(count rx_mads)" = "$n0" ]; do sleep 0.1; i=$((i + 1)); done
+check "  va up again: a MAD is received" "^$((n0 + 1))\$" "$(count rx_mads)"
+
+# Devices follow the host: a new address is a new GID at once (rtnetlink), a new device of this namespace
+# is picked up, another namespace's is not.
+gids() { show | sed -n 's/^  urxe0 .* \([0-9][0-9]*\) GIDs.*/\1/p'; }
+g0=$(gids)
+ip addr add 10.93.0.9/24 dev va
+i=0
+while [ $i -lt 30 ] && [ "$(gids)" = "$g0" ]; do sleep 0.1; i=$((i + 1)); done
+check "an address added to va: urxe0 has one GID more" "^$((g0 + 1))\$" "$(gids)"
+out=$("$U" link add urxe1 netdev vc --port socket 2>&1); expect_rc "link add urxe1 netdev vc" 0 $?
+out=$(ip netns exec $peer "$U" link add urxe2 netdev vd --port socket 2>&1)
+expect_rc "link add urxe2 netdev vd in the peer namespace" 0 $?
+i=0
+while [ $i -lt 40 ] && ! show | grep -q "^  urxe1 "; do sleep 0.1; i=$((i + 1)); done
+out=$(show)
+check "  urxe1 is picked up" "^  urxe1  netdev vc ifindex [0-9]+ mtu 1500 up" "$out"
+check_not "  urxe2 (another namespace's) is not" "urxe2" "$out"
+
 kill -TERM "$srv"
 wait "$srv"
 expect_rc "SIGTERM: the service exits" 0 $?
@@ -148,6 +198,58 @@ while [ $i -lt 40 ] && [ -n "$bg" ] && kill -0 "$bg" 2>/dev/null; do sleep 0.05;
 [ -n "$bg" ] && ! kill -0 "$bg" 2>/dev/null && ok "  the process is gone" || bad "  process $bg still runs"
 check "  took at least its idle second" "^[1-9]" "$(( $(date +%s) - t0 ))"
 check "  and logged to $ns.log" "listening .*idle for 1 s: exiting" "$(tr '\n' ' ' <"$dir/$ns.log")"
+
+# --- the loop around a scripted core
+"$E" 2>"$URXE_RUN_DIR/echo.log" &
+srv=$!
+i=0
+while [ $i -lt 100 ] && [ ! -S "$sock" ]; do sleep 0.05; i=$((i + 1)); done
+[ -S "$sock" ] && ok "cm_echo_daemon listens" || bad "cm_echo_daemon: no socket"
+/usr/bin/python3 "$here/cm_client.py" "$sock" "$U" --events || fail=1
+cap=$URXE_RUN_DIR/echo.pcap
+/usr/bin/python3 - "$mac" "$cap" <<'EOF' || bad "MAD echo through the port"
+import struct, sys, time
+from scapy.all import AsyncSniffer, Ether, IP, UDP, Raw, sendp, wrpcap
+from scapy.contrib.roce import BTH
+mac, cap = sys.argv[1], sys.argv[2]
+mad = struct.pack(">BBBBHHQHHI", 1, 7, 2, 3, 0, 0, 0x77, 0x0013, 0, 0) + bytes(232)  # a REP
+sn = AsyncSniffer(iface="vb", lfilter=lambda p: p.haslayer(Ether) and p[Ether].src == mac)
+sn.start()
+time.sleep(0.3)
+sendp(Ether(dst=mac) / IP(src="10.93.0.2", dst="10.93.0.1", flags="DF", tos=0x68) /
+      UDP(sport=0xd872, dport=4791, chksum=0) / BTH(opcode=0x64, dqpn=1, psn=3) /
+      Raw(struct.pack(">II", 0x80010000, 1) + mad), iface="vb", verbose=False)
+time.sleep(1)
+got = sn.stop()
+wrpcap(cap, got)
+print("captured %d frame(s) from va" % len(got))
+sys.exit(0 if len(got) == 1 else 1)
+EOF
+b=$(tshark -r "$cap" -T fields -E separator=' ' -e udp.srcport -e ip.dsfield -e infiniband.bth.opcode \
+  -e infiniband.bth.destqp -e infiniband.deth.q_key -e infiniband.deth.srcqp -e ip.src -e ip.dst 2>/dev/null)
+check "the answer on the wire: UDP source 55410, TOS 0x68, UD SEND_ONLY to QP1, GSI Q_Key, from QP1" \
+  "^55410 0x68 100 0x0*1 0x0*80010000 0x0*1 10\.93\.0\.1 10\.93\.0\.2\$" "$b"
+out=$("$U" pcap decode --strict "$cap" 2>&1); expect_rc "  its ICRC is good (urxe pcap decode --strict)" 0 $?
+check "  the scripted core counted the REP received and sent" "^  REP +1 +1\$" "$(show)"
+# urxe0 to itself: sent on va to va's MAC, answered through the LoopbackSender, received once more.
+/usr/bin/python3 - "$mac" <<'EOF' || bad "MAD to itself"
+import struct, sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+from scapy.contrib.roce import BTH
+mad = struct.pack(">BBBBHHQHHI", 1, 7, 2, 3, 0, 0, 0x78, 0x0014, 0, 0) + bytes(232)  # an RTU
+sendp(Ether(src=sys.argv[1], dst=sys.argv[1]) / IP(src="10.93.0.1", dst="10.93.0.1", flags="DF") /
+      UDP(sport=0xd872, dport=4791, chksum=0) / BTH(opcode=0x64, dqpn=1, psn=4) /
+      Raw(struct.pack(">II", 0x80010000, 1) + mad), iface="va", verbose=False)
+EOF
+i=0
+while [ $i -lt 30 ] && ! show | grep -qE "^  RTU +1 +2\$"; do sleep 0.1; i=$((i + 1)); done
+check "a MAD to itself: answered and the answer received (RTU sent 1, received 2)" "^  RTU +1 +2\$" "$(show)"
+check "  both answers sent through the port (tx_frames 2)" "^  tx_frames +2\$" "$(show)"
+check "  none dropped (tx_dropped 0)" "^  tx_dropped +0\$" "$(show)"
+kill -TERM "$srv"
+wait "$srv"
+expect_rc "cm_echo_daemon exits on SIGTERM" 0 $?
+srv=
 
 [ $fail = 0 ] && echo "cm_service_test: all checks passed"
 exit $fail
