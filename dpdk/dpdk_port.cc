@@ -23,8 +23,8 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "dpdk/port_factory.h"
@@ -38,6 +38,10 @@ namespace {
 
 std::mutex g_mu;
 bool g_eal_tried = false, g_eal_ok = false;
+// The process that started EAL. DPDK does not survive fork(): a child (pyverbs and other test drivers fork
+// workers after opening a device) sees EAL's memory and device list but cannot use them, so it gets the
+// socket port instead, and never tears down the parent's DPDK objects.
+pid_t g_eal_pid = 0;
 std::string g_eal_err;
 std::set<uint16_t> g_ports_in_use;
 // Interfaces with one of our af_packet ports open in this process (by ifindex). DPDK's af_packet PMD puts
@@ -176,6 +180,12 @@ std::vector<std::string> eal_default_args(uint32_t mem_mb) {
 
 bool eal_init_once(const std::vector<std::string>& extra, uint32_t mem_mb, std::string* err) {
   std::lock_guard<std::mutex> lk(g_mu);
+  if (g_eal_tried && g_eal_ok && getpid() != g_eal_pid) {
+    if (err)
+      *err = "DPDK's EAL belongs to the parent process (pid " + std::to_string(g_eal_pid) +
+             "); not usable after fork()";
+    return false;
+  }
   if (g_eal_tried) {
     if (!g_eal_ok && err) *err = g_eal_err;
     if (g_eal_ok && !extra.empty())
@@ -198,6 +208,7 @@ bool eal_init_once(const std::vector<std::string>& extra, uint32_t mem_mb, std::
     return false;
   }
   g_eal_ok = true;
+  g_eal_pid = getpid();
   return true;
 }
 
@@ -411,6 +422,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
 
 DpdkPort::~DpdkPort() {
   if (wait_fd_ >= 0 && wait_is_socket_) close(wait_fd_);
+  if (getpid() != g_eal_pid) return;  // a fork()ed child: the DPDK objects are the parent's
   while (stash_pos_ < stash_n_) rte_pktmbuf_free(stash_[stash_pos_++]);
   if (started_) rte_eth_dev_stop(port_id_);
   if (g_eal_ok && !dev_name_.empty()) {
