@@ -19,6 +19,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "provider/log.h"
 
@@ -162,6 +163,23 @@ std::string file_safe(const std::string& s) {
 
 std::atomic<uint32_t> g_contexts{0};
 
+class CapturePort;
+// The captures of this process, so that exit() can flush them (stop_writer).
+class LiveCaptures {
+ public:
+  void add(CapturePort* c);
+  void remove(CapturePort* c);
+  void flush_all();
+
+ private:
+  std::mutex mu_;
+  std::vector<CapturePort*> live_;
+};
+LiveCaptures& live_captures() {
+  static LiveCaptures* l = new LiveCaptures;  // never destroyed: exit handlers may still use it
+  return *l;
+}
+
 class CapturePort final : public en::Port {
  public:
   CapturePort(en::Port& inner, CaptureConfig cfg, const DeviceConfig& dev)
@@ -200,21 +218,29 @@ class CapturePort final : public en::Port {
       pthread_setname_np(pthread_self(), "urxe-pcap");
       writer_loop();
     });
+    live_captures().add(this);
     return true;
   }
 
   ~CapturePort() override {
-    {
-      std::lock_guard g(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    if (writer_.joinable()) writer_.join();
+    live_captures().remove(this);
+    stop_writer();
     if (fd_ >= 0) ::close(fd_);
     if (not_captured_)
       log_printf(en::LogLevel::warn, device_,
                  "capture: %llu frames were not written to %s* (the writer fell behind or the disk failed)",
                  static_cast<unsigned long long>(not_captured_), prefix_.c_str());
+  }
+
+  // Writes what is buffered and ends the writer. Also run at exit(): librdmacm applications (and many
+  // others) never close their devices, and their last frames would otherwise be lost with the process.
+  void stop_writer() {
+    {
+      std::lock_guard g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
   }
 
   const en::PortAttr& attr() const override { return inner_.attr(); }
@@ -453,6 +479,21 @@ uint64_t env_u64(const char* name, uint64_t fallback) {
     return fallback;
   }
   return n;
+}
+
+void LiveCaptures::add(CapturePort* c) {
+  std::lock_guard g(mu_);
+  live_.push_back(c);
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit([] { live_captures().flush_all(); }); });
+}
+void LiveCaptures::remove(CapturePort* c) {
+  std::lock_guard g(mu_);
+  live_.erase(std::remove(live_.begin(), live_.end(), c), live_.end());
+}
+void LiveCaptures::flush_all() {
+  std::lock_guard g(mu_);
+  for (CapturePort* c : live_) c->stop_writer();
 }
 
 }  // namespace

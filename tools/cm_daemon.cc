@@ -28,6 +28,7 @@
 #include "hostnet/interface.h"
 #include "hostnet/monitor.h"
 #include "hostnet/neighbour.h"
+#include "provider/capture_port.h"
 #include "provider/device_tree.h"
 #include "wire/mad.h"
 #include "wire/packet.h"
@@ -90,7 +91,12 @@ struct DeviceSlot {
   cm::CmDevice dev;
   std::string netdev;
   bool present = false;
+  prov::DeviceConfig config;
   std::unique_ptr<dpdk::SocketPort> port;
+  // The device's live capture (urxe link add --pcap, $URXE_PCAP) around the port, as every process of the
+  // device has one: the CM MADs land in the same directory as the apps' frames. nullptr when off.
+  std::unique_ptr<engine::Port> capture;
+  engine::Port& io() { return capture ? *capture : *port; }
   std::string port_error;
   uint32_t psn = 0;  // of the next MAD sent from QP1
 };
@@ -211,6 +217,7 @@ bool Daemon::setup() {
 }
 
 void Daemon::open_port(DeviceSlot& s) {
+  s.capture.reset();
   s.port.reset();
   dpdk::SocketPortConfig pc;
   pc.ifname = s.netdev;
@@ -229,6 +236,7 @@ void Daemon::open_port(DeviceSlot& s) {
     return;
   }
   s.port_error.clear();
+  s.capture = prov::open_capture(*s.port, s.config);
   add_fd(s.port->rx_wait_fd(), tag(Tag::port, s.dev.index));
 }
 
@@ -272,6 +280,7 @@ void Daemon::rescan() {
       log("device %s on %s (ifindex %d)", dev.name.c_str(), d.config.netdev.c_str(), dev.ifindex);
     s.dev = std::move(dev);
     s.netdev = d.config.netdev;
+    s.config = d.config;
     s.present = true;
     if (reopen) open_port(s);
   }
@@ -280,6 +289,7 @@ void Daemon::rescan() {
     if (seen[i] || !s.present) continue;
     log("device %s gone", s.dev.name.c_str());
     s.present = false;
+    s.capture.reset();
     s.port.reset();
     s.port_error.clear();
     s.dev.up = false;
@@ -298,9 +308,9 @@ void Daemon::poll_port(uint32_t slot) {
   if (!s.port) return;
   engine::PacketBuf bufs[kRxBurst];
   for (;;) {
-    const uint32_t n = s.port->rx_burst(bufs, kRxBurst);
+    const uint32_t n = s.io().rx_burst(bufs, kRxBurst);
     for (uint32_t i = 0; i < n; ++i) handle_frame(slot, bufs[i].data, bufs[i].len);
-    if (s.port) s.port->rx_free(bufs, n);
+    if (s.port) s.io().rx_free(bufs, n);
     if (n < kRxBurst || !s.port) return;
   }
 }
@@ -350,14 +360,14 @@ void Daemon::send_mad(const cm::MadOut& m) {
   }
   DeviceSlot& s = slots_[m.device];
   engine::PacketBuf b;
-  if (!s.port->tx_alloc(kQp1FrameMax, b)) {
+  if (!s.io().tx_alloc(kQp1FrameMax, b)) {
     ++tx_.dropped;
     return;
   }
   // A frame to our own MAC (the peer is on this device) goes through the port's LoopbackSender.
   b.len = build_qp1_frame(m, s.dev.mac, s.psn, ip_id_++, wire::MutByteSpan(b.data, kQp1FrameMax));
-  if (b.len == 0 || s.port->tx_burst(&b, 1) != 1) {
-    s.port->tx_free(b);
+  if (b.len == 0 || s.io().tx_burst(&b, 1) != 1) {
+    s.io().tx_free(b);
     ++tx_.dropped;
     return;
   }
