@@ -306,6 +306,10 @@ class Service final : public CmService {
   void send_rej(const Id& id, wire::CmRejReason reason, uint8_t msg_rejected, std::span<const uint8_t> pd);
 
   void send_dreq(Id& id);
+  void send_rtu(const Id& id);
+  static rdma_ucm_event_resp conn_param(uint32_t qpn, uint8_t responder_resources, uint8_t initiator_depth,
+                                        bool flow_control, uint8_t retry_count, uint8_t rnr_retry_count,
+                                        bool srq, std::span<const uint8_t> private_data);
 
   void send_drep(const MadIn& m, uint32_t local_comm_id, uint32_t remote_comm_id, uint64_t tid);
 

@@ -274,11 +274,7 @@ CommandResult Service::accept(const rdma_ucm_accept& c) {
   if (!id) return {EINVAL, {}};
   if (id->state == State::rep_rcvd) {
     // The active side's ACCEPT (librdmacm after moving its QP to RTS, or rdma_establish): RTU.
-    wire::CmRtu rtu;
-    rtu.local_comm_id = id->local_comm_id;
-    rtu.remote_comm_id = id->remote_comm_id;
-    MadOut o = address(*id);
-    send(o, rtu, id->tid);
+    send_rtu(*id);
     id->state = State::established;
     id->deadline = UINT64_MAX;
     return {};
