@@ -248,17 +248,10 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   kid.dmac = m.smac;
   kid.hop_limit = req.primary.hop_limit ? req.primary.hop_limit : 64;
   Id& k = ids_[kid.handle] = kid;
-  rdma_ucm_event_resp p{};
-  p.param.conn.qp_num = req.local_qpn;
-  p.param.conn.responder_resources = req.responder_resources;
-  p.param.conn.initiator_depth = req.initiator_depth;
-  p.param.conn.flow_control = req.end_to_end_flow_control;
-  p.param.conn.retry_count = req.retry_count;
-  p.param.conn.rnr_retry_count = req.rnr_retry_count;
-  p.param.conn.srq = req.srq;
-  p.param.conn.private_data_len = static_cast<uint8_t>(req.private_data.size() - wire::kIpCmHeaderSize);
-  std::memcpy(p.param.conn.private_data, req.private_data.data() + wire::kIpCmHeaderSize,
-              p.param.conn.private_data_len);
+  const rdma_ucm_event_resp p =
+      conn_param(req.local_qpn, req.responder_resources, req.initiator_depth, req.end_to_end_flow_control,
+                 req.retry_count, req.rnr_retry_count, req.srq,
+                 std::span(req.private_data).subspan(wire::kIpCmHeaderSize));
   queue_event(k, UcmaEvent::connect_request, 0, lis, &p);
 }
 
@@ -268,11 +261,7 @@ void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmRep& re
   if (id->state == State::established && id->remote_comm_id == rep.local_comm_id) {
     // Our RTU was lost: send it again (cm_dup_rep_handler).
     ++counters_.duplicates;
-    wire::CmRtu rtu;
-    rtu.local_comm_id = id->local_comm_id;
-    rtu.remote_comm_id = id->remote_comm_id;
-    MadOut o = address(*id);
-    send(o, rtu, id->tid);
+    send_rtu(*id);
     return;
   }
   if (id->state == State::rep_rcvd) {
@@ -289,15 +278,9 @@ void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmRep& re
   id->rnr_retry_count = rep.rnr_retry_count;
   id->state = State::rep_rcvd;
   id->deadline = UINT64_MAX;
-  rdma_ucm_event_resp p{};
-  p.param.conn.qp_num = rep.local_qpn;
-  p.param.conn.responder_resources = rep.responder_resources;
-  p.param.conn.initiator_depth = rep.initiator_depth;
-  p.param.conn.flow_control = rep.end_to_end_flow_control;
-  p.param.conn.rnr_retry_count = rep.rnr_retry_count;
-  p.param.conn.srq = rep.srq;
-  p.param.conn.private_data_len = static_cast<uint8_t>(rep.private_data.size());
-  std::memcpy(p.param.conn.private_data, rep.private_data.data(), rep.private_data.size());
+  const rdma_ucm_event_resp p =
+      conn_param(rep.local_qpn, rep.responder_resources, rep.initiator_depth, rep.end_to_end_flow_control, 0,
+                 rep.rnr_retry_count, rep.srq, rep.private_data);
   queue_event(*id, UcmaEvent::connect_response, 0, nullptr, &p);
 }
 
@@ -460,6 +443,32 @@ void Service::send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t
   std::copy_n(pd.begin(), std::min(pd.size(), rep.private_data.size()), rep.private_data.begin());
   MadOut o = address(id);
   send(o, rep, id.tid);
+}
+
+void Service::send_rtu(const Id& id) {
+  wire::CmRtu rtu;
+  rtu.local_comm_id = id.local_comm_id;
+  rtu.remote_comm_id = id.remote_comm_id;
+  MadOut o = address(id);
+  send(o, rtu, id.tid);
+}
+
+// The conn part of a CONNECT_REQUEST or CONNECT_RESPONSE event, from the REQ's or REP's fields.
+rdma_ucm_event_resp Service::conn_param(uint32_t qpn, uint8_t responder_resources, uint8_t initiator_depth,
+                                        bool flow_control, uint8_t retry_count, uint8_t rnr_retry_count,
+                                        bool srq, std::span<const uint8_t> private_data) {
+  rdma_ucm_event_resp p{};
+  auto& c = p.param.conn;
+  c.qp_num = qpn;
+  c.responder_resources = responder_resources;
+  c.initiator_depth = initiator_depth;
+  c.flow_control = flow_control;
+  c.retry_count = retry_count;
+  c.rnr_retry_count = rnr_retry_count;
+  c.srq = srq;
+  c.private_data_len = static_cast<uint8_t>(std::min(private_data.size(), sizeof c.private_data));
+  std::memcpy(c.private_data, private_data.data(), c.private_data_len);
+  return p;
 }
 
 }  // namespace urxe::cm::detail

@@ -68,15 +68,11 @@ struct Addr {
   bool is_v4() const { return family == AF_INET; }
 };
 
-inline wire::Gid v4_mapped(const uint8_t* a4) {
-  wire::Gid g{};
-  g[10] = g[11] = 0xff;
-  std::memcpy(&g[12], a4, 4);
-  return g;
-}
-inline bool is_v4_mapped(const wire::Gid& g) {
-  static constexpr uint8_t p[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(g.data(), p, 12) == 0;
+// An IPv4 address (4 bytes in network order) as the ::ffff:a.b.c.d GID the core keeps addresses in.
+inline wire::Gid v4_gid(const void* a4) {
+  std::array<uint8_t, 4> a;
+  std::memcpy(a.data(), a4, 4);
+  return wire::gid_from_ipv4(a);
 }
 
 inline bool read_sockaddr(const void* p, size_t len, Addr& out) {
@@ -88,7 +84,7 @@ inline bool read_sockaddr(const void* p, size_t len, Addr& out) {
     sockaddr_in s;
     std::memcpy(&s, p, sizeof s);
     out.family = AF_INET;
-    out.ip = v4_mapped(reinterpret_cast<const uint8_t*>(&s.sin_addr));
+    out.ip = v4_gid(&s.sin_addr);
     out.port = ntohs(s.sin_port);
     return true;
   }
@@ -99,7 +95,8 @@ inline bool read_sockaddr(const void* p, size_t len, Addr& out) {
     std::memcpy(out.ip.data(), &s.sin6_addr, 16);
     out.port = ntohs(s.sin6_port);
     out.scope_id = s.sin6_scope_id;
-    if (is_v4_mapped(out.ip)) out.family = AF_INET6;  // a v4-mapped IPv6 socket address stays AF_INET6
+    if (wire::gid_is_ipv4_mapped(out.ip))
+      out.family = AF_INET6;  // a v4-mapped IPv6 socket address stays AF_INET6
     return true;
   }
   if (fam == AF_UNSPEC) return true;
@@ -306,6 +303,10 @@ class Service final : public CmService {
   void send_rej(const Id& id, wire::CmRejReason reason, uint8_t msg_rejected, std::span<const uint8_t> pd);
 
   void send_dreq(Id& id);
+  void send_rtu(const Id& id);
+  static rdma_ucm_event_resp conn_param(uint32_t qpn, uint8_t responder_resources, uint8_t initiator_depth,
+                                        bool flow_control, uint8_t retry_count, uint8_t rnr_retry_count,
+                                        bool srq, std::span<const uint8_t> private_data);
 
   void send_drep(const MadIn& m, uint32_t local_comm_id, uint32_t remote_comm_id, uint64_t tid);
 

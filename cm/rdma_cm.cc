@@ -75,7 +75,7 @@ CommandResult Service::resolve_ip(const rdma_ucm_resolve_ip& c) {
     if (src.family == 0) {
       src = {};
       src.family = dst.family;
-      if (dst.family == AF_INET) src.ip = v4_mapped(reinterpret_cast<const uint8_t*>("\0\0\0\0"));
+      if (dst.family == AF_INET) src.ip = v4_gid("\0\0\0\0");
     }
     src.scope_id = src.scope_id ? src.scope_id : dst.scope_id;
     if (const int err = bind(*id, src)) return {err, {}};
@@ -113,7 +113,8 @@ void Service::poll_address(Id& id, bool first) {
     const uint16_t port = id.src.port;
     id.src.ip = r.src;
     id.src.port = port;
-    if (id.src.family == AF_INET6 && is_v4_mapped(r.src) && id.dst.family == AF_INET) id.src.family = AF_INET;
+    if (id.src.family == AF_INET6 && wire::gid_is_ipv4_mapped(r.src) && id.dst.family == AF_INET)
+      id.src.family = AF_INET;
   }
   id.dmac = r.dmac;
   id.hop_limit = r.hop_limit ? r.hop_limit : 64;
@@ -185,7 +186,7 @@ CommandResult Service::listen(const rdma_ucm_listen& c) {
   if (!id->bound) {
     Addr any;
     any.family = AF_INET;
-    any.ip = v4_mapped(reinterpret_cast<const uint8_t*>("\0\0\0\0"));
+    any.ip = v4_gid("\0\0\0\0");
     if (const int err = bind(*id, any)) return {err, {}};
   }
   for (const auto& [h, o] : ids_)
@@ -274,11 +275,7 @@ CommandResult Service::accept(const rdma_ucm_accept& c) {
   if (!id) return {EINVAL, {}};
   if (id->state == State::rep_rcvd) {
     // The active side's ACCEPT (librdmacm after moving its QP to RTS, or rdma_establish): RTU.
-    wire::CmRtu rtu;
-    rtu.local_comm_id = id->local_comm_id;
-    rtu.remote_comm_id = id->remote_comm_id;
-    MadOut o = address(*id);
-    send(o, rtu, id->tid);
+    send_rtu(*id);
     id->state = State::established;
     id->deadline = UINT64_MAX;
     return {};

@@ -13,16 +13,16 @@
 
 #include "cm/service.h"
 #include "cm/ucma_abi.h"
+#include "hostnet/gid.h"
 #include "wire/mad.h"
 
 namespace {
 
 using namespace urxe;
 
-wire::Gid v4(const char* s) {
+wire::Gid v4(const char* s) {  // "10.0.0.1" as its IPv4-mapped GID
   wire::Gid g{};
-  g[10] = g[11] = 0xff;
-  inet_pton(AF_INET, s, &g[12]);
+  hostnet::gid_from_string(s, g);
   return g;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hostnet/gid.h"
 #include "wire/mad.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -22,10 +23,9 @@ namespace {
 using namespace urxe;
 using Script = std::vector<uint8_t>;
 
-wire::Gid v4(const char* s) {
+wire::Gid v4(const char* s) {  // "10.0.0.1" as its IPv4-mapped GID
   wire::Gid g{};
-  g[10] = g[11] = 0xff;
-  inet_pton(AF_INET, s, &g[12]);
+  hostnet::gid_from_string(s, g);
   return g;
 }
 
