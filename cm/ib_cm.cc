@@ -21,9 +21,15 @@ void Service::send(MadOut& o, const wire::CmMessage& msg, uint64_t tid) {
   mad.header.transaction_id = tid;
   mad.msg = msg;
   wire::build_cm_mad(o.mad, mad);
-  const uint16_t attr = wire::cm_attr_id(msg);
-  if (attr >= 0x10 && attr < 0x20) ++counters_.tx[attr - 0x10];
+  bump(o.device, &Counters::tx, wire::cm_attr_id(msg));
   host_.send_mad(o);
+}
+
+// The kept MAD again; counted as sent and as a retry (cm_send_handler counts both).
+void Service::resend(const Id& id) {
+  bump(id.last.device, &Counters::tx, attr_of(id.last));
+  bump(id.last.device, &Counters::tx_retries, attr_of(id.last));
+  host_.send_mad(id.last);
 }
 
 // Sends and keeps the MAD for retransmission every `timeout_ns`, `retries` times.
@@ -92,8 +98,7 @@ void Service::expire(Id& id, uint64_t now) {
     case State::sidr_req_sent:
       if (id.retries_left > 0) {
         --id.retries_left;
-        ++counters_.retries;
-        host_.send_mad(id.last);
+        resend(id);
         id.deadline = now + cm_timeout_ns(kCmResponseTimeout);
         return;
       }
@@ -105,8 +110,7 @@ void Service::expire(Id& id, uint64_t now) {
     case State::dreq_sent:
       if (id.retries_left > 0) {
         --id.retries_left;
-        ++counters_.retries;
-        host_.send_mad(id.last);
+        resend(id);
         const uint64_t t = id.state == State::req_sent
                                ? 2 * cm_timeout_ns(kPacketLifeTime) + cm_timeout_ns(id.peer_response_timeout)
                                : cm_timeout_ns(id.peer_response_timeout);
@@ -149,7 +153,7 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   for (auto& [h, id] : ids_) {
     if (id.remote_comm_id == req.local_comm_id && id.remote_ca_guid == req.local_ca_guid &&
         id.listener != h && id.state != State::closed && id.state != State::listen) {
-      ++counters_.duplicates;
+      bump(m.device, &Counters::rx_duplicates, 0x10);
       if (id.state == State::req_rcvd) {
         wire::CmMra mra;
         mra.local_comm_id = id.local_comm_id;
@@ -159,8 +163,7 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
         MadOut o = reply_address(m);
         send(o, mra, hdr.transaction_id);
       } else if (id.state == State::rep_sent) {
-        ++counters_.retries;
-        host_.send_mad(id.last);
+        resend(id);
       }
       return;
     }
@@ -255,17 +258,17 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   queue_event(k, UcmaEvent::connect_request, 0, lis, &p);
 }
 
-void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmRep& rep) {
+void Service::handle(const MadIn& m, const wire::MadHeader&, const wire::CmRep& rep) {
   Id* id = by_local_comm_id(rep.remote_comm_id);
   if (!id) return;
   if (id->state == State::established && id->remote_comm_id == rep.local_comm_id) {
     // Our RTU was lost: send it again (cm_dup_rep_handler).
-    ++counters_.duplicates;
+    bump(m.device, &Counters::rx_duplicates, 0x13);
     send_rtu(*id);
     return;
   }
   if (id->state == State::rep_rcvd) {
-    ++counters_.duplicates;
+    bump(m.device, &Counters::rx_duplicates, 0x13);
     return;
   }
   if (id->state != State::req_sent) return;
@@ -336,7 +339,7 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmD
       return;
     case State::timewait:
     case State::closed:
-      ++counters_.duplicates;
+      bump(m.device, &Counters::rx_duplicates, 0x15);
       send_drep(m, id->local_comm_id, id->remote_comm_id, hdr.transaction_id);
       return;
     default:
@@ -356,7 +359,7 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmS
   for (auto& [h, id] : ids_)
     if (id.state == State::req_rcvd && is_ud(id) && id.remote_comm_id == sreq.request_id &&
         id.dgid == m.sgid) {
-      ++counters_.duplicates;
+      bump(m.device, &Counters::rx_duplicates, 0x17);
       return;
     }
   auto answer_status = [&](uint8_t status) {

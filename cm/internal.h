@@ -196,7 +196,10 @@ class Service final : public CmService {
  public:
   explicit Service(CmHost& host) : host_(host) {}
 
-  void set_devices(std::vector<CmDevice> devices) override { devices_ = std::move(devices); }
+  void set_devices(std::vector<CmDevice> devices) override {
+    devices_ = std::move(devices);
+    if (per_device_.size() < devices_.size()) per_device_.resize(devices_.size());
+  }
 
   ChannelId open_channel(const ChannelOwner& owner) override;
 
@@ -211,6 +214,16 @@ class Service final : public CmService {
   void on_timer() override;
 
   const Counters& counters() const override { return counters_; }
+  Counters device_counters(uint32_t device) const override {
+    return device < per_device_.size() ? per_device_[device] : Counters{};
+  }
+  // One more in the total and in `device`'s counters, at attribute `attr` (0x10..0x1f) of counter `which`.
+  void bump(uint32_t device, uint64_t (Counters::*which)[16], uint16_t attr) {
+    if (attr < 0x10 || attr >= 0x20) return;
+    ++(counters_.*which)[attr - 0x10];
+    if (device < per_device_.size()) ++(per_device_[device].*which)[attr - 0x10];
+  }
+  static uint16_t attr_of(const MadOut& m) { return static_cast<uint16_t>(m.mad[16] << 8 | m.mad[17]); }
 
   std::vector<std::string> describe_ids() const override;
 
@@ -304,6 +317,7 @@ class Service final : public CmService {
 
   void send_dreq(Id& id);
   void send_rtu(const Id& id);
+  void resend(const Id& id);
   static rdma_ucm_event_resp conn_param(uint32_t qpn, uint8_t responder_resources, uint8_t initiator_depth,
                                         bool flow_control, uint8_t retry_count, uint8_t rnr_retry_count,
                                         bool srq, std::span<const uint8_t> private_data);
@@ -365,6 +379,7 @@ class Service final : public CmService {
   uint32_t next_handle_ = 1;
   uint32_t next_tid_hi_ = 1;
   Counters counters_;
+  std::vector<Counters> per_device_;  // by CmDevice::index
   // The command being handled.
   ChannelId ch_ = 0;
   uint32_t out_limit_ = 0;

@@ -106,12 +106,16 @@ class CmService {
   virtual uint64_t next_deadline_ns() const = 0;
   virtual void on_timer() = 0;
 
+  // As the kernel counts per port (ports/N/cm_tx_msgs/, cm_rx_msgs/, cm_tx_retries/, cm_rx_duplicates/),
+  // by CM attribute id - 0x10 (REQ .. APR).
   struct Counters {
-    uint64_t tx[16] = {}, rx[16] = {};  // by CM attribute id - 0x10 (REQ .. APR)
-    uint64_t rx_dropped = 0;            // malformed or unusable MADs
-    uint64_t retries = 0, duplicates = 0;
+    uint64_t tx[16] = {}, rx[16] = {}, tx_retries[16] = {}, rx_duplicates[16] = {};
+    uint64_t rx_dropped = 0;  // malformed or unusable MADs
+    uint64_t retries() const;
+    uint64_t duplicates() const;
   };
-  virtual const Counters& counters() const = 0;
+  virtual const Counters& counters() const = 0;  // every device
+  virtual Counters device_counters(uint32_t device) const = 0;
   // One line per live id, for `urxe cm show` ("rdma resource show cm_id").
   virtual std::vector<std::string> describe_ids() const = 0;
 };

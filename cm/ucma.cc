@@ -80,10 +80,10 @@ void Service::on_mad(const MadIn& m) {
   if (m.device >= devices_.size() || wire::parse_cm_mad(m.mad, mad) != wire::MadError::ok ||
       mad.header.method != wire::kMadMethodSend) {
     ++counters_.rx_dropped;
+    if (m.device < per_device_.size()) ++per_device_[m.device].rx_dropped;
     return;
   }
-  const uint16_t attr = mad.header.attribute_id;
-  if (attr >= 0x10 && attr < 0x20) ++counters_.rx[attr - 0x10];
+  bump(m.device, &Counters::rx, mad.header.attribute_id);
   std::visit([&](const auto& msg) { handle(m, mad.header, msg); }, mad.msg);
 }
 
@@ -308,6 +308,18 @@ void Service::queue_event(const Id& id, UcmaEvent ev, int32_t status, const Id* 
 }  // namespace urxe::cm::detail
 
 namespace urxe::cm {
+
+uint64_t CmService::Counters::retries() const {
+  uint64_t n = 0;
+  for (uint64_t v : tx_retries) n += v;
+  return n;
+}
+
+uint64_t CmService::Counters::duplicates() const {
+  uint64_t n = 0;
+  for (uint64_t v : rx_duplicates) n += v;
+  return n;
+}
 
 uint64_t CmHost::random_u64() {
   thread_local std::mt19937_64 rng{std::random_device{}()};

@@ -383,7 +383,12 @@ TEST(CmService, LostReqIsRetransmittedOnTheKernelsTimer) {
   EXPECT_FALSE(c.server.get_event(e));  // not before 2 * 256 + 4096 ms
   c.net.run(1'000'000'000);
   c.server.expect_event(0, UcmaEvent::connect_request);
-  EXPECT_EQ(c.net.nodes[0].svc->counters().retries, 1u);
+  EXPECT_EQ(c.net.nodes[0].svc->counters().retries(), 1u);
+  // Counted as the kernel counts per port: the retry is also a REQ sent.
+  const auto k = c.net.nodes[0].svc->device_counters(0);
+  EXPECT_EQ(k.tx_retries[0], 1u);
+  EXPECT_EQ(k.tx[0], 2u);
+  EXPECT_EQ(c.net.nodes[1].svc->device_counters(0).rx[0], 1u);  // the first one was lost
   EXPECT_GE(c.net.now - t0, 4'608'000'000u);
 }
 
@@ -413,7 +418,8 @@ TEST(CmService, UnansweredReqEndsUnreachableAfterRetries) {
   rdma_ucm_event_resp e{};
   c.client.expect_event(c.cid, UcmaEvent::unreachable, &e);
   EXPECT_EQ(int32_t(e.status), -ETIMEDOUT);
-  EXPECT_EQ(c.net.nodes[0].svc->counters().retries, 15u);
+  EXPECT_EQ(c.net.nodes[0].svc->counters().retries(), 15u);
+  EXPECT_EQ(c.net.nodes[0].svc->device_counters(0).tx[0], 16u);
 }
 
 TEST(CmService, LostRtuIsRecoveredByRepRetransmission) {
@@ -433,7 +439,8 @@ TEST(CmService, LostRtuIsRecoveredByRepRetransmission) {
   ASSERT_EQ(c.client.accept(c.cid, 0, 0), 0);
   c.net.run(5'000'000'000);  // REP again after 4096 ms, answered by a fresh RTU
   c.server.expect_event(c.sid, UcmaEvent::established);
-  EXPECT_EQ(c.net.nodes[0].svc->counters().duplicates, 1u);
+  EXPECT_EQ(c.net.nodes[0].svc->counters().duplicates(), 1u);
+  EXPECT_EQ(c.net.nodes[0].svc->device_counters(0).rx_duplicates[0x13 - 0x10], 1u);  // a REP
 }
 
 TEST(CmService, RejectSendsConsumerRejectWithPrivateData) {
