@@ -17,6 +17,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "engine/engine.h"
@@ -341,6 +342,29 @@ std::vector<std::pair<std::string, uint64_t>> port_counters(const CounterSet& c)
           {"port_rcv_data", c.get("rcvd_bytes") / 4},
           {"port_xmit_packets", c.get("sent_pkts")},
           {"port_rcv_packets", c.get("rcvd_pkts")}};
+}
+
+bool write_cm_counters(const std::string& ibdev_path, const CmCounterTable& t, std::string& err) {
+  for (size_t g = 0; g < t.size(); ++g) {
+    const std::string dir = ibdev_path + "/ports/1/" + kCmCounterGroups[g];
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      err = dir + ": " + std::strerror(errno);
+      return false;
+    }
+    for (size_t m = 0; m < t[g].size(); ++m)
+      if (!write_shared_file(dir + "/" + kCmCounterMessages[m], std::to_string(t[g][m]) + "\n", err))
+        return false;
+  }
+  return true;
+}
+
+bool read_cm_counters(const std::string& ibdev_path, CmCounterTable& t) {
+  for (size_t g = 0; g < t.size(); ++g)
+    for (size_t m = 0; m < t[g].size(); ++m) {
+      std::ifstream f(ibdev_path + "/ports/1/" + kCmCounterGroups[g] + "/" + kCmCounterMessages[m]);
+      if (!(f >> t[g][m])) return false;
+    }
+  return true;
 }
 
 bool init_device_stats(const std::string& ibdev_path, const std::string& netdev, std::string& err) {

@@ -15,6 +15,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -69,6 +70,19 @@ std::string hw_counters_dir(const std::string& ibdev_path);  // <ibdev_path>/por
 // ports/1/hw_counters/ with rxe's names at 0 and `lifespan`, and notes the interface's carrier_down_count
 // now (urxe.stats/carrier: "NETDEV COUNT"), from which link_downed counts. Called by create_device.
 bool init_device_stats(const std::string& ibdev_path, const std::string& netdev, std::string& err);
+
+// The CM service's counters of a device, where the kernel shows them for a port:
+// ports/1/<group>/<message>, groups cm_tx_msgs, cm_rx_msgs, cm_tx_retries, cm_rx_duplicates, messages req ..
+// apr (index = CM attribute ID - 0x10). Written by `urxe cm` (tools/cm_daemon.cc), read by `urxe stats`.
+inline constexpr const char* kCmCounterGroups[] = {"cm_tx_msgs", "cm_rx_msgs", "cm_tx_retries",
+                                                   "cm_rx_duplicates"};
+inline constexpr const char* kCmCounterMessages[] = {"req",  "mra",      "rej",      "rep", "rtu", "dreq",
+                                                     "drep", "sidr_req", "sidr_rep", "lap", "apr"};
+using CmCounterTable =
+    std::array<std::array<uint64_t, std::size(kCmCounterMessages)>, std::size(kCmCounterGroups)>;
+bool write_cm_counters(const std::string& ibdev_path, const CmCounterTable& t, std::string& err);
+// False when the device has none (no CM service has run for it).
+bool read_cm_counters(const std::string& ibdev_path, CmCounterTable& t);
 
 // Reads the device's counters. fold_dead: fold the files of dead processes into the total (needs write
 // access to urxe.stats; silently skipped without it). Returns false (err set) when urxe.stats is missing.

@@ -30,6 +30,7 @@
 #include "hostnet/neighbour.h"
 #include "provider/capture_port.h"
 #include "provider/device_tree.h"
+#include "provider/stats.h"
 #include "wire/mad.h"
 #include "wire/packet.h"
 
@@ -99,6 +100,9 @@ struct DeviceSlot {
   engine::Port& io() { return capture ? *capture : *port; }
   std::string port_error;
   uint32_t psn = 0;  // of the next MAD sent from QP1
+  std::string ibdev_path;
+  prov::CmCounterTable mirrored{};  // what ports/1/cm_* last showed
+  bool mirror_failed = false, mirror_done = false;
 };
 
 struct Client {
@@ -141,6 +145,7 @@ class Daemon final : public cm::CmHost, public hostnet::MonitorSink {
   void rescan();
   void open_port(DeviceSlot& s);
   void poll_port(uint32_t slot);
+  void mirror_counters();
   void port_error(uint32_t slot);
   void handle_frame(uint32_t slot, const uint8_t* data, uint32_t len);
   void accept_clients();
@@ -281,6 +286,7 @@ void Daemon::rescan() {
     s.dev = std::move(dev);
     s.netdev = d.config.netdev;
     s.config = d.config;
+    s.ibdev_path = d.ibdev_path;
     s.present = true;
     if (reopen) open_port(s);
   }
@@ -301,6 +307,32 @@ void Daemon::rescan() {
   std::vector<cm::CmDevice> devs;
   for (const DeviceSlot& s : slots_) devs.push_back(s.dev);
   service_->set_devices(std::move(devs));
+}
+
+// Each device's CM counters into its tree, where the kernel has them (ports/1/cm_tx_msgs/ ...), once a second
+// when they changed: `urxe stats` and sysfs readers see them.
+void Daemon::mirror_counters() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    DeviceSlot& s = slots_[i];
+    if (!s.present || s.ibdev_path.empty()) continue;
+    const cm::CmService::Counters k = service_->device_counters(static_cast<uint32_t>(i));
+    prov::CmCounterTable t{};
+    for (size_t m = 0; m < t[0].size(); ++m) {
+      t[0][m] = k.tx[m];
+      t[1][m] = k.rx[m];
+      t[2][m] = k.tx_retries[m];
+      t[3][m] = k.rx_duplicates[m];
+    }
+    if (s.mirror_done && t == s.mirrored) continue;
+    std::string err;
+    if (prov::write_cm_counters(s.ibdev_path, t, err)) {
+      s.mirrored = t;
+      s.mirror_done = true;
+    } else if (!s.mirror_failed) {
+      log("%s: cannot write its CM counters: %s", s.dev.name.c_str(), err.c_str());
+      s.mirror_failed = true;
+    }
+  }
 }
 
 void Daemon::poll_port(uint32_t slot) {
@@ -607,8 +639,8 @@ std::string Daemon::status_text() const {
     add("  %-16s %llu\n", name, static_cast<unsigned long long>(v));
   };
   o += "counters:\n";
-  counter("retries", k.retries);
-  counter("duplicates", k.duplicates);
+  counter("retries", k.retries());
+  counter("duplicates", k.duplicates());
   counter("rx_mads", rx_mads_);
   counter("rx_dropped", k.rx_dropped);
   counter("rx_drop_parse", drops_.parse);
@@ -663,6 +695,7 @@ int Daemon::run() {
           if (read(tick_, &ticks, sizeof ticks) < 0) { /* as above */
           }
           rescan();
+          mirror_counters();
           if (idle_expired()) {
             log("idle for %u s: exiting", cfg_.idle_exit_s);
             stop_ = true;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <ctime>
@@ -96,11 +97,21 @@ void json_counters(JsonWriter& w, std::string_view key, const prov::CounterSet& 
   w.end_object();
 }
 
-void print_json(const std::string& dev, const prov::DeviceCounters& dc, double elapsed) {
+void print_json(const std::string& dev, const prov::DeviceCounters& dc, const prov::CmCounterTable* cm,
+                double elapsed) {
   JsonWriter w;
   w.begin_object().str("device", dev);
   if (elapsed > 0) w.num("interval_ms", static_cast<uint64_t>(elapsed * 1000 + 0.5));
   json_counters(w, "counters", dc.total);
+  if (cm) {  // the CM service's MADs, in the kernel's per-port groups
+    w.begin_object("cm");
+    for (size_t g = 0; g < cm->size(); ++g) {
+      w.begin_object(prov::kCmCounterGroups[g]);
+      for (size_t m = 0; m < (*cm)[g].size(); ++m) w.num(prov::kCmCounterMessages[m], (*cm)[g][m]);
+      w.end_object();
+    }
+    w.end_object();
+  }
   w.begin_array("processes");
   for (const prov::ProcessCounters& p : dc.processes) {
     w.begin_object()
@@ -120,6 +131,18 @@ void print_json(const std::string& dev, const prov::DeviceCounters& dc, double e
   }
   w.end_array().end_object();
   std::printf("%s\n", w.text().c_str());
+}
+
+void print_cm(const prov::CmCounterTable& cm) {
+  std::printf("  CM MADs (urxe cm)           sent   received    retries duplicates\n");
+  for (size_t m = 0; m < cm[0].size(); ++m) {
+    if (!cm[0][m] && !cm[1][m] && !cm[2][m] && !cm[3][m]) continue;
+    std::string name = prov::kCmCounterMessages[m];
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::printf("    %-18s %11llu %10llu %10llu %10llu\n", name.c_str(),
+                static_cast<unsigned long long>(cm[0][m]), static_cast<unsigned long long>(cm[1][m]),
+                static_cast<unsigned long long>(cm[2][m]), static_cast<unsigned long long>(cm[3][m]));
+  }
 }
 
 void print_text(const std::string& dev, const prov::DeviceCounters& dc, const prov::CounterSet* prev,
@@ -247,10 +270,14 @@ int stats_main(Args args) {
         continue;
       }
       prov::mirror_hw_counters(d.ibdev_path, dc.total, err);  // best effort: may be read-only for us
-      if (o.json)
-        print_json(d.config.name, dc, elapsed);
-      else
+      prov::CmCounterTable cm{};
+      const bool have_cm = prov::read_cm_counters(d.ibdev_path, cm);
+      if (o.json) {
+        print_json(d.config.name, dc, have_cm ? &cm : nullptr, elapsed);
+      } else {
         print_text(d.config.name, dc, round ? &prev[d.config.name] : nullptr, elapsed, o.processes);
+        if (have_cm) print_cm(cm);
+      }
       prev[d.config.name] = dc.total;
     }
     std::fflush(stdout);

@@ -92,6 +92,7 @@ class EchoService final : public cm::CmService {
     }
   }
   const Counters& counters() const override { return counters_; }
+  Counters device_counters(uint32_t) const override { return counters_; }
   std::vector<std::string> describe_ids() const override { return {}; }
 
  private:
