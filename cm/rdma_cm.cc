@@ -84,6 +84,21 @@ CommandResult Service::resolve_ip(const rdma_ucm_resolve_ip& c) {
   id->dst = dst;
   id->state = State::addr_query;
   id->addr_deadline = host_.now_ns() + uint64_t{c.timeout_ms ? c.timeout_ms : 2000} * 1'000'000;
+  const bool multicast = dst.is_v4() ? (dst.ip[12] & 0xf0) == 0xe0 : dst.ip[0] == 0xff;
+  if (multicast) {
+    // A group address resolves to the bound device (or the only one), as the kernel resolves it; the join
+    // that follows is then refused with EOPNOTSUPP, which says what is missing (urxe has no multicast).
+    const int dev = id->device >= 0 ? id->device : devices_.size() == 1 ? 0 : -1;
+    if (dev < 0) {
+      id->state = State::idle;
+      queue_event(*id, UcmaEvent::addr_error, -ENODEV);
+      return {};
+    }
+    id->device = dev;
+    id->state = State::addr_resolved;
+    queue_event(*id, UcmaEvent::addr_resolved, 0);
+    return {};
+  }
   poll_address(*id, true);
   return {};
 }

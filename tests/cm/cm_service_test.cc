@@ -699,3 +699,23 @@ TEST(CmService, ReqFromALiveRemoteQpnIsStale) {
 
 }  // namespace
 }  // namespace urxe::cm
+
+namespace urxe::cm {
+namespace {
+
+TEST(CmService, MulticastResolvesThenTheJoinIsRefused) {
+  Net net;
+  App a(net.nodes[0]);
+  const uint32_t id = a.create_id(1, RDMA_PS_UDP, 4);
+  ASSERT_EQ(a.bind(id, "10.0.0.1", 0), 0);
+  ASSERT_EQ(a.resolve_ip(id, "239.1.1.1", 0), 0);
+  a.expect_event(id,
+                 UcmaEvent::addr_resolved);  // as the kernel resolves a group address (mckey's first step)
+  rdma_ucm_join_ip_mcast j{};
+  j.id = id;
+  j.addr = App::sin("239.1.1.1", 0);
+  EXPECT_EQ(a.cmd(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4).err, EOPNOTSUPP);  // urxe has no multicast
+}
+
+}  // namespace
+}  // namespace urxe::cm
