@@ -63,16 +63,19 @@ def wait_urxe_listen(proc, port, timeout=30):
 def wait_urxe_cm_listen(proc, timeout=30):
     """A librdmacm server has no TCP port to wait for: it is ready once `urxe cm show` (the CM service of
     its run directory and namespace) lists an id in state LISTEN."""
-    env = dict(os.environ, URXE_RUN_DIR=proc.run_dir)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.proc.poll() is not None:
             return False
-        r = sh(["ip", "netns", "exec", URXE_NS, urxe_bin(), "cm", "show"], timeout=10, env=env)
-        if re.search(r"state LISTEN", r.stdout):
+        if re.search(r"state LISTEN", urxe_cm_show(proc).stdout):
             return True
         time.sleep(0.2)
     return False
+
+
+def urxe_cm_show(proc):
+    return sh(["ip", "netns", "exec", URXE_NS, urxe_bin(), "cm", "show"], timeout=10,
+              env=dict(os.environ, URXE_RUN_DIR=proc.run_dir))
 
 
 def wait_rxe_cm_listen():
@@ -86,7 +89,14 @@ def wait_rxe_cm_listen():
 def stop_urxe_cm(proc):
     """Stops the CM service the urxe side started (it outlives the app by its idle time and would keep
     answering on QP1 of uxv0 for a run directory that the next case no longer uses): by the PID in its pid
-    file, after checking that PID is a `urxe cm`."""
+    file, after checking that PID is a `urxe cm`. First it may finish what the app left it: a disconnect whose
+    DREQ or DREP was lost is retransmitted (after ~4.1 s) by the service, not by the app, which has ended."""
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        r = urxe_cm_show(proc)
+        if r.returncode != 0 or re.search(r"^ids: 0$", r.stdout, re.M):
+            break
+        time.sleep(0.2)
     cm_dir = os.path.join(proc.run_dir, "cm")
     for f in os.listdir(cm_dir) if os.path.isdir(cm_dir) else []:
         if not f.endswith(".pid"):
@@ -185,6 +195,34 @@ def check_cm_mads(decode_path, case, problems, notes):
             problems.append(f"{dreps} DREPs for {n} connections")
 
 
+# u32 on the guest's ingress: UDP to 4791 whose BTH (at IP + 28: an IPv4 header without options) has
+# destination QP 1, i.e. every CM MAD from urxe
+CM_BLOCK_FILTER = ("protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff "
+                   "match u32 0x00000001 0x00ffffff at 32 action drop")
+
+
+def cm_block(secs):
+    """Drops the CM MADs from urxe for the first secs seconds (the REQ of a urxe client, the REP of a urxe
+    server), so the connection is made by a retransmission; the filter's statistics go to /tmp/cmblock.log."""
+    # /sbin/tc by its path: a detached busybox sh runs its own applet "tc" first, which has no filters
+    r = peer_exec(f"tc qdisc del dev eth0 ingress 2>/dev/null; rm -f /tmp/cmblock.log; "
+                  "tc qdisc add dev eth0 handle ffff: ingress && "
+                  f"tc filter add dev eth0 parent ffff: {CM_BLOCK_FILTER} && "
+                  f"echo 'sleep {secs}; /sbin/tc -s filter show dev eth0 parent ffff:; "
+                  "/sbin/tc qdisc del dev eth0 ingress' > /tmp/cmblock.sh && "
+                  "bgrun /tmp/cmblock.log sh /tmp/cmblock.sh",
+                  timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError("cm_block: " + r.stdout)
+
+
+def cm_block_dropped():
+    r = peer_exec("i=0; while [ $i -lt 100 ] && ! grep -q pkt /tmp/cmblock.log 2>/dev/null; do sleep 0.1; "
+                  "i=$((i+1)); done; cat /tmp/cmblock.log", timeout=30)
+    m = re.search(r"gact action drop.*?Sent \d+ bytes (\d+) pkt", r.stdout, re.S)
+    return int(m.group(1)) if m else -1
+
+
 def netem_on(spec):
     cmds = (f"tc qdisc replace dev eth0 root netem {spec} && "
             "ip link add ifb0 type ifb 2>/dev/null; ip link set ifb0 up && "
@@ -246,6 +284,8 @@ def run_case(case, st):
             elif not rdmacm and not wait_urxe_listen(urxe, OOB_PORT):
                 problems.append("the urxe server did not listen on TCP 18515")
             else:
+                if case.get("cm_block"):
+                    cm_block(case["cm_block"])
                 t_client = time.monotonic()
                 if rdmacm:  # the guest's shell runs the client (or the loop of clients)
                     peer_cmd = f"timeout -s KILL {case['timeout']} sh -c {shlex.quote(peer_cmd)}"
@@ -274,6 +314,8 @@ def run_case(case, st):
             else:
                 peer_exec(f"i=0; while [ $i -lt 100 ] && ! netstat -ltn | grep -q ':{OOB_PORT} '; do sleep 0.1; "
                           "i=$((i+1)); done", timeout=30)
+            if case.get("cm_block"):
+                cm_block(case["cm_block"])
             t_client = time.monotonic()
             urxe = UrxeProc(urxe_cmd, urxe_addr, os.path.join(d, "urxe.log"), d)
             urxe_rc = urxe.wait(case["timeout"])
@@ -320,6 +362,11 @@ def run_case(case, st):
     if dropped != 0:
         notes.append(f"tcpdump dropped {dropped} frames (not checked)")
     stats = check_capture(os.path.join(d, "capture.pcap"), case, problems)
+    if case.get("cm_block"):
+        n = cm_block_dropped()
+        notes.append(f"CM MADs from urxe dropped in the first {case['cm_block']} s: {n}")
+        if n < 1:
+            problems.append("no CM MAD from urxe was dropped: no retransmission was needed")
     relisten_race = False
     if rdmacm:
         relisten_race = check_cm_mads(os.path.join(d, "capture.pcap.decode.jsonl"), case, problems, notes)

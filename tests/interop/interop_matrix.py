@@ -162,6 +162,12 @@ def cm_cases():
     # a lost REQ, REP, RTU, DREQ or DREP is retransmitted after ~4.6 s; rxe's RC retransmit timer is ~2 s
     m += rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 10 -V -v", "-c -a {addr} -C 10 -V -v", r"ping data",
                 name="rping_c10", netem=CM_NETEM, timeout=150, count=10)
+    # every CM MAD from urxe dropped for the first 2 s: a urxe client's REQ is lost (retransmitted after
+    # ~4.6 s), a urxe server's REP (retransmitted after ~4.1 s, or sent again for rxe's retransmitted REQ)
+    for c in rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 2 -V -v", "-c -a {addr} -C 2 -V -v", r"ping data",
+                    name="rping_cm_mad_lost", timeout=60, count=2):
+        c["cm_block"] = 2
+        m.append(c)
     # 20 connections one after the other against one persistent server (-P): every one gets a new comm ID and
     # QPN (the kernel rejects a REQ from a QPN it still has connected, REJ 10). The server is killed at the
     # end, so its buffered output is lost: the client's 20 lines and the capture tell.
