@@ -54,6 +54,25 @@ def rdma_check(group, size, chunk, mtu=1500, path_mtu=1024, fam="v4", netem=None
     return out
 
 
+def rdmacm(group, tool, server_args, client_args, ok_pattern, name=None, netem=None, timeout=60, cm=None,
+           server_pattern=None, reconnects=0, count=1, client_tool=None):
+    """An unmodified librdmacm program (rdmacm-utils, perftest -R): no out-of-band TCP port, the connection
+    is made by CM MADs on QP1. {addr} in the client's arguments becomes the server's IPv4 address; tool is the
+    server's program, client_tool the client's if another. cm: the CM messages the capture must hold ("REQ" =
+    from the client, "REP" = from the server, "DREQ"/"DREP" = from either side, the DREP from the side that
+    did not send a DREQ). count: how often ok_pattern must match (rping's "ping data" lines). reconnects: the
+    client runs that many times in a loop against one server."""
+    out = []
+    for role in ("server", "client"):
+        n = (name or tool) + ("_lossy" if netem else "") + f"_urxe_{role}"
+        out.append({"name": n, "group": group, "tool": tool, "kind": "rdmacm", "args": client_args,
+                    "server_args": server_args, "urxe_role": role, "mtu": 1500, "fam": "v4", "netem": netem,
+                    "timeout": timeout, "ok_pattern": ok_pattern, "server_pattern": server_pattern,
+                    "cm": cm or ("REQ", "REP", "RTU", "DREQ", "DREP"), "reconnects": reconnects,
+                    "ok_count": count, "client_tool": client_tool or tool})
+    return out
+
+
 # netem for the lossy runs: applied in the guest on egress (rxe -> urxe) and, through ifb0, on ingress
 # (urxe -> rxe). reorder needs a delay to reorder against; the queue limit is raised from netem's 1000 so
 # that its drops are the random 2%, not tail drops of a queue that fills while the TCG guest is slow.
@@ -109,10 +128,55 @@ def matrix():
     m += perftest("lossy", "ib_read_bw", "-n 100 -s 65536", netem=LOSSY)
     m += perftest("lossy", "ib_send_bw", "-n 100 -s 65536", netem=LOSSY)
     m += rdma_check("lossy", 1 << 20, 65536, netem=LOSSY)
-    return m + fixture_cases()
+    return m + cm_cases() + fixture_cases()
 
 
-GROUPS = ("pingpong", "perftest", "datacheck", "mtu4096", "ipv6", "lossy", "fixtures")
+# netem of the lossy CM runs: more loss than LOSSY, since an rping of 10 iterations has only some 200 frames and
+# at 2% would often lose none (the run must show drops); a lost MAD costs a retransmission after ~4.6 s.
+CM_NETEM = "limit 20000 delay 1ms reorder 10% 50% duplicate 1% loss 5%"
+
+
+def cm_cases():
+    """Group cm: the RDMA CM (REQ/REP/RTU, DREQ/DREP, SIDR) between urxe's CM service and the kernel's."""
+    m = []
+    # rping: -V verifies the data, -v prints each iteration ("ping data"), on both sides
+    m += rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 20 -V -S 4096 -v", "-c -a {addr} -C 20 -V -S 4096 -v",
+                r"ping data", name="rping_c20_s4096",
+                count=20)
+    # the largest rping buffer; without -v (64 KiB a line)
+    m += rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 5 -V -S 65535", "-c -a {addr} -C 5 -V -S 65535", r"^",
+                name="rping_c5_s65535")
+    # two connections at once, each with SENDs both ways
+    m += rdmacm("cm", "ucmatose", "-c 2", "-s {addr} -c 2", r"test complete", name="ucmatose_c2")
+    # UD: address and QPN by SIDR_REQ/SIDR_REP, no connection
+    m += rdmacm("cm", "udaddy", "", "-s {addr}", r"test complete", cm=("SIDR_REQ", "SIDR_REP"))
+    # librdmacm's own examples (rdma_getaddrinfo, rdma_create_ep, rdma_get_request)
+    m += rdmacm("cm", "rdma_server", "", "-s {addr}", r"rdma_client: end 0", name="rdma_server_client",
+                client_tool="rdma_client",
+                server_pattern=r"rdma_server: end 0")
+    m += rdmacm("cm", "ib_write_bw", "-R -F -n 50 -s 65536", "-R -F -n 50 -s 65536 {addr}", r"#bytes",
+                name="ib_write_bw_R_n50_s65536", timeout=90)
+    # in the READ latency test only the client prints the table
+    m += rdmacm("cm", "ib_read_lat", "-R -F -n 50", "-R -F -n 50 {addr}", r"#bytes", name="ib_read_lat_R_n50",
+                server_pattern=r"remote address", timeout=90)
+    # a lost REQ, REP, RTU, DREQ or DREP is retransmitted after ~4.6 s; rxe's RC retransmit timer is ~2 s
+    m += rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 10 -V -v", "-c -a {addr} -C 10 -V -v", r"ping data",
+                name="rping_c10", netem=CM_NETEM, timeout=150, count=10)
+    # every CM MAD from urxe dropped for the first 2 s: a urxe client's REQ is lost (retransmitted after
+    # ~4.6 s), a urxe server's REP (retransmitted after ~4.1 s, or sent again for rxe's retransmitted REQ)
+    for c in rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 2 -V -v", "-c -a {addr} -C 2 -V -v", r"ping data",
+                    name="rping_cm_mad_lost", timeout=60, count=2):
+        c["cm_block"] = 2
+        m.append(c)
+    # 20 connections one after the other against one persistent server (-P): every one gets a new comm ID and
+    # QPN (the kernel rejects a REQ from a QPN it still has connected, REJ 10). The server is killed at the
+    # end, so its buffered output is lost: the client's 20 lines and the capture tell.
+    m += rdmacm("cm", "rping", "-s -P -a 0.0.0.0 -C 1 -v", "-c -a {addr} -C 1 -v", r"ping data",
+                name="rping_reconnect20", reconnects=20, server_pattern=r"^", timeout=150, count=20)
+    return m
+
+
+GROUPS = ("pingpong", "perftest", "datacheck", "mtu4096", "ipv6", "lossy", "cm", "fixtures")
 
 
 def cmd_list():

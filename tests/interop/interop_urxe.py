@@ -12,6 +12,9 @@ from interop_common import HERE, URXE_IF, URXE_NS, sh, urxe_bin
 from interop_peer import sysfs_gid_to_addr
 
 
+RUN_BASE = "/tmp/urxe-interop-run"
+
+
 def urxe_side_bin():
     """The command that provides `link`, `env` and `run` (urxe; URXE_INTEROP_URXE overrides it, e.g. with
     another build's urxe)."""
@@ -76,7 +79,10 @@ class UrxeProc:
 
     def __init__(self, cmd, gid_addr, logpath, case_dir):
         self.logf = open(logpath, "w")
-        run_dir = os.path.join(case_dir, "urxe-run")  # a fresh device tree for every run
+        # a fresh device tree for every run. Not under case_dir: the CM service's unix socket lies in it
+        # (RUN_DIR/cm/<netns>.sock), and a socket path has at most 107 bytes, which a build tree's results
+        # directory and a case name exceed.
+        run_dir = self.run_dir = os.path.join(RUN_BASE, os.path.basename(case_dir))
         shutil.rmtree(run_dir, ignore_errors=True)
         env = dict(os.environ, URXE_RUN_DIR=run_dir)
         full = ["ip", "netns", "exec", URXE_NS, "unshare", "--mount", "--propagation", "private",
