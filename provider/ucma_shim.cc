@@ -72,7 +72,8 @@ const std::string& provider_so_path() {
 void log_unreachable_once(const std::string& why) {
   static std::atomic<bool> logged{false};
   if (logged.exchange(true)) return;
-  urxe::provider::log_printf(LogLevel::info, "", "rdma_cm: %s", why.c_str());
+  // warn: the application is about to fail with ENODEV from librdmacm, which says nothing of why.
+  urxe::provider::log_printf(LogLevel::warn, "", "rdma_cm: %s", why.c_str());
 }
 
 uint64_t now_ms() {
@@ -214,7 +215,11 @@ int ucma_open(int flags) {
       return -1;
     }
   } else if (s < 0) {
-    log_unreachable_once("cannot reach the CM service at " + path + ": " + std::strerror(errno));
+    log_unreachable_once(
+        errno == ENAMETOOLONG
+            ? "the CM service's socket path " + path + " is longer than a unix socket allows (" +
+                  std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes): use a shorter URXE_RUN_DIR"
+            : "cannot reach the CM service at " + path + ": " + std::strerror(errno));
     errno = ENODEV;
     return -1;
   }
