@@ -58,8 +58,14 @@ for pair in "$@"; do
   # shellcheck disable=SC2086
   netns_urxe_side_in "$tmp/run_a" $a va "$tmp/server" "$urxe" "$so" "" $srv_cmd &
   srv=$!
-  # No TCP port to watch: RDMA CM listens inside the service. A server is up well within a second.
-  sleep 1
+  # No TCP port to watch: RDMA CM listens inside the service, which `urxe cm show` asks (a fixed sleep lost
+  # the race on a loaded machine: the client's REQ met no listener, REJ 8). At most 10 s.
+  i=0
+  while [ $i -lt 100 ] && kill -0 $srv 2>/dev/null; do
+    ip netns exec $a env URXE_RUN_DIR="$tmp/run_a" "$urxe" cm show 2>/dev/null | grep -q "state LISTEN" && break
+    sleep 0.1
+    i=$((i + 1))
+  done
   # shellcheck disable=SC2086
   netns_urxe_side_in "$crun" $cns $cif "$tmp/client" "$urxe" "$so" "" $cpriv $cli_cmd
   crc=$?
