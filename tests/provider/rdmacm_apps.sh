@@ -79,7 +79,7 @@ for pair in "$@"; do
   wait $srv
   src=$?
   [ $src -eq 0 ] && [ $crc -eq 0 ] && ok=1 || ok=0
-  if [ $ok = 1 ]; then
+  if [ "$ok" = 1 ]; then
     echo "ok: $srv_cmd | $cli_cmd ($(elapsed "$t0"))"
   else
     fail=1
