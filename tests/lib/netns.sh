@@ -172,7 +172,7 @@ netns_urxe_side_in() {  # netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPT
     mount -t tmpfs urxe-test /dev/infiniband || exit 1
     export URXE_RUN_DIR="$1" URXE_PROVIDER="$2"
     if [ -e "$1/sys/class/infiniband/urxe0" ]; then  # a later app on the same device: its node only
-      mknod /dev/infiniband/uverbs0 c 1 3 || exit 1
+      mknod -m 666 /dev/infiniband/uverbs0 c 1 3 || exit 1
     else
       # shellcheck disable=SC2086
       "$3" link add urxe0 netdev "$4" $5 >/dev/null || exit 1

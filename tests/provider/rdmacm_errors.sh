@@ -1,0 +1,41 @@
+#!/bin/sh
+# librdmacm's error paths over urxe0 (under in_netns.sh, via ucma_shim.sh which stops the CM service at exit):
+# rdmacm_errors.c twice (its end kills the service, so the second run must start a new one), mckey refused
+# without a hang, and a SIGKILLed rping client gives its server the DISCONNECTED event.
+#   usage: rdmacm_errors.sh RDMACM_ERRORS_TEST
+set -u
+fail=0
+tmp=$(mktemp -d /tmp/urxe-rdmacm-err.XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+"$1" || fail=1
+"$1" || { echo "FAIL: second run (a new CM service after the first was killed)"; fail=1; }
+
+# Multicast is not supported: mckey must fail by itself, long before its timeout.
+timeout 10 mckey -m 239.1.1.1 -b 10.77.0.1 >"$tmp/mckey" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qi "error" "$tmp/mckey"; then
+  echo "FAIL: mckey exit $rc (expected an error, not success or the timeout)"; sed 's/^/  mckey: /' "$tmp/mckey"; fail=1
+else
+  echo "ok: mckey refused: $(grep -i error "$tmp/mckey" | head -1)"
+fi
+
+# The client killed with SIGKILL mid-run: its connection outlives it in the service, which disconnects it,
+# so the server's rping gets DISCONNECTED and exits 0 at once rather than waiting forever.
+timeout 20 rping -s -a 10.77.0.1 -v >"$tmp/srv" 2>&1 &
+srv=$!
+i=0
+while [ $i -lt 100 ] && ! "$URXE_DEVCTL" cm show 2>/dev/null | grep -q "state LISTEN"; do sleep 0.1; i=$((i + 1)); done
+rping -c -a 10.77.0.1 -v >"$tmp/cli" 2>&1 &
+cli=$!
+sleep 1
+kill -9 $cli
+t0=$(date +%s.%N)
+wait $srv
+rc=$?
+t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+if [ $rc -ne 0 ] || ! grep -q "ping data" "$tmp/srv" || [ "${t%.*}" -ge 5 ]; then
+  echo "FAIL: rping server after its client's SIGKILL: exit $rc after $t s"; tail -5 "$tmp/srv"; fail=1
+else
+  echo "ok: rping server disconnected $t s after its client's SIGKILL"
+fi
+exit $fail
