@@ -201,8 +201,6 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   }
   const uint16_t ps = 0x0100 | wire::ip_cm_port_space(req.service_id);
   const uint16_t port = wire::ip_cm_port(req.service_id);
-  const bool v4 = iph.ip_version == 4;
-  const wire::Gid dst_ip = wire::ip_cm_addr_to_gid(iph, iph.destination_ip);
   Id* lis = find_listener(m.device, ps, port, iph);
   if (!lis) {
     refuse(wire::CmRejReason::invalid_service_id);
@@ -213,24 +211,10 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
     refuse(wire::CmRejReason::invalid_transport_type);
     return;
   }
-  Id kid;
-  kid.handle = next_handle_++;
-  kid.uid = 0;
-  kid.channel = lis->channel;
-  kid.ps = lis->ps;
+  Id kid = incoming_id(*lis, m, hdr, iph, port);
   kid.qp_type = req.transport_service_type == 1 ? kIbvQptUc : kIbvQptRc;
-  kid.listener = lis->handle;
-  kid.device = static_cast<int>(m.device);
-  kid.bound = true;
-  kid.src.family = kid.dst.family = v4 ? AF_INET : AF_INET6;
-  kid.src.ip = dst_ip;
-  kid.src.port = port;
-  kid.dst.ip = wire::ip_cm_addr_to_gid(iph, iph.source_ip);
-  kid.dst.port = iph.source_port;
   kid.tos = req.primary.traffic_class;
-  kid.state = State::req_rcvd;
   kid.local_comm_id = new_comm_id();
-  kid.tid = hdr.transaction_id;
   kid.remote_comm_id = req.local_comm_id;
   kid.remote_ca_guid = req.local_ca_guid;
   kid.remote_qpn = req.local_qpn;
@@ -246,9 +230,6 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   kid.peer_response_timeout = req.remote_cm_response_timeout;
   kid.max_cm_retries = req.max_cm_retries;
   kid.flow_label = req.primary.flow_label;
-  kid.sgid = m.dgid;
-  kid.dgid = m.sgid;
-  kid.dmac = m.smac;
   kid.hop_limit = req.primary.hop_limit ? req.primary.hop_limit : 64;
   Id& k = ids_[kid.handle] = kid;
   const rdma_ucm_event_resp p =
@@ -382,26 +363,9 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmS
     answer_status(1);
     return;
   }
-  Id kid;
-  kid.handle = next_handle_++;
-  kid.channel = lis->channel;
-  kid.ps = lis->ps;
+  Id kid = incoming_id(*lis, m, hdr, iph, port);
   kid.qp_type = kIbvQptUd;
-  kid.listener = lis->handle;
-  kid.device = static_cast<int>(m.device);
-  kid.bound = true;
-  kid.src.family = kid.dst.family = iph.ip_version == 4 ? AF_INET : AF_INET6;
-  kid.src.ip = wire::ip_cm_addr_to_gid(iph, iph.destination_ip);
-  kid.src.port = port;
-  kid.dst.ip = wire::ip_cm_addr_to_gid(iph, iph.source_ip);
-  kid.dst.port = iph.source_port;
-  kid.state = State::req_rcvd;
   kid.remote_comm_id = sreq.request_id;
-  kid.tid = hdr.transaction_id;
-  kid.sgid = m.dgid;
-  kid.dgid = m.sgid;
-  kid.dmac = m.smac;
-  kid.hop_limit = m.hop_limit ? m.hop_limit : 64;
   Id& k = ids_[kid.handle] = kid;
   rdma_ucm_event_resp p{};
   p.param.ud.private_data_len = static_cast<uint8_t>(sreq.private_data.size() - wire::kIpCmHeaderSize);
@@ -472,6 +436,31 @@ rdma_ucm_event_resp Service::conn_param(uint32_t qpn, uint8_t responder_resource
   c.private_data_len = static_cast<uint8_t>(std::min(private_data.size(), sizeof c.private_data));
   std::memcpy(c.private_data, private_data.data(), c.private_data_len);
   return p;
+}
+
+// The new id of a connection request (REQ or SIDR_REQ) to listener `lis`: on the listener's channel and
+// port space, without a uid until ACCEPT, addressed from the IP CM header and back the way the MAD came.
+Id Service::incoming_id(const Id& lis, const MadIn& m, const wire::MadHeader& hdr,
+                        const wire::IpCmHeader& iph, uint16_t port) {
+  Id kid;
+  kid.handle = next_handle_++;
+  kid.channel = lis.channel;
+  kid.ps = lis.ps;
+  kid.listener = lis.handle;
+  kid.device = static_cast<int>(m.device);
+  kid.bound = true;
+  kid.src.family = kid.dst.family = iph.ip_version == 4 ? AF_INET : AF_INET6;
+  kid.src.ip = wire::ip_cm_addr_to_gid(iph, iph.destination_ip);
+  kid.src.port = port;
+  kid.dst.ip = wire::ip_cm_addr_to_gid(iph, iph.source_ip);
+  kid.dst.port = iph.source_port;
+  kid.state = State::req_rcvd;
+  kid.tid = hdr.transaction_id;
+  kid.sgid = m.dgid;
+  kid.dgid = m.sgid;
+  kid.dmac = m.smac;
+  kid.hop_limit = m.hop_limit ? m.hop_limit : 64;
+  return kid;
 }
 
 }  // namespace urxe::cm::detail

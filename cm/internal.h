@@ -317,6 +317,8 @@ class Service final : public CmService {
 
   void send_dreq(Id& id);
   void send_rtu(const Id& id);
+  Id incoming_id(const Id& lis, const MadIn& m, const wire::MadHeader& hdr, const wire::IpCmHeader& iph,
+                 uint16_t port);
   void resend(const Id& id);
   static rdma_ucm_event_resp conn_param(uint32_t qpn, uint8_t responder_resources, uint8_t initiator_depth,
                                         bool flow_control, uint8_t retry_count, uint8_t rnr_retry_count,
