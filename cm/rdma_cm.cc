@@ -30,7 +30,7 @@ int Service::bind(Id& id, const Addr& a) {
   if (id.bound) return EINVAL;
   if (a.family != AF_INET && a.family != AF_INET6) return EAFNOSUPPORT;
   id.device = -1;
-  if (!a.any()) {
+  if (!a.any() && !a.loopback()) {  // a loopback address binds no device, as the wildcard
     const int ifindex = host_.local_address_ifindex(a.ip);
     if (!ifindex) return EADDRNOTAVAIL;
     id.device = device_of_ifindex(ifindex);
@@ -99,6 +99,24 @@ CommandResult Service::resolve_ip(const rdma_ucm_resolve_ip& c) {
     queue_event(*id, UcmaEvent::addr_resolved, 0);
     return {};
   }
+  if (dst.loopback()) {
+    // As the kernel: the first device, the loopback source address; RESOLVE_ROUTE then fails (ENODEV).
+    if (devices_.empty()) {
+      id->state = State::idle;
+      queue_event(*id, UcmaEvent::addr_error, -ENODEV);
+      return {};
+    }
+    if (id->device < 0) id->device = 0;
+    if (id->src.any()) {
+      const uint16_t port = id->src.port;
+      id->src = dst;
+      if (dst.is_v4()) id->src.ip = v4_gid("\x7f\0\0\x01");
+      id->src.port = port;
+    }
+    id->state = State::addr_resolved;
+    queue_event(*id, UcmaEvent::addr_resolved, 0);
+    return {};
+  }
   poll_address(*id, true);
   return {};
 }
@@ -141,6 +159,7 @@ CommandResult Service::resolve_route(const rdma_ucm_resolve_route& c) {
   Id* id = find(c.id);
   if (!id) return {EINVAL, {}};
   if (id->state != State::addr_resolved && id->state != State::route_resolved) return {EINVAL, {}};
+  if (id->dst.loopback()) return {ENODEV, {}};  // no RoCE path to a loopback address (kernel: the same)
   const CmDevice& d = devices_[id->device];
   id->path_mtu = path_mtu_code(d.mtu);
   id->sgid = id->src.ip;

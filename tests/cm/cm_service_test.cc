@@ -719,3 +719,44 @@ TEST(CmService, MulticastResolvesThenTheJoinIsRefused) {
 
 }  // namespace
 }  // namespace urxe::cm
+
+namespace urxe::cm {
+namespace {
+
+// As kernel 6.1 answers (measured with rxe): a loopback address binds without a device (libfabric's verbs
+// provider binds "localhost" first and then falls back to the interfaces' addresses); resolving one picks
+// the first device and the loopback source address, and the route to it fails with ENODEV.
+TEST(CmService, LoopbackBindsNoDeviceAndItsRouteFailsWithEnodev) {
+  Net net;
+  App a(net.nodes[0]);
+  const uint32_t b = a.create_id(1);
+  ASSERT_EQ(a.bind(b, "127.0.0.1", 0), 0);
+  EXPECT_EQ(a.listen(b), 0);
+  rdma_ucm_query q{};
+  q.id = b;
+  auto r = a.cmd(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp));
+  ASSERT_EQ(r.err, 0);
+  rdma_ucm_query_route_resp resp{};
+  std::memcpy(&resp, r.out.data(), sizeof resp);
+  EXPECT_EQ(resp.node_guid, 0u);  // no device: librdmacm leaves id->verbs NULL
+  EXPECT_EQ(a.bind(a.create_id(2), "127.0.0.2", 0), 0);  // all of 127/8 is local
+
+  const uint32_t c = a.create_id(3);
+  ASSERT_EQ(a.resolve_ip(c, "127.0.0.2", 7174), 0);
+  net.run();
+  a.expect_event(c, UcmaEvent::addr_resolved);
+  q.id = c;
+  r = a.cmd(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp));
+  ASSERT_EQ(r.err, 0);
+  std::memcpy(&resp, r.out.data(), sizeof resp);
+  uint64_t guid = 0;
+  std::memcpy(&guid, &resp.node_guid, 8);
+  EXPECT_EQ(be64toh(guid), net.nodes[0].dev.node_guid);
+  sockaddr_in sa{};
+  std::memcpy(&sa, &resp.src_addr, sizeof sa);
+  EXPECT_EQ(ntohl(sa.sin_addr.s_addr), 0x7f000001u);
+  EXPECT_EQ(a.resolve_route(c), ENODEV);
+}
+
+}  // namespace
+}  // namespace urxe::cm
