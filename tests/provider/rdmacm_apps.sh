@@ -10,6 +10,9 @@
 #   usage: rdmacm_apps.sh 2ns|1ns URXE PROVIDER_SO "SERVER CMD|CLIENT CMD" ...
 # In either command @S4@ is the server's IPv4 address, @S6@ its IPv6 ULA, @SLL@ its link-local address with
 # the scope id of the server's interface and @CLL@ the same address with the client's interface as scope.
+# A server command that starts with @DAEMON@ serves until it is stopped (UCX's io_demo): once its client has
+# exited 0 it must still be running, and is then stopped with SIGTERM. Every pair must also have reached the
+# server side's CM service: it counts at least one more REQ or SIDR_REQ received than before the pair.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
@@ -48,10 +51,23 @@ subst() {
   printf '%s' "$1" | sed -e "s/@S4@/10.88.0.1/g" -e "s/@S6@/fd88::1/g" -e "s/@SLL@/$ll%va/g" -e "s/@CLL@/$ll%$cif/g"
 }
 now() { date +%s.%N; }
-listening() {  # the server side's service has a listening id
-  ip netns exec $a env URXE_RUN_DIR="$tmp/run_a" "$urxe" cm show 2>/dev/null | grep -q "state LISTEN"
+cm_show() { ip netns exec $a env URXE_RUN_DIR="$tmp/run_a" "$urxe" cm show 2>/dev/null; }
+# The server is ready: its service has a listening id, or it listens on a TCP port first (fi_pingpong takes
+# its control connection before it listens through RDMA CM).
+listening() {
+  cm_show | grep -q "state LISTEN" || [ -n "$(ip netns exec $a ss -Hltn 2>/dev/null)" ]
+}
+requests_received() {  # REQ + SIDR_REQ received by the server side's service so far (0 before it runs)
+  cm_show | awk '$1 == "REQ" || $1 == "SIDR_REQ" { n += $3 } END { print n + 0 }'
 }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
+stop_server() {  # SIGTERM to the server app: the first word of its command that is not env or VAR=value
+  comm=$(for w in $srv_cmd; do case $w in *=* | env) ;; *) printf '%.15s' "$w"; break ;; esac; done)
+  for p in $(ip netns pids $a); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$comm" ] && kill "$p"
+  done
+}
 
 fail=0
 t_all=$(now)
@@ -59,6 +75,8 @@ for pair in "$@"; do
   t0=$(now)
   srv_cmd=$(subst "${pair%%|*}")
   cli_cmd=$(subst "${pair#*|}")
+  daemon=0
+  case $srv_cmd in @DAEMON@*) daemon=1 srv_cmd=${srv_cmd#@DAEMON@} ;; esac
   # Known open problem: perftest -R clients are now and then answered REJ 8 (no listener) although the
   # server's listener is up; such a pair gets one more try, reported as RETRY so it stays visible.
   for try in 1 2; do
@@ -72,30 +90,47 @@ for pair in "$@"; do
     # shellcheck disable=SC2086
     netns_urxe_side_in "$tmp/run_a" $a va "$tmp/server" "$urxe" "$so" "" $srv_cmd &
     srv=$!
-    # No TCP port to watch: RDMA CM listens inside the service, which `urxe cm show` asks (a fixed sleep lost
-    # the race on a loaded machine: the client's REQ met no listener, REJ 8). At most 10 s.
+    # RDMA CM listens inside the service, which `urxe cm show` asks (a fixed sleep lost the race on a loaded
+    # machine: the client's REQ met no listener, REJ 8); or the app's own TCP port. At most 10 s.
     i=0
     while [ $i -lt 100 ] && kill -0 $srv 2>/dev/null; do
       listening && break
       sleep 0.1
       i=$((i + 1))
     done
+    reqs0=$(requests_received)
     # shellcheck disable=SC2086
     netns_urxe_side_in "$crun" $cns $cif "$tmp/client" "$urxe" "$so" "" $cpriv $cli_cmd
     crc=$?
     # A failed client leaves the server waiting for it until its timeout: stop it now.
     if [ $crc -ne 0 ]; then
-      srv_comm=$(printf '%.15s' "${srv_cmd%% *}")
-      for p in $(ip netns pids $a); do
-        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$srv_comm" ] && kill "$p"
-      done
+      stop_server
     fi
-    wait $srv
-    src=$?
+    if [ $daemon = 1 ] && [ $crc -eq 0 ]; then
+      # Still serving after its client is done, then stopped (urxe run passes SIGTERM on to the app).
+      if kill -0 $srv 2>/dev/null; then
+        stop_server
+        wait $srv
+        src=0
+      else
+        wait $srv
+        src=$?
+        echo "  the server exited before it was stopped (exit $src)"
+        [ $src -ne 0 ] || src=1
+      fi
+    else
+      wait $srv
+      src=$?
+    fi
     [ $src -eq 0 ] && [ $crc -eq 0 ] && ok=1 || ok=0
     [ "$ok" = 1 ] || ! grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$tmp/client" || [ $try = 2 ] && break
     echo "RETRY: $srv_cmd | $cli_cmd: REJ 8 from a listening perftest server"
   done
+  reqs=$(requests_received)
+  if [ "$ok" = 1 ] && [ "$reqs" -le "$reqs0" ]; then
+    ok=0
+    echo "  no connection request reached the server side's CM service (REQ + SIDR_REQ received: $reqs0 -> $reqs)"
+  fi
   if [ "$ok" = 1 ]; then
     echo "ok: $srv_cmd | $cli_cmd ($(elapsed "$t0"))"
   else
