@@ -181,7 +181,10 @@ int hello(int s, uint64_t& token) {
   if (n != static_cast<ssize_t>(sizeof r) || r.magic != urxe::cm::kProtoMagic ||
       r.version != urxe::cm::kProtoVersion || r.err != 0 || efd < 0) {
     if (efd >= 0) real_close(efd);
-    errno = (n == static_cast<ssize_t>(sizeof r) && r.err > 0) ? r.err : ENODEV;
+    // Closed without an answer (ECONNRESET): a service that was dying when we connected.
+    errno = n == 0 || (n < 0 && errno == ECONNRESET)             ? ECONNRESET
+            : (n == static_cast<ssize_t>(sizeof r) && r.err > 0) ? r.err
+                                                                 : ENODEV;
     return -1;
   }
   token = r.channel_token;
@@ -198,38 +201,47 @@ int ucma_open(int flags) {
     return -1;
   }
   const std::string path = urxe::cm::cm_socket_path(paths.run_dir, netns);
-  int s = connect_service(path);
-  if (s < 0 && (errno == ENOENT || errno == ECONNREFUSED)) {
-    const std::string urxe = urxe::provider::urxe_command_path(provider_so_path());
-    const std::string why = start_service(urxe);
-    for (const uint64_t deadline = now_ms() + 2000;;) {
-      s = connect_service(path);
-      if (s >= 0 || (errno != ENOENT && errno != ECONNREFUSED) || now_ms() > deadline) break;
-      sleep_ms(10);
+  // Connect, starting the service when none listens. A service that was killed a moment ago may still take
+  // the connection and then close it unanswered, or refuse it before its successor listens: either is
+  // retried (the successor is started here) for up to 2 s, so that an application that saw its channel
+  // fail with EIO can open a new one at once.
+  const uint64_t deadline = now_ms() + 2000;
+  std::string why;
+  uint64_t token = 0;
+  int s = -1, efd = -1;
+  for (uint64_t next_start = 0;; sleep_ms(10)) {
+    s = connect_service(path);
+    if (s < 0 && (errno == ENOENT || errno == ECONNREFUSED)) {
+      const int e = errno;
+      if (now_ms() > deadline) {
+        log_unreachable_once("no CM service at " + path + " (" + (why.empty() ? std::strerror(e) : why) +
+                             "); start one with 'urxe cm'");
+        errno = ENODEV;
+        return -1;
+      }
+      if (now_ms() >= next_start) {  // `urxe cm` returns at once while the old one still holds the lock
+        why = start_service(urxe::provider::urxe_command_path(provider_so_path()));
+        next_start = now_ms() + 100;
+      }
+      continue;
     }
     if (s < 0) {
-      const int e = errno;
-      log_unreachable_once("no CM service at " + path + " (" + (why.empty() ? std::strerror(e) : why) +
-                           "); start one with 'urxe cm'");
+      log_unreachable_once(
+          errno == ENAMETOOLONG
+              ? "the CM service's socket path " + path + " is longer than a unix socket allows (" +
+                    std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes): use a shorter URXE_RUN_DIR"
+              : "cannot reach the CM service at " + path + ": " + std::strerror(errno));
       errno = ENODEV;
       return -1;
     }
-  } else if (s < 0) {
-    log_unreachable_once(
-        errno == ENAMETOOLONG
-            ? "the CM service's socket path " + path + " is longer than a unix socket allows (" +
-                  std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes): use a shorter URXE_RUN_DIR"
-            : "cannot reach the CM service at " + path + ": " + std::strerror(errno));
-    errno = ENODEV;
-    return -1;
-  }
-  uint64_t token = 0;
-  const int efd = hello(s, token);
-  if (efd < 0) {
+    efd = hello(s, token);
+    if (efd >= 0) break;
     const int e = errno;
-    log_unreachable_once("the CM service at " + path + " refused the channel: " + std::strerror(e));
     real_close(s);
-    errno = e;
+    if (e == ECONNRESET && now_ms() <= deadline) continue;
+    log_unreachable_once("the CM service at " + path +
+                         " refused the channel: " + std::strerror(e == ECONNRESET ? ENODEV : e));
+    errno = e == ECONNRESET ? ENODEV : e;
     return -1;
   }
   // The application's fd: another descriptor of the eventfd, with the flags it asked for. O_NONBLOCK is a

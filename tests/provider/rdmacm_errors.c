@@ -240,6 +240,14 @@ int main(void) {
       pthread_join(tk, NULL);
       printf("rdma_get_cm_event after SIGKILL of the service: %s after %.0f ms\n", strerror(wk.err), now_ms() - t0);
     }
+    /* The same process goes on: its next channel starts a new service, which binds and resolves. */
+    struct rdma_event_channel* ch3 = rdma_create_event_channel();
+    CHECK(ch3 != NULL, "a new channel after the service died: %s", strerror(errno));
+    if (ch3) {
+      CHECK(service_pid() > 0 && service_pid() != pid, "no new service (pid %d, the killed one %d)", service_pid(), pid);
+      CHECK(bind_errno(ch3, "10.77.0.1", 0) == 0, "bind on the new service: %s", strerror(bind_errno(ch3, "10.77.0.1", 0)));
+      rdma_destroy_event_channel(ch3);
+    }
   }
   printf("%s: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
   return failures ? 1 : 0;
