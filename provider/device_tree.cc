@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cm/protocol.h"
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "hostnet/netns.h"
@@ -361,6 +362,10 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
     fs::remove_all(dev_path, ec);
     return EIO;
   }
+  // The CM service's directory, sticky and world-writable like /tmp: the first RDMA CM application of any
+  // user starts the service there, also when root made the run directory.
+  const std::string service_dir = urxe::cm::cm_dir(paths.run_dir);
+  if (::mkdir(service_dir.c_str(), 01777) == 0) ::chmod(service_dir.c_str(), 01777);
   // /dev/null's numbers: libibverbs requires a character device whose rdev matches "dev".
   const std::string node = paths.dev_dir + "/" + uverbs;
   if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
