@@ -136,7 +136,7 @@ SendWqe* head_wqe(Qp& q) {
 
 void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   if (q.type != QPT_RC) {
-    count(Counter::rx_drop_other);
+    count(Counter::rx_drop_opcode);
     return;
   }
   const uint32_t psn = pkt.bth.psn;
@@ -146,7 +146,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
     switch (a.type()) {
       case wire::AethType::ack:
         if (!ack_upto(*this, q, psn)) {
-          count(Counter::rx_drop_other);
+          count(Counter::rx_drop_stale_response);
           // A repeated ACK of the newest acknowledged PSN answers request packets the responder already
           // had: it is alive and working through what we sent, only behind (a slow peer with a queue of
           // our resends). Restart the timer without spending a retry, else every timeout adds another
@@ -205,14 +205,14 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
         }
       }
       default:
-        count(Counter::rx_drop_other);
+        count(Counter::rx_drop_bad_response);
         return;
     }
   }
 
   // READ responses and atomic ACKs acknowledge everything before them
   if (!wire::psn_ge(psn, q.comp.una_psn) || !wire::psn_lt(psn, q.req.sent_end)) {
-    count(Counter::rx_drop_other);  // old duplicate
+    count(Counter::rx_drop_stale_response);  // an old duplicate
     return;
   }
   ack_upto(*this, q, wire::psn_sub(psn, 1));
@@ -221,7 +221,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   const WrInfo& wi = wr_info(w->opcode);
   if (info.kind == wire::OpKind::atomic_ack) {
     if (!wi.is_atomic || w->first_psn != psn) {
-      count(Counter::rx_drop_other);
+      count(Counter::rx_drop_bad_response);
       return;
     }
     uint8_t orig[8];
@@ -237,7 +237,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   }
   if (info.kind != wire::OpKind::rdma_read_response || !wi.is_read || wire::psn_lt(psn, w->first_psn) ||
       wire::psn_gt(psn, w->last_psn)) {
-    count(Counter::rx_drop_other);
+    count(Counter::rx_drop_bad_response);
     return;
   }
   if (psn != w->resp_psn) {
@@ -257,7 +257,7 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   const bool last = info.is_last();
   if (len > q.mtu || (!last && len != q.mtu) || w->resp_offset + len > w->length ||
       (last && w->resp_offset + len != w->length)) {
-    count(Counter::rx_drop_other);
+    count(Counter::rx_drop_bad_response);
     return;
   }
   if (len && !sge_copy(*this, q.pd, q.sq_sges.data() + w->sge_base, w->num_sge, w->resp_offset,

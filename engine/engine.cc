@@ -306,7 +306,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
   const CurQp in_qp(*this, qp);
   // P_Key: the only table entry is the default full-membership key.
   if ((pkt.bth.pkey & 0x7fff) != 0x7fff) {
-    count(Counter::rx_drop_other);
+    count(Counter::rx_drop_pkey);
     note(Note::drop_bad_pkey, dqpn);
     return;
   }

@@ -45,7 +45,7 @@ struct DeviceAttr {
 
 struct EngineConfig {
   DeviceAttr device;
-  uint32_t qpn_base = 0x11;         // first QPN (rxe's first is 0x11); give processes disjoint ranges
+  uint32_t qpn_base = 0x11;  // first QPN (rxe's first is 0x11); give processes disjoint ranges
   // QPNs are handed out cyclically from qpn_base + qpn_start (mod max_qp), as rxe's pool does, so a QPN comes
   // back only after the whole range: a peer's CM may still hold a recently closed QPN and rejects a new
   // connection that reuses it (REJ "stale connection"). The provider starts each process at random.
@@ -87,8 +87,16 @@ enum class Counter : uint32_t {
   rx_drop_icrc,   // bad ICRC
   rx_drop_qpn,    // no such QP, or the QP's type/state does not take this opcode
   rx_drop_qkey,   // UD Q_Key mismatch
-  rx_drop_other,  // anything else silently dropped (UC gap, stray response, ...)
-  tx_no_buf,      // port had no tx buffer
+  // what else a receiver drops without a NAK, each cause on its own (none is lumped together)
+  rx_drop_pkey,            // P_Key other than the default full-membership key
+  rx_drop_opcode,          // an opcode the QP's type does not take (UC READ, UD WRITE, a response to UC/UD)
+  rx_drop_no_recv_wqe,     // UC or UD SEND with no receive WQE posted (only RC answers RNR NAK)
+  rx_drop_uc,              // UC packet it cannot take (rkey, length): dropped with its message, UC has no NAK
+  rx_drop_dup_unmatched,   // duplicate READ/atomic whose original is no longer held: nothing to replay
+  rx_drop_resp_busy,       // request dropped while the READ responses owed before it cannot be sent yet
+  rx_drop_stale_response,  // ACK or response for PSNs already completed or never sent
+  rx_drop_bad_response,    // response that does not fit the request it answers (kind, PSN range, length)
+  tx_no_buf,               // port had no tx buffer
   cq_overflow,
   resp_remote_access_errors,  // as mlx5: RDMA WRITE/READ/atomic refused for its rkey, range or rights
   sent_bytes,                 // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
@@ -124,7 +132,14 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::rx_drop_icrc, .name = "rx_drop_icrc"},
     {.id = Counter::rx_drop_qpn, .name = "rx_drop_qpn"},
     {.id = Counter::rx_drop_qkey, .name = "rx_drop_qkey"},
-    {.id = Counter::rx_drop_other, .name = "rx_drop_other"},
+    {.id = Counter::rx_drop_pkey, .name = "rx_drop_pkey"},
+    {.id = Counter::rx_drop_opcode, .name = "rx_drop_opcode"},
+    {.id = Counter::rx_drop_no_recv_wqe, .name = "rx_drop_no_recv_wqe"},
+    {.id = Counter::rx_drop_uc, .name = "rx_drop_uc"},
+    {.id = Counter::rx_drop_dup_unmatched, .name = "rx_drop_dup_unmatched"},
+    {.id = Counter::rx_drop_resp_busy, .name = "rx_drop_resp_busy"},
+    {.id = Counter::rx_drop_stale_response, .name = "rx_drop_stale_response"},
+    {.id = Counter::rx_drop_bad_response, .name = "rx_drop_bad_response"},
     {.id = Counter::tx_no_buf, .name = "tx_no_buf"},
     {.id = Counter::cq_overflow, .name = "cq_overflow"},
     {.id = Counter::resp_remote_access_errors, .name = "resp_remote_access_errors"},

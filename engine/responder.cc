@@ -97,7 +97,7 @@ struct Responder {
   // UC drops what it cannot take; RC answers with a NAK and errors the QP.
   void reject(wire::NakCode code, WcStatus recv_status) {
     if (q.type == QPT_UC) {
-      e.count(Counter::rx_drop_other);
+      e.count(Counter::rx_drop_uc);
       if (code == wire::NakCode::remote_access_error) e.count(Counter::resp_remote_access_errors);
       q.resp.in_msg = InMsg::none;
       q.resp.uc_dropping = true;
@@ -115,7 +115,7 @@ struct Responder {
       queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
       q.resp.nak_sent = true;
     } else {
-      e.count(Counter::rx_drop_other);
+      e.count(Counter::rx_drop_no_recv_wqe);
       q.resp.in_msg = InMsg::none;  // (a SEND's first packet already found none in progress)
       q.resp.uc_dropping = true;
     }
@@ -349,7 +349,7 @@ struct Responder {
           q.resp.ack_pending = false;
           return;
         }
-        e.count(Counter::rx_drop_other);
+        e.count(Counter::rx_drop_dup_unmatched);
         return;
       }
       case wire::OpKind::compare_swap:
@@ -362,11 +362,11 @@ struct Responder {
           q.resp.ack_pending = false;
           return;
         }
-        e.count(Counter::rx_drop_other);
+        e.count(Counter::rx_drop_dup_unmatched);
         return;
       }
       default:
-        e.count(Counter::rx_drop_other);
+        e.count(Counter::rx_drop_opcode);
         return;
     }
   }
@@ -393,7 +393,7 @@ struct Responder {
     if (info.kind != wire::OpKind::rdma_read_request && res_pending(q)) {
       e.responder_tx(q, UINT32_MAX);
       if (res_pending(q)) {
-        e.count(Counter::rx_drop_other);
+        e.count(Counter::rx_drop_resp_busy);
         return;
       }
     }
@@ -414,7 +414,7 @@ struct Responder {
         do_atomic();
         return;
       default:
-        e.count(Counter::rx_drop_other);
+        e.count(Counter::rx_drop_opcode);
         return;
     }
     if (!ok) return;
@@ -429,7 +429,7 @@ struct Responder {
   void uc() {
     const wire::OpcodeInfo& info = *pkt.info;
     if (info.kind != wire::OpKind::send && info.kind != wire::OpKind::rdma_write) {
-      e.count(Counter::rx_drop_other);
+      e.count(Counter::rx_drop_opcode);
       return;
     }
     const uint32_t psn = pkt.bth.psn;
@@ -454,7 +454,7 @@ struct Responder {
   void ud() {
     const wire::OpcodeInfo& info = *pkt.info;
     if (info.kind != wire::OpKind::send) {
-      e.count(Counter::rx_drop_other);
+      e.count(Counter::rx_drop_opcode);
       return;
     }
     if (pkt.deth.qkey != q.attr.qkey) {
@@ -463,7 +463,7 @@ struct Responder {
       return;
     }
     if (!e.pop_recv(q)) {
-      e.count(Counter::rx_drop_other);
+      e.count(Counter::rx_drop_no_recv_wqe);
       return;
     }
     // 40-byte GRH area: the IPv6 header, or for IPv4 20 zero bytes then the IPv4 header (as rxe/mlx5)

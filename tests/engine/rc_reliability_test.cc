@@ -576,3 +576,51 @@ TEST(RcLocal, BadLkeyIsLocalProtectionError) {
 
 }  // namespace
 }  // namespace urxe::engine::test
+
+namespace urxe::engine::test {
+namespace {
+
+// Rewrites a frame's BTH P_Key and recomputes its ICRC, so that only the P_Key is wrong.
+void set_pkey(std::vector<uint8_t>& f, uint16_t pkey) {
+  wire::Packet p;
+  ASSERT_TRUE(wire::parse_frame(wire::ByteSpan(f.data(), f.size()), p) == wire::ParseError::ok);
+  f[p.bth_offset + 2] = static_cast<uint8_t>(pkey >> 8);
+  f[p.bth_offset + 3] = static_cast<uint8_t>(pkey);
+  const uint32_t icrc_off = static_cast<uint32_t>(f.size()) - 4;
+  const uint32_t icrc = wire::compute_icrc(wire::ByteSpan(&f[p.l3_offset], icrc_off - p.l3_offset),
+                                           p.ip_version, p.l4_offset - p.l3_offset);
+  for (int i = 0; i < 4; i++) f[icrc_off + i] = static_cast<uint8_t>(icrc >> (8 * i));
+}
+
+// Every frame a receiver drops without a NAK is counted under its cause: a foreign P_Key at the receiver
+// (the requester retransmits), a duplicate ACK at the requester (stale response).
+TEST(RcDrops, ForeignPkeyAndStaleAckCountedByCause) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 64, 1);
+  bool changed = false, duplicated = false;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>& bytes) {
+    if (side == 0 && p.bth.opcode == (wire::op::kRc | wire::op::send_only) && !changed) {
+      changed = true;
+      set_pkey(bytes, 0x8001);  // a full-membership key other than the default
+    }
+    if (side == 1 && p.bth.opcode == wire::op::acknowledge && !duplicated) {
+      duplicated = true;
+      return Fate::duplicate;
+    }
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  lb.settle(100'000'000);
+  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_pkey), 1u);
+  EXPECT_EQ(lb.a().eng->counter(Counter::completer_retry_err), 1u);  // the dropped SEND came back
+  EXPECT_EQ(lb.a().eng->counter(Counter::rx_drop_stale_response), 1u);
+  EXPECT_EQ(lb.a().eng->counter(Counter::rx_drop_bad_response), 0u);
+}
+
+}  // namespace
+}  // namespace urxe::engine::test

@@ -139,7 +139,7 @@ TEST_F(Ud, MessageLargerThanMtuRefusedAndNoReceiveDrops) {
   sge.length = 1024;
   ASSERT_EQ(0, lb.a().eng->post_send(qa, &w, &bad));  // no receive posted: silently dropped
   lb.settle(100'000'000);
-  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_other), 1u);
+  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_no_recv_wqe), 1u);
   w.ud.ah = 0;
   EXPECT_EQ(EINVAL, lb.a().eng->post_send(qa, &w, &bad));
 }

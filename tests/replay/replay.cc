@@ -278,9 +278,12 @@ Result Replayer::run() {
        {Counter::rx_drop_parse, Counter::rx_drop_icrc, Counter::rx_drop_qpn, Counter::rx_drop_qkey})
     if (eng_->counter(k))
       fail(fmt("engine dropped %llu fed frames (%s)", (unsigned long long)eng_->counter(k), counter_name(k)));
-  if (eng_->counter(Counter::rx_drop_other))
-    diff(fmt("engine silently dropped %llu fed frames (rx_drop_other: stray or duplicate responses)",
-             (unsigned long long)eng_->counter(Counter::rx_drop_other)));
+  for (Counter k : {Counter::rx_drop_pkey, Counter::rx_drop_opcode, Counter::rx_drop_no_recv_wqe,
+                    Counter::rx_drop_uc, Counter::rx_drop_dup_unmatched, Counter::rx_drop_resp_busy,
+                    Counter::rx_drop_stale_response, Counter::rx_drop_bad_response})
+    if (eng_->counter(k))
+      diff(fmt("engine silently dropped %llu fed frames (%s)", (unsigned long long)eng_->counter(k),
+               counter_name(k)));
   if (!opt_.write_pcap.empty()) write_pcap();
   return r_;
 }
