@@ -496,7 +496,7 @@ uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   uint32_t out = 0;
   for (uint32_t i = 0; i < got; ++i) {
     if (m[i]->nb_segs != 1) {  // the engine takes contiguous frames; our mbufs fit any frame the link allows
-      ++multiseg_dropped_;
+      __atomic_fetch_add(&multiseg_dropped_, 1, __ATOMIC_RELAXED);  // read by rx_loss()
       rte_pktmbuf_free(m[i]);
       continue;
     }
@@ -567,6 +567,26 @@ bool DpdkPort::set_rx_qpn_range(uint32_t first, uint32_t end) {
   return true;
 }
 
+engine::PortRxLoss DpdkPort::rx_loss() {
+  rte_eth_stats st{};
+  engine::PortRxLoss l;
+  if (rte_eth_stats_get(port_id_, &st) == 0) {
+    l.ring_full = st.imissed;
+    l.no_buffer = st.rx_nombuf;
+    l.errors = st.ierrors;
+  }
+  l.errors += __atomic_load_n(&multiseg_dropped_, __ATOMIC_RELAXED);
+  // The af_packet PMD (DPDK 22.11) reports no imissed: its ring socket's own count (reset on each read).
+  if (ring_fd_ >= 0) {
+    tpacket_stats ts{};
+    socklen_t len = sizeof ts;
+    std::lock_guard<std::mutex> g(loss_mu_);
+    if (getsockopt(ring_fd_, SOL_PACKET, PACKET_STATISTICS, &ts, &len) == 0) ring_drops_ += ts.tp_drops;
+    l.ring_full += ring_drops_;
+  }
+  return l;
+}
+
 DpdkPortStats DpdkPort::stats() const {
   DpdkPortStats s;
   rte_eth_stats st{};
@@ -578,7 +598,7 @@ DpdkPortStats DpdkPort::stats() const {
     s.oerrors = st.oerrors;
     s.rx_nombuf = st.rx_nombuf;
   }
-  s.rx_multiseg_dropped = multiseg_dropped_;
+  s.rx_multiseg_dropped = __atomic_load_n(&multiseg_dropped_, __ATOMIC_RELAXED);
   s.rx_not_ours_dropped = not_ours_dropped_;
   s.tx_loopback = loop_.sent();
   return s;

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,7 @@ class DpdkPort final : public engine::Port {
   const hostnet::Interface& netdev() const { return info_; }
   bool udp_guard_active() const { return guard_.active(); }
   DpdkPortStats stats() const;
+  engine::PortRxLoss rx_loss() override;
   // Deliver only RoCE frames whose destination QP is in `qpns` (checked in rx_burst; the PMD still copies
   // them) and wake only for those.
   bool set_rx_qpn_range(uint32_t first, uint32_t end) override;
@@ -84,12 +86,14 @@ class DpdkPort final : public engine::Port {
   bool started_ = false;
   bool hotplugged_ = false;
   int af_packet_ifindex_ = -1;  // counted in the process's af_packet users of that interface
-  bool have_port_ = false;  // port_id_ names an ethdev this port claimed
+  bool have_port_ = false;      // port_id_ names an ethdev this port claimed
   std::string dev_name_;
   rte_mempool* pool_ = nullptr;
   uint32_t buf_size_ = 0;
   int wait_fd_ = -1;
   bool wait_is_socket_ = false;  // our own packet socket (else the PMD's rx interrupt or ring socket)
+  std::mutex loss_mu_;           // rx_loss() from a statistics thread
+  uint64_t ring_drops_ = 0;      // tp_drops of ring_fd_, summed (PACKET_STATISTICS resets on read)
   int ring_fd_ = -1;             // af_packet: the PMD's own ring socket (polled; owned by the PMD)
   uint64_t multiseg_dropped_ = 0, not_ours_dropped_ = 0;
   hostnet::Interface info_;

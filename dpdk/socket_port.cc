@@ -266,7 +266,7 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
     const uint32_t slot = rx_head_;
     rx_head_ = rx_head_ + 1 == rx_frame_nr_ ? 0 : rx_head_ + 1;
     if (h->tp_snaplen != h->tp_len || (st & TP_STATUS_COPY)) {  // larger than a slot: not deliverable whole
-      ++stats_.rx_truncated;
+      __atomic_fetch_add(&stats_.rx_truncated, 1, __ATOMIC_RELAXED);  // read by rx_loss()
       status_store(h, TP_STATUS_KERNEL);
       continue;
     }
@@ -306,11 +306,25 @@ bool SocketPort::set_rx_qpn_range(uint32_t first, uint32_t end) {
 PortStats SocketPort::stats() {
   tpacket_stats st{};
   socklen_t len = sizeof st;
+  std::lock_guard<std::mutex> g(stats_mu_);  // PACKET_STATISTICS resets on read: one reader at a time
   if (getsockopt(fd_, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0) {
     stats_.kernel_rx_packets += st.tp_packets;
     stats_.kernel_rx_drops += st.tp_drops;
   }
-  return stats_;
+  return stats_;  // the data path's counters as last written (a statistics snapshot)
+}
+
+engine::PortRxLoss SocketPort::rx_loss() {
+  tpacket_stats st{};
+  socklen_t len = sizeof st;
+  std::lock_guard<std::mutex> g(stats_mu_);
+  if (getsockopt(fd_, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0) {
+    stats_.kernel_rx_packets += st.tp_packets;
+    stats_.kernel_rx_drops += st.tp_drops;
+  }
+  return {.ring_full = stats_.kernel_rx_drops,
+          .no_buffer = 0,
+          .errors = __atomic_load_n(&stats_.rx_truncated, __ATOMIC_RELAXED)};
 }
 
 }  // namespace urxe::dpdk

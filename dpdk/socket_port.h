@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,7 @@ class SocketPort final : public engine::Port {
   const hostnet::Interface& netdev() const { return info_; }
   bool udp_guard_active() const { return guard_.active(); }
   PortStats stats();
+  engine::PortRxLoss rx_loss() override;
   // Deliver only RoCE frames whose destination QP is in `qpns` (in the kernel's socket filter).
   bool set_rx_qpn_range(uint32_t first, uint32_t end) override;
 
@@ -116,6 +118,7 @@ class SocketPort final : public engine::Port {
   std::vector<uint32_t> pool_free_;
   std::vector<uint8_t> rx_held_;  // rx slots handed to the engine and not yet returned
   PortStats stats_;
+  std::mutex stats_mu_;  // stats() from a statistics thread
   hostnet::Interface info_;
   engine::PortAttr attr_;
   hostnet::UdpPortGuard guard_;

@@ -96,7 +96,11 @@ enum class Counter : uint32_t {
   rx_drop_resp_busy,       // request dropped while the READ responses owed before it cannot be sent yet
   rx_drop_stale_response,  // ACK or response for PSNs already completed or never sent
   rx_drop_bad_response,    // response that does not fit the request it answers (kind, PSN range, length)
-  tx_no_buf,               // port had no tx buffer
+  // lost in the port before the engine saw them: set from Port::rx_loss by the provider, not by the engine
+  rx_ring_drops,   // the receive ring was full (the progress thread did not drain it in time)
+  rx_nombuf,       // no receive buffer (DPDK mbufs)
+  rx_port_errors,  // received but not whole (truncated, multi-segment, the NIC's receive errors)
+  tx_no_buf,       // port had no tx buffer
   cq_overflow,
   resp_remote_access_errors,  // as mlx5: RDMA WRITE/READ/atomic refused for its rkey, range or rights
   sent_bytes,                 // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
@@ -140,6 +144,9 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::rx_drop_resp_busy, .name = "rx_drop_resp_busy"},
     {.id = Counter::rx_drop_stale_response, .name = "rx_drop_stale_response"},
     {.id = Counter::rx_drop_bad_response, .name = "rx_drop_bad_response"},
+    {.id = Counter::rx_ring_drops, .name = "rx_ring_drops"},
+    {.id = Counter::rx_nombuf, .name = "rx_nombuf"},
+    {.id = Counter::rx_port_errors, .name = "rx_port_errors"},
     {.id = Counter::tx_no_buf, .name = "tx_no_buf"},
     {.id = Counter::cq_overflow, .name = "cq_overflow"},
     {.id = Counter::resp_remote_access_errors, .name = "resp_remote_access_errors"},

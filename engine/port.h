@@ -23,6 +23,13 @@ struct PortAttr {
   std::vector<wire::Gid> gids;  // GID table, index = sgid_index
 };
 
+// Frames a port lost before rx_burst could return them, cumulative since it opened.
+struct PortRxLoss {
+  uint64_t ring_full = 0;  // its receive ring was full: not drained in time (packet socket tp_drops, imissed)
+  uint64_t no_buffer = 0;  // no buffer for a received frame (DPDK rx_nombuf)
+  uint64_t errors = 0;     // received but not whole (DPDK ierrors, truncated or multi-segment frames)
+};
+
 class Port {
  public:
   virtual ~Port() = default;
@@ -47,6 +54,10 @@ class Port {
   // receive filter then drops other processes' frames on the same device before they cost a wakeup. False
   // when the filter could not be set; a port without one takes every QPN and returns true.
   virtual bool set_rx_qpn_range(uint32_t /*first*/, uint32_t /*end*/) { return true; }
+
+  // What the port lost on receive (see PortRxLoss). May make a system call: for a statistics thread, never
+  // the per-packet path. Safe to call while another thread moves frames.
+  virtual PortRxLoss rx_loss() { return {}; }
 };
 
 class Clock {

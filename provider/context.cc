@@ -280,6 +280,12 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
       return fail(ENOMEM, std::string("engine: ") + ex.what());
     }
     st->engine->set_event_sink(st);
+    st->counter_file.set_port_source([st](uint64_t* v) {  // on the stats thread: may make a syscall
+      const en::PortRxLoss l = st->port->rx_loss();
+      __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_ring_drops)], l.ring_full, __ATOMIC_RELAXED);
+      __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_nombuf)], l.no_buffer, __ATOMIC_RELAXED);
+      __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_port_errors)], l.errors, __ATOMIC_RELAXED);
+    });
     st->counter_file.set_qp_source([st] {  // on the stats thread, once a second at most
       std::vector<std::pair<uint32_t, en::QpType>> qps;
       {

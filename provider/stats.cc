@@ -547,6 +547,7 @@ void CounterFile::mirror_loop(uint32_t period_ms) {
   for (;;) {
     cv_.wait_for(g, std::chrono::milliseconds(period_ms), [this] { return stop_ || poked_; });
     if (stop_) break;
+    if (port_source_ && values_) port_source_(values_);
     // Counters only grow, so their sum changes exactly when one of them does.
     uint64_t sum = 0;
     for (size_t i = 0; i < names_.size(); ++i) sum += load(values_ + i);
@@ -578,6 +579,7 @@ void CounterFile::stop_mirror() {
   }
   cv_.notify_all();
   thread_.join();
+  if (port_source_ && values_) port_source_(values_);  // the port's last losses, while it still exists
 }
 
 void CounterFile::close() {

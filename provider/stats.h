@@ -113,6 +113,10 @@ class CounterFile {
   // Per-QP counters: `source` returns lines from qp_line(); the mirror thread publishes them next to the
   // counters file (<file>.qps) when it mirrors. Set before start_mirror.
   void set_qp_source(std::function<std::string()> source) { qp_source_ = std::move(source); }
+  // Counters the engine does not keep itself (what the port lost before the engine saw it): `source` stores
+  // them into values() on the mirror thread, before each look at whether anything changed. Set before
+  // start_mirror.
+  void set_port_source(std::function<void(uint64_t* values)> source) { port_source_ = std::move(source); }
   std::string qp_line(uint32_t qpn, const char* type, const char* state, const uint64_t* values) const;
   // A thread that mirrors the device's counters into sysfs (and publishes per-QP counters) at most every
   // `period_ms` while this file's values change.
@@ -134,6 +138,7 @@ class CounterFile {
   uint64_t* values_ = nullptr;
   std::vector<std::string> names_;
   std::function<std::string()> qp_source_;
+  std::function<void(uint64_t*)> port_source_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -9,6 +9,8 @@
 //                               With --dst-ip (an own address) it sends them itself, one at a time: loopback
 //     blast --dst-ip IP --size S --seconds T       send as fast as the port takes frames; prints pps
 //     sink --seconds T          count received RoCE frames (busy polling); prints pps
+//     stall --seconds T         read nothing for T seconds, then drain; prints the frames received and what
+//                               the port counts as lost (rx_loss: ring_full, no_buffer, errors)
 //     pong --dst-ip IP --seconds T   answer every RoCE frame with one of the same size to IP
 //     ping --dst-ip IP --count N --size S   N round trips one at a time; prints RTT p50/p99 in us
 //       (--sleep: both wait on rx_wait_fd between frames, as an idle progress thread does)
@@ -399,6 +401,36 @@ int main(int argc, char** argv) {
     printf("kind=%s frame=%u sent=%llu pps=%.0f full=%llu\n", kind, flen,
            static_cast<unsigned long long>(sent), static_cast<double>(sent) / el,
            static_cast<unsigned long long>(full));
+    return 0;
+  }
+  if (a.cmd == "stall") {
+    // A progress thread that does not run for a while: nothing drains the receive ring for --seconds, then
+    // everything is drained. What the ring could not hold must show in rx_loss().ring_full.
+    printf("ready\n");
+    fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
+    engine::PacketBuf bufs[32];
+    uint64_t frames = 0;
+    auto t0 = Clock::now(), last = Clock::now();
+    while (secs_since(t0) * 1000 < a.timeout_ms && secs_since(last) < 0.5) {
+      const uint32_t n = port->rx_burst(bufs, 32);
+      for (uint32_t i = 0; i < n; ++i) {
+        wire::Packet pkt;
+        if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt) == wire::ParseError::ok &&
+            pkt.bth.dqpn == kDqpn)
+          ++frames;
+      }
+      if (n) {
+        port->rx_free(bufs, n);
+        last = Clock::now();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+    const engine::PortRxLoss l = port->rx_loss();
+    printf("kind=%s received=%llu ring_full=%llu no_buffer=%llu errors=%llu\n", kind,
+           static_cast<unsigned long long>(frames), static_cast<unsigned long long>(l.ring_full),
+           static_cast<unsigned long long>(l.no_buffer), static_cast<unsigned long long>(l.errors));
     return 0;
   }
   if (a.cmd == "sink") {

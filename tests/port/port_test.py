@@ -16,6 +16,7 @@ Exit 77 (skip) when not root or network namespaces are unavailable.
 import argparse
 import ipaddress
 import os
+import re
 import select
 import struct
 import subprocess
@@ -268,6 +269,29 @@ def qpn_filter(pair, probe, port):
         check(got, f"{port} QPN range {rng}: QP 0x123 frames {'delivered' if want else 'dropped'} ({out.strip()})")
 
 
+def ring_overflow(pair, probe, port):
+    """A receiver that does not drain its ring for a while loses frames, and its port counts each one: the
+    frames received plus those counted as lost (rx_loss().ring_full) are exactly the frames sent."""
+    count = 20000
+    rx = subprocess.Popen(pair.prefix("b") + [probe, "--port", port, "--if", pair.ifname["b"], "stall",
+                                              "--seconds", "3", "--timeout-ms", "20000"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r, _, _ = select.select([rx.stdout], [], [], 20)
+    if not check(bool(r) and rx.stdout.readline().strip() == "ready", f"{port} stall: receiver ready"):
+        rx.kill()
+        return
+    s = pair.exec("a", [probe, "--port", "socket", "--if", pair.ifname["a"], "send", "--dst-ip", pair.ip4["b"],
+                        "--count", str(count), "--sizes", "64", "--gap-us", "20"], check=False, timeout=60)
+    out, _ = rx.communicate(timeout=60)
+    sent = int(re.search(r"sent=(\d+)", s.stdout).group(1)) if "sent=" in s.stdout else -1
+    m = re.search(r"received=(\d+) ring_full=(\d+) no_buffer=(\d+) errors=(\d+)", out)
+    if not check(m is not None and sent == count, f"{port} stall: sent {sent}, receiver said {out.strip()!r}"):
+        return
+    got, lost = int(m.group(1)), int(m.group(2))
+    check(lost > 0 and got + lost == sent,
+          f"{port} receive ring overflow counted: {got} received + {lost} ring_full = {got + lost} of {sent} sent")
+
+
 def eui64_gid(mac):
     b = bytes.fromhex(mac.replace(":", ""))
     return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\0" * 6 + bytes([b[0] ^ 2]) + b[1:3] + b"\xff\xfe" + b[3:]))
@@ -344,6 +368,7 @@ def main():
         memif_transfer(pair, args.probe, tmp)
         for port in ("socket", "dpdk"):
             qpn_filter(pair, args.probe, port)
+            ring_overflow(pair, args.probe, port)
         # The two ports interoperate (one side DPDK, the other kernel sockets).
         transfer(pair, args.probe, tmp, "a", "b", 4, "dpdk", "socket", capture=False)
         transfer(pair, args.probe, tmp, "b", "a", 6, "socket", "dpdk", capture=False)
