@@ -433,22 +433,42 @@ bool Engine::try_progress() {
   return g.owns_lock() && impl_->progress_round();
 }
 
+uint32_t EngineImpl::rx_drain(uint32_t limit) {
+  const uint32_t burst = static_cast<uint32_t>(rx.size());
+  uint32_t total = 0;
+  while (total < limit) {
+    const uint32_t n = port.rx_burst(rx.data(), burst);
+    for (uint32_t i = 0; i < n; i++) rx_frame(rx[i]);
+    if (n) port.rx_free(rx.data(), n);
+    total += n;
+    if (n < burst) break;
+  }
+  return total;
+}
+
 bool EngineImpl::progress_round() {
   EngineImpl& e = *this;
   e.now = e.clock.now_ns();
-  bool did = false;
-  const uint32_t n = e.port.rx_burst(e.rx.data(), static_cast<uint32_t>(e.rx.size()));
-  for (uint32_t i = 0; i < n; i++) e.rx_frame(e.rx[i]);
-  if (n) {
-    e.port.rx_free(e.rx.data(), n);
-    did = true;
-  }
+  const uint32_t burst = static_cast<uint32_t>(e.rx.size());
+  bool did = e.rx_drain(4 * burst) > 0;
+  // The receive ring is drained as fast as this round sends: for every burst of frames out, up to two bursts
+  // in. A round that sent the window of many QPs before reading again let the peer's ACKs overflow the ring
+  // (counted as rx_ring_drops); the lost ACKs then cost timeouts and resends of whole windows.
+  const uint64_t& sent = e.counters[static_cast<size_t>(Counter::sent_pkts)];
+  uint64_t sent_mark = sent;
   for (Qp* qp : e.qp_list) {
-    const CurQp in_qp(e, qp);
-    if (e.completer_run(*qp)) did = true;
-    if (e.responder_tx(*qp, e.config.tx_budget)) did = true;
-    if (e.requester_run(*qp)) did = true;
-    if (e.completer_run(*qp)) did = true;
+    {
+      const CurQp in_qp(e, qp);
+      if (e.completer_run(*qp)) did = true;
+      if (e.responder_tx(*qp, e.config.tx_budget)) did = true;
+      if (e.requester_run(*qp)) did = true;
+      if (e.completer_run(*qp)) did = true;
+    }
+    if (sent - sent_mark >= burst) {
+      e.tx_flush();
+      if (e.rx_drain(2 * burst)) did = true;
+      sent_mark = sent;
+    }
   }
   e.tx_flush();
   return did;

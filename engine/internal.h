@@ -372,6 +372,8 @@ struct EngineImpl {
   void finish_frame();
   void abort_frame();
   void tx_flush();
+  // Takes up to `limit` frames from the port (whole bursts, until one comes back short); returns how many.
+  uint32_t rx_drain(uint32_t limit);
   bool progress_round();  // one progress() round; engine lock held
   PacketBuf cur_buf{};
   wire::FrameLayout cur_layout{};

@@ -624,3 +624,63 @@ TEST(RcDrops, ForeignPkeyAndStaleAckCountedByCause) {
 
 }  // namespace
 }  // namespace urxe::engine::test
+
+namespace urxe::engine::test {
+namespace {
+
+// Counts the frames an engine hands its port between two looks at the receive ring.
+class WatchPort final : public Port {
+ public:
+  explicit WatchPort(Port& inner) : inner_(inner) {}
+  const PortAttr& attr() const override { return inner_.attr(); }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    const uint32_t k = inner_.tx_burst(bufs, n);
+    since_rx += k;
+    total_tx += k;
+    max_between_rx = std::max(max_between_rx, since_rx);
+    return k;
+  }
+  void tx_free(PacketBuf& buf) override { inner_.tx_free(buf); }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
+    since_rx = 0;
+    return inner_.rx_burst(bufs, n);
+  }
+  void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
+  uint64_t since_rx = 0, max_between_rx = 0, total_tx = 0;
+
+ private:
+  Port& inner_;
+};
+
+// A progress round that sends the windows of many QPs keeps reading the receive ring in between, so the
+// peer's ACKs do not pile up there (on a real port a full ring drops them: timeouts, resends, collapse).
+TEST(RcManyQps, ReceiveRingIsReadWhileManyQpsSend) {
+  EngineConfig cfg;
+  WatchPort* watch = nullptr;
+  Loopback lb(cfg, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
+    if (side != 0) return nullptr;
+    auto p = std::make_unique<WatchPort>(inner);
+    watch = p.get();
+    return p;
+  });
+  ASSERT_NE(watch, nullptr);
+  constexpr int kQps = 128, kWrs = 16;
+  std::vector<uint32_t> qas;
+  for (int i = 0; i < kQps; i++) qas.push_back(lb.connect(QPT_RC).first);
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  for (uint32_t qa : qas)
+    for (int w = 0; w < kWrs; w++) {
+      SendWr wr = make_wr(WR_RDMA_WRITE, &sge, 1, static_cast<uint64_t>(w));
+      wr.rdma.remote_addr = lb.b().addr(4096);
+      wr.rdma.rkey = lb.b().mr.rkey;
+      post(lb.a(), qa, wr);
+    }
+  lb.a().eng->progress();  // one round: every QP's window goes out
+  EXPECT_GE(watch->total_tx, uint64_t{kQps} * kWrs);
+  EXPECT_LE(watch->max_between_rx, uint64_t{cfg.rx_burst + cfg.tx_budget});
+  EXPECT_EQ(lb.poll(lb.a(), kQps * kWrs).size(), size_t{kQps} * kWrs);  // and all of them complete
+}
+
+}  // namespace
+}  // namespace urxe::engine::test

@@ -111,6 +111,7 @@ struct Events : EventSink {
 // One side: an engine, a PD, a CQ and a registered buffer.
 struct Node {
   std::unique_ptr<LoopPort> port;
+  std::unique_ptr<Port> wrapper;  // between the engine and its SimPort, when a test asks for one
   std::unique_ptr<Engine> eng;
   Events events;
   uint32_t pd = 0, cq = 0;
@@ -134,8 +135,10 @@ struct ConnOpts {
 class Loopback {
  public:
   using ConnOpts = urxe::engine::test::ConnOpts;
-  explicit Loopback(EngineConfig cfg = {}, uint32_t link_mtu = 1500, size_t mem = 1 << 20,
-                    bool ipv6 = false) {
+  // wrap: makes a Port over a side's SimPort for its engine to use (e.g. to watch how the engine polls).
+  using PortWrap = std::function<std::unique_ptr<Port>(int side, Port& inner)>;
+  explicit Loopback(EngineConfig cfg = {}, uint32_t link_mtu = 1500, size_t mem = 1 << 20, bool ipv6 = false,
+                    const PortWrap& wrap = nullptr) {
     for (int s = 0; s < 2; s++) {
       Node& n = node[s];
       n.gid = wire::gid_from_ipv4({10, 0, 0, static_cast<uint8_t>(1 + s)});
@@ -152,7 +155,8 @@ class Loopback {
       n.port = std::make_unique<LoopPort>(link.net, sp);
       link.ports[s] = n.port.get();
       cfg.qpn_base = 0x11 + static_cast<uint32_t>(s) * 0x100;
-      n.eng = std::make_unique<Engine>(sp, link.clock, cfg);
+      if (wrap) n.wrapper = wrap(s, sp);
+      n.eng = std::make_unique<Engine>(n.wrapper ? *n.wrapper : static_cast<Port&>(sp), link.clock, cfg);
       n.eng->set_event_sink(&n.events);
       EXPECT_EQ(0, n.eng->alloc_pd(n.pd));
       EXPECT_EQ(0, n.eng->create_cq(4096, n.cq));
