@@ -332,7 +332,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     }
     count(Counter::rcvd_pkts);
     count(Counter::rcvd_bytes, buf.len);
-    if (st == QPS_RTR && !qp->comm_est) {
+    if (st == QPS_RTR && !qp->comm_est && qp->type != QPT_UD) {  // none for UD (IBTA o11-5.1.1)
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);
     }

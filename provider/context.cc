@@ -66,15 +66,16 @@ ContextState::~ContextState() {
   // async_rd is the context's async_fd: verbs_uninit_context closes it.
 }
 
-void ContextState::post_async(uint64_t element, uint32_t type) {
+bool ContextState::post_async(uint64_t element, uint32_t type) {
   struct {
     uint64_t element;
     uint32_t event_type;
     uint32_t reserved;
   } rec{element, type, 0};
   static_assert(sizeof rec == 16);
-  if (::write(async_wr, &rec, sizeof rec) != sizeof rec)
-    URXE_DEBUG("async pipe full, event %u dropped", type);
+  if (::write(async_wr, &rec, sizeof rec) == sizeof rec) return true;
+  URXE_DEBUG("async pipe full, event %u dropped", type);
+  return false;
 }
 
 void ContextState::async_event(const en::AsyncEvent& ev) {
@@ -83,16 +84,17 @@ void ContextState::async_event(const en::AsyncEvent& ev) {
     case en::EVENT_CQ_ERR: {
       auto it = cqs.find(ev.element);
       if (it == cqs.end()) return;
-      it->second->async_reported++;
-      post_async(reinterpret_cast<uintptr_t>(&it->second->vcq.cq), ev.type);
+      // Reported only if queued: destroy waits until the app acknowledged every reported event.
+      if (post_async(reinterpret_cast<uintptr_t>(&it->second->vcq.cq), ev.type)) it->second->async_reported++;
       return;
     }
     case en::EVENT_SRQ_ERR:
     case en::EVENT_SRQ_LIMIT_REACHED: {
       auto it = srqs.find(ev.element);
       if (it == srqs.end()) return;
-      it->second->async_reported++;
-      post_async(reinterpret_cast<uintptr_t>(&it->second->vsrq.srq), ev.type);
+      // Reported only if queued: destroy waits until the app acknowledged every reported event.
+      if (post_async(reinterpret_cast<uintptr_t>(&it->second->vsrq.srq), ev.type))
+        it->second->async_reported++;
       return;
     }
     case en::EVENT_DEVICE_FATAL:
@@ -108,8 +110,8 @@ void ContextState::async_event(const en::AsyncEvent& ev) {
     default: {  // QP events
       auto it = qps.find(ev.element);
       if (it == qps.end()) return;
-      it->second->async_reported++;
-      post_async(reinterpret_cast<uintptr_t>(&it->second->vqp.qp), ev.type);
+      // Reported only if queued: destroy waits until the app acknowledged every reported event.
+      if (post_async(reinterpret_cast<uintptr_t>(&it->second->vqp.qp), ev.type)) it->second->async_reported++;
       return;
     }
   }
@@ -232,7 +234,14 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
     if (const char* p = std::getenv("URXE_PORT"); p && *p) st->config.port = p;
     if (!record_pair(st->async_rd, st->async_wr)) return fail(errno, "socketpair");
     ::fcntl(st->async_wr, F_SETFL, O_NONBLOCK);  // the progress thread must never block on a slow reader
-    ctx->vctx.context.async_fd = st->async_rd;   // from here on verbs_uninit_context closes it
+    {
+      // Room for thousands of events (COMM_EST of every QP of a large job, which perftest never reads):
+      // the kernel's uverbs queue is unbounded; one event that does not fit is dropped, not reported.
+      const int bytes = 8 << 20;
+      if (::setsockopt(st->async_wr, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
+        ::setsockopt(st->async_wr, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    }
+    ctx->vctx.context.async_fd = st->async_rd;  // from here on verbs_uninit_context closes it
     st->doorbell_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (st->doorbell_fd < 0) return fail(errno, "eventfd");
 

@@ -233,7 +233,7 @@ struct ContextState final : urxe::provider::LoggingSink {
     [[maybe_unused]] auto r = ::write(doorbell_fd, &one, sizeof one);
   }
 
-  void post_async(uint64_t element, uint32_t type);
+  bool post_async(uint64_t element, uint32_t type);  // false: the queue was full, the event dropped
 
   // ---- engine::EventSink (engine lock held) ----
   void async_event(const en::AsyncEvent& ev) override;

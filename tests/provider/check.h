@@ -52,9 +52,9 @@ static inline int rc_to_init(struct ibv_qp* qp) {
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-/* INIT -> RTR -> RTS of an RC QP towards dest_qpn at dgid from sgid_index: path MTU 1024, PSNs 1, up to 4
- * RDMA READs/atomics each way, timeout 14, retries 7. Returns the first failing ibv_modify_qp's result. */
-static inline int rc_to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* dgid, int sgid_index) {
+/* INIT -> RTR of an RC QP towards dest_qpn at dgid from sgid_index: path MTU 1024, PSN 1, up to 4 RDMA
+ * READs/atomics. */
+static inline int rc_to_rtr(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* dgid, int sgid_index) {
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTR;
@@ -68,10 +68,17 @@ static inline int rc_to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ib
   a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
   a.ah_attr.grh.hop_limit = 64;
   a.ah_attr.port_num = 1;
-  int rc = ibv_modify_qp(qp, &a,
-                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+/* INIT -> RTR -> RTS (rc_to_rtr, then PSN 1, timeout 14, retries 7). Returns the first failing
+ * ibv_modify_qp's result. */
+static inline int rc_to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* dgid, int sgid_index) {
+  int rc = rc_to_rtr(qp, dest_qpn, dgid, sgid_index);
   if (rc) return rc;
+  struct ibv_qp_attr a;
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;

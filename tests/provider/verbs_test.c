@@ -257,6 +257,60 @@ static int ud_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr*
   return 0;
 }
 
+/* Many QPs each raise COMM_EST (a SEND reached them in RTR) and the app reads none of these events, as
+ * perftest does: more than fit the async queue are dropped, never reported, so that destroying the QPs
+ * (which waits for every reported event's ack) returns. alarm() turns a hang into a failure. */
+static int async_flood_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr* mr, char* mem,
+                               const union ibv_gid* gid) {
+  enum { kPairs = 400 };
+  static struct ibv_qp* tx[kPairs];
+  static struct ibv_qp* rx[kPairs];
+  struct ibv_cq* cq = ibv_create_cq(ctx, 2 * kPairs + 8, NULL, NULL, 0);
+  REQUIRE(cq, "flood cq: %s", strerror(errno));
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof ia);
+  ia.send_cq = cq;
+  ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 1;
+  ia.cap.max_recv_wr = 1;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  for (int i = 0; i < kPairs; i++) {
+    tx[i] = ibv_create_qp(pd, &ia);
+    rx[i] = ibv_create_qp(pd, &ia);
+    REQUIRE(tx[i] && rx[i], "flood qp %d: %s", i, strerror(errno));
+    REQUIRE(rc_to_init(tx[i]) == 0 && rc_to_init(rx[i]) == 0, "flood INIT %d", i);
+    REQUIRE(rc_to_rtr(rx[i], tx[i]->qp_num, gid, 1) == 0, "flood RTR %d", i); /* stays in RTR */
+    REQUIRE(rc_to_rts(tx[i], rx[i]->qp_num, gid, 1) == 0, "flood RTS %d", i);
+    struct ibv_sge rs = {(uintptr_t)(mem + 8192), 16, mr->lkey};
+    struct ibv_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *bad_r;
+    REQUIRE(ibv_post_recv(rx[i], &r, &bad_r) == 0, "flood post_recv %d", i);
+  }
+  for (int i = 0; i < kPairs; i++) {
+    struct ibv_sge ss = {(uintptr_t)mem, 16, mr->lkey};
+    struct ibv_send_wr w = {.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad;
+    w.send_flags = IBV_SEND_SIGNALED;
+    REQUIRE(ibv_post_send(tx[i], &w, &bad) == 0, "flood post_send %d", i);
+  }
+  struct ibv_wc wc[2 * kPairs];
+  CHECK(wait_cq(cq, wc, 2 * kPairs) == 2 * kPairs, "flood: not every SEND and receive completed");
+  /* COMM_EST is reported for a QP in RTR (not for the senders, already in RTS); read one and ack it. */
+  struct ibv_async_event ev;
+  int comm_est = 0;
+  while (!comm_est && next_async(ctx, &ev, 2000)) {
+    comm_est = ev.event_type == IBV_EVENT_COMM_EST;
+    ibv_ack_async_event(&ev);
+  }
+  CHECK(comm_est, "no COMM_EST reported");
+  alarm(30);
+  for (int i = 0; i < kPairs; i++)
+    CHECK(ibv_destroy_qp(tx[i]) == 0 && ibv_destroy_qp(rx[i]) == 0, "flood destroy %d", i);
+  alarm(0);
+  CHECK(ibv_destroy_cq(cq) == 0, "flood destroy cq");
+  return 0;
+}
+
 /* A QP created with send_ops_flags is a verbs_qp with VERBS_QP_EX set: ibv_qp_to_qp_ex hands out the
  * ibv_qp_ex, and the ibv_wr_* builders post through it (here: an inline SEND and a gathered
  * RDMA WRITE to itself). */
@@ -707,6 +761,7 @@ int main(int argc, char** argv) {
   if (srq_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (ud_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (qpex_section(ctx, pd, mr, mem, &gid1)) return 1;
+  if (async_flood_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (rereg_resize_section(ctx, pd, mr, mem, &gid1)) return 1;
   if (user_memory_section(pd)) return 1;
 
