@@ -25,7 +25,7 @@ namespace urxe::engine {
 // where a verbs app can observe them).
 struct DeviceAttr {
   uint64_t max_mr_size = ~0ull;
-  uint32_t max_qp = 4096;  // also the QPN range: qpn_base .. qpn_base + max_qp - 1
+  uint32_t max_qp = 65536;  // as rxe; also the QPN range: qpn_base .. qpn_base + max_qp - 1
   uint32_t max_qp_wr = 16384;
   uint32_t max_sge = 32;
   uint32_t max_sge_rd = 32;

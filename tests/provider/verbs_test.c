@@ -752,7 +752,8 @@ int main(int argc, char** argv) {
     ia2.recv_cq = cq2;
     struct ibv_qp* qp2 = ibv_create_qp(pd2, &ia2);
     REQUIRE(qp2, "second context qp: %s", strerror(errno));
-    CHECK(qp2->qp_num != qp->qp_num && (qp2->qp_num - 0x11) / 4096 != (qp->qp_num - 0x11) / 4096,
+    const uint32_t block = (uint32_t)da.max_qp; /* each context's QPN block: max_qp QPNs */
+    CHECK(qp2->qp_num != qp->qp_num && (qp2->qp_num - 0x11) / block != (qp->qp_num - 0x11) / block,
           "QPN 0x%x of the second context is in the first one's block (0x%x)", qp2->qp_num, qp->qp_num);
     CHECK(ibv_destroy_qp(qp2) == 0 && ibv_destroy_cq(cq2) == 0 && ibv_dealloc_pd(pd2) == 0, "ctx2 teardown");
     CHECK(ibv_close_device(ctx2) == 0, "close ctx2");
