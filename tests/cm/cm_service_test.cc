@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -169,6 +170,16 @@ struct App {
     c.dst_addr = sin(dst, port);
     c.timeout_ms = 2000;
     return cmd(RDMA_USER_CM_CMD_RESOLVE_IP, c, 0).err;
+  }
+  // QUERY_ROUTE's answer (addresses, device GUID, paths); err != 0 fails the test.
+  rdma_ucm_query_route_resp query_route(uint32_t id) {
+    rdma_ucm_query q{};
+    q.id = id;
+    auto r = cmd(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp));
+    EXPECT_EQ(r.err, 0);
+    rdma_ucm_query_route_resp resp{};
+    std::memcpy(&resp, r.out.data(), std::min(r.out.size(), sizeof resp));
+    return resp;
   }
   int resolve_route(uint32_t id) {
     rdma_ucm_resolve_route c{id, 2000};
@@ -506,12 +517,7 @@ TEST(CmService, PortSpaceRules) {
   // Port 0: an ephemeral port, reported by QUERY_ROUTE.
   const uint32_t e = a.create_id(5);
   EXPECT_EQ(a.bind(e, "10.0.0.1", 0), 0);
-  rdma_ucm_query q{};
-  q.id = e;
-  auto r = a.cmd(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp));
-  ASSERT_EQ(r.err, 0);
-  rdma_ucm_query_route_resp resp{};
-  std::memcpy(&resp, r.out.data(), sizeof resp);
+  const rdma_ucm_query_route_resp resp = a.query_route(e);
   sockaddr_in sa{};
   std::memcpy(&sa, &resp.src_addr, sizeof sa);
   EXPECT_GE(ntohs(sa.sin_port), 32768);
@@ -732,23 +738,15 @@ TEST(CmService, LoopbackBindsNoDeviceAndItsRouteFailsWithEnodev) {
   const uint32_t b = a.create_id(1);
   ASSERT_EQ(a.bind(b, "127.0.0.1", 0), 0);
   EXPECT_EQ(a.listen(b), 0);
-  rdma_ucm_query q{};
-  q.id = b;
-  auto r = a.cmd(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp));
-  ASSERT_EQ(r.err, 0);
-  rdma_ucm_query_route_resp resp{};
-  std::memcpy(&resp, r.out.data(), sizeof resp);
-  EXPECT_EQ(resp.node_guid, 0u);  // no device: librdmacm leaves id->verbs NULL
+  rdma_ucm_query_route_resp resp = a.query_route(b);
+  EXPECT_EQ(resp.node_guid, 0u);                         // no device: librdmacm leaves id->verbs NULL
   EXPECT_EQ(a.bind(a.create_id(2), "127.0.0.2", 0), 0);  // all of 127/8 is local
 
   const uint32_t c = a.create_id(3);
   ASSERT_EQ(a.resolve_ip(c, "127.0.0.2", 7174), 0);
   net.run();
   a.expect_event(c, UcmaEvent::addr_resolved);
-  q.id = c;
-  r = a.cmd(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp));
-  ASSERT_EQ(r.err, 0);
-  std::memcpy(&resp, r.out.data(), sizeof resp);
+  resp = a.query_route(c);
   uint64_t guid = 0;
   std::memcpy(&guid, &resp.node_guid, 8);
   EXPECT_EQ(be64toh(guid), net.nodes[0].dev.node_guid);

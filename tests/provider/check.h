@@ -42,6 +42,20 @@ static inline struct ibv_device* find_device(struct ibv_device** list, int n, co
   return NULL;
 }
 
+/* QP attributes: one CQ for both queues, `wr` WRs and one SGE each way. */
+static inline struct ibv_qp_init_attr qp_init_attr(struct ibv_cq* cq, enum ibv_qp_type type, uint32_t wr) {
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof ia);
+  ia.send_cq = cq;
+  ia.recv_cq = cq;
+  ia.qp_type = type;
+  ia.cap.max_send_wr = wr;
+  ia.cap.max_recv_wr = wr;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  return ia;
+}
+
 /* RESET -> INIT of an RC QP on port 1, remote write, read and atomic access. */
 static inline int rc_to_init(struct ibv_qp* qp) {
   struct ibv_qp_attr a;

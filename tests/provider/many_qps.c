@@ -49,13 +49,7 @@ int main(int argc, char** argv) {
 
   const long rss0 = rss_kib();
   double t0 = now_ms();
-  struct ibv_qp_init_attr ia;
-  memset(&ia, 0, sizeof ia);
-  ia.send_cq = cq;
-  ia.recv_cq = cq;
-  ia.qp_type = IBV_QPT_RC;
-  ia.cap.max_send_wr = ia.cap.max_recv_wr = 1;
-  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_RC, 1);
   int made = 0;
   while (made < n && (qp[made] = ibv_create_qp(pd, &ia)) != NULL) made++;
   const double create_ms = now_ms() - t0;

@@ -1,8 +1,8 @@
-/* librdmacm's error paths over urxe (urxe0 on va 10.77.0.1, vb 10.77.0.2 not urxe; in_netns.sh): the errno and
- * events the kernel gives, and no hang: REJECTED 8 for a port nobody listens on, ADDR_ERROR for an address
- * nobody answers, bind errors, poll() readiness of a non-blocking channel, 1,000 ids, 8 threads waiting on
- * one channel, and the CM service killed under a waiting app (the app gets an error, not a hang). Run twice:
- * the second run starts a new service for the one the first killed. */
+/* librdmacm's error paths over urxe (urxe0 on va 10.77.0.1, vb 10.77.0.2 not urxe; in_netns.sh): the errno
+ * and events the kernel gives, and no hang: REJECTED 8 for a port nobody listens on, ADDR_ERROR for an
+ * address nobody answers, bind errors, poll() readiness of a non-blocking channel, 1,000 ids, 8 threads
+ * waiting on one channel, and the CM service killed under a waiting app (the app gets an error, not a hang).
+ * Run twice: the second run starts a new service for the one the first killed. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -19,14 +19,14 @@
 #include <unistd.h>
 
 static int failures;
-#define CHECK(c, ...)                                   \
-  do {                                                  \
-    if (!(c)) {                                         \
+#define CHECK(c, ...)                                      \
+  do {                                                     \
+    if (!(c)) {                                            \
       fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                     \
-      fprintf(stderr, "\n");                            \
-      failures++;                                       \
-    }                                                   \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+      failures++;                                          \
+    }                                                      \
   } while (0)
 
 static double now_ms(void) {
@@ -99,7 +99,8 @@ int main(void) {
     return 1;
   }
   /* Bind: an address nobody here has, one on an interface without urxe, a port taken. */
-  CHECK(bind_errno(ch, "10.99.0.1", 0) == EADDRNOTAVAIL, "bind non-local: %s", strerror(bind_errno(ch, "10.99.0.1", 0)));
+  CHECK(bind_errno(ch, "10.99.0.1", 0) == EADDRNOTAVAIL, "bind non-local: %s",
+        strerror(bind_errno(ch, "10.99.0.1", 0)));
   /* A loopback address binds without a device, as on kernel 6.1 (libfabric's verbs provider binds
      "localhost" and then uses the interfaces' addresses); the route to one fails with ENODEV. */
   {
@@ -110,13 +111,16 @@ int main(void) {
     CHECK(lo->verbs == NULL, "bind 127.0.0.1 gave a device");
     rdma_destroy_id(lo);
   }
-  CHECK(bind_errno(ch, "10.77.0.2", 0) == ENODEV, "bind vb's address: %s", strerror(bind_errno(ch, "10.77.0.2", 0)));
+  CHECK(bind_errno(ch, "10.77.0.2", 0) == ENODEV, "bind vb's address: %s",
+        strerror(bind_errno(ch, "10.77.0.2", 0)));
   struct rdma_cm_id* held;
   struct sockaddr_in s = sin4("10.77.0.1", 7471);
   CHECK(rdma_create_id(ch, &held, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(held, (struct sockaddr*)&s) == 0,
         "bind 10.77.0.1:7471: %s", strerror(errno));
-  CHECK(bind_errno(ch, "10.77.0.1", 7471) == EADDRINUSE, "bind a taken port: %s", strerror(bind_errno(ch, "10.77.0.1", 7471)));
-  CHECK(bind_errno(ch, "0.0.0.0", 7471) == EADDRINUSE, "wildcard bind of a taken port: %s", strerror(bind_errno(ch, "0.0.0.0", 7471)));
+  CHECK(bind_errno(ch, "10.77.0.1", 7471) == EADDRINUSE, "bind a taken port: %s",
+        strerror(bind_errno(ch, "10.77.0.1", 7471)));
+  CHECK(bind_errno(ch, "0.0.0.0", 7471) == EADDRINUSE, "wildcard bind of a taken port: %s",
+        strerror(bind_errno(ch, "0.0.0.0", 7471)));
   rdma_destroy_id(held);
 
   /* Non-blocking channel: poll says readable exactly while an event is queued. */
@@ -139,7 +143,8 @@ int main(void) {
   ev = next_event(ch, 1000);
   CHECK(ev && ev->event == RDMA_CM_EVENT_ROUTE_RESOLVED, "ROUTE_RESOLVED");
   if (ev) rdma_ack_cm_event(ev);
-  struct rdma_conn_param cp = {.qp_num = 0x123, .responder_resources = 1, .initiator_depth = 1, .retry_count = 7};
+  struct rdma_conn_param cp = {
+      .qp_num = 0x123, .responder_resources = 1, .initiator_depth = 1, .retry_count = 7};
   double t0 = now_ms();
   CHECK(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
   ev = next_event(ch, 1000);
@@ -150,7 +155,10 @@ int main(void) {
   rdma_destroy_id(id);
 
   /* Addresses nobody answers: on the link (no ARP reply) within the timeout given, and off any route. */
-  struct { const char* a; int timeout_ms; } unreach[] = {{"10.77.0.99", 500}, {"10.123.0.1", 500}};
+  struct {
+    const char* a;
+    int timeout_ms;
+  } unreach[] = {{"10.77.0.99", 500}, {"10.123.0.1", 500}};
   for (int i = 0; i < 2; i++) {
     dst = sin4(unreach[i].a, 7472);
     CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id: %s", strerror(errno));
@@ -173,12 +181,15 @@ int main(void) {
   /* A loopback destination resolves to the device with the loopback source; its route is ENODEV. */
   dst = sin4("127.0.0.1", 7472);
   CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id: %s", strerror(errno));
-  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 1000) == 0, "resolve_addr 127.0.0.1: %s", strerror(errno));
+  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)&dst, 1000) == 0, "resolve_addr 127.0.0.1: %s",
+        strerror(errno));
   ev = next_event(ch, 2000);
-  CHECK(ev && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED, "resolve 127.0.0.1: %s", ev ? rdma_event_str(ev->event) : "no event");
+  CHECK(ev && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED, "resolve 127.0.0.1: %s",
+        ev ? rdma_event_str(ev->event) : "no event");
   if (ev) rdma_ack_cm_event(ev);
   CHECK(id->verbs != NULL, "resolve 127.0.0.1: no device");
-  CHECK(rdma_resolve_route(id, 1000) == -1 && errno == ENODEV, "resolve_route to 127.0.0.1: %s", strerror(errno));
+  CHECK(rdma_resolve_route(id, 1000) == -1 && errno == ENODEV, "resolve_route to 127.0.0.1: %s",
+        strerror(errno));
   rdma_destroy_id(id);
 
   /* 1,000 ids made and destroyed in one process. */
@@ -204,7 +215,8 @@ int main(void) {
   dst = sin4("10.77.0.1", 7472);
   for (int i = 0; i < 8; i++) {
     CHECK(rdma_create_id(ch, &ids[i], NULL, RDMA_PS_TCP) == 0, "create_id: %s", strerror(errno));
-    CHECK(rdma_resolve_addr(ids[i], NULL, (struct sockaddr*)&dst, 1000) == 0, "resolve_addr: %s", strerror(errno));
+    CHECK(rdma_resolve_addr(ids[i], NULL, (struct sockaddr*)&dst, 1000) == 0, "resolve_addr: %s",
+          strerror(errno));
   }
   t0 = now_ms();
   int done = 0;
@@ -238,14 +250,17 @@ int main(void) {
           wk.done ? strerror(wk.err) : "still waiting after 15 s");
     if (wk.done) {
       pthread_join(tk, NULL);
-      printf("rdma_get_cm_event after SIGKILL of the service: %s after %.0f ms\n", strerror(wk.err), now_ms() - t0);
+      printf("rdma_get_cm_event after SIGKILL of the service: %s after %.0f ms\n", strerror(wk.err),
+             now_ms() - t0);
     }
     /* The same process goes on: its next channel starts a new service, which binds and resolves. */
     struct rdma_event_channel* ch3 = rdma_create_event_channel();
     CHECK(ch3 != NULL, "a new channel after the service died: %s", strerror(errno));
     if (ch3) {
-      CHECK(service_pid() > 0 && service_pid() != pid, "no new service (pid %d, the killed one %d)", service_pid(), pid);
-      CHECK(bind_errno(ch3, "10.77.0.1", 0) == 0, "bind on the new service: %s", strerror(bind_errno(ch3, "10.77.0.1", 0)));
+      CHECK(service_pid() > 0 && service_pid() != pid, "no new service (pid %d, the killed one %d)",
+            service_pid(), pid);
+      CHECK(bind_errno(ch3, "10.77.0.1", 0) == 0, "bind on the new service: %s",
+            strerror(bind_errno(ch3, "10.77.0.1", 0)));
       rdma_destroy_event_channel(ch3);
     }
   }

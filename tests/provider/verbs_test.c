@@ -170,15 +170,7 @@ static int ud_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr*
   CHECK(ibv_create_cq_ex(ctx, &ca) == NULL && errno == EOPNOTSUPP, "timestamps accepted (errno %d)", errno);
   struct ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
 
-  struct ibv_qp_init_attr ia;
-  memset(&ia, 0, sizeof ia);
-  ia.send_cq = cq;
-  ia.recv_cq = cq;
-  ia.qp_type = IBV_QPT_UD;
-  ia.cap.max_send_wr = 4;
-  ia.cap.max_recv_wr = 4;
-  ia.cap.max_send_sge = 1;
-  ia.cap.max_recv_sge = 1;
+  struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_UD, 4);
   struct ibv_qp* qp = ibv_create_qp(pd, &ia);
   REQUIRE(qp, "create UD qp: %s", strerror(errno));
   struct ibv_qp_attr a;
@@ -267,15 +259,7 @@ static int async_flood_section(struct ibv_context* ctx, struct ibv_pd* pd, struc
   static struct ibv_qp* rx[kPairs];
   struct ibv_cq* cq = ibv_create_cq(ctx, 2 * kPairs + 8, NULL, NULL, 0);
   REQUIRE(cq, "flood cq: %s", strerror(errno));
-  struct ibv_qp_init_attr ia;
-  memset(&ia, 0, sizeof ia);
-  ia.send_cq = cq;
-  ia.recv_cq = cq;
-  ia.qp_type = IBV_QPT_RC;
-  ia.cap.max_send_wr = 1;
-  ia.cap.max_recv_wr = 1;
-  ia.cap.max_send_sge = 1;
-  ia.cap.max_recv_sge = 1;
+  struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_RC, 1);
   for (int i = 0; i < kPairs; i++) {
     tx[i] = ibv_create_qp(pd, &ia);
     rx[i] = ibv_create_qp(pd, &ia);
