@@ -481,6 +481,25 @@ TEST(CmService, DestroyingAnEstablishedIdSendsDreqAndThePeerIsDisconnected) {
   c.server.expect_event(c.sid, UcmaEvent::disconnected);
 }
 
+// rping destroys its id right after rdma_disconnect. The kernel then cancels the DREQ (cm_destroy_id in
+// DREQ_SENT), so its peer's server never learns of a lost one; the service keeps retrying it, as the id
+// lives on until timewait ends.
+TEST(CmService, LostDreqOfAnIdDestroyedAtOnceIsRetransmitted) {
+  Connected c;
+  c.connect_all();
+  int lost = 0;
+  c.net.drop = [&](const wire::CmMad& m) { return m.header.attribute_id == 0x15 && lost++ == 0; };
+  ASSERT_EQ(c.client.disconnect(c.cid), 0);
+  ASSERT_EQ(c.client.destroy(c.cid), 0);
+  c.net.run(1'000'000);
+  rdma_ucm_event_resp e{};
+  EXPECT_FALSE(c.server.get_event(e));  // the first DREQ was lost
+  c.net.run(10'000'000'000);
+  c.server.expect_event(c.sid, UcmaEvent::disconnected);
+  EXPECT_EQ(lost, 2);  // dropped once, retransmitted once
+  EXPECT_EQ(c.net.nodes[0].svc->counters().retries(), 1u);
+}
+
 TEST(CmService, ClosingAChannelDestroysItsIds) {
   Connected c;
   c.connect_all();

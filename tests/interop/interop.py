@@ -223,8 +223,26 @@ def cm_block_dropped():
     return int(m.group(1)) if m else -1
 
 
-def netem_on(spec):
-    cmds = (f"tc qdisc replace dev eth0 root netem {spec} && "
+# The guest's CM DREQ (GSI QP1, CM class 0x07, attribute ID 0x0015), IPv4 and IPv6. The kernel sends it once
+# when the app destroys its id right after rdma_disconnect, as rping does (cm_destroy_id cancels the MAD in
+# DREQ_SENT): lost, it leaves the other side's server, rxe's own as well, waiting forever for a DISCONNECTED.
+GUEST_DREQ_FILTERS = (
+    "protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff "
+    "match u32 0x00000001 0x00ffffff at 32 match u8 0x07 0xff at 49 match u16 0x0015 0xffff at 64 flowid 1:1",
+    "protocol ipv6 prio 2 u32 match ip6 protocol 17 0xff match ip6 dport 4791 0xffff "
+    "match u32 0x00000001 0x00ffffff at 52 match u8 0x07 0xff at 69 match u16 0x0015 0xffff at 84 flowid 1:1")
+
+
+def netem_on(spec, spare_dreq=False):
+    """netem both ways in the guest: egress on eth0, ingress through ifb0. spare_dreq: the guest's DREQ leaves
+    by a prio band without netem (everything else goes through it)."""
+    if spare_dreq:
+        egress = ("tc qdisc replace dev eth0 root handle 1: prio bands 2 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 && "
+                  f"tc qdisc replace dev eth0 parent 1:2 handle 20: netem {spec} && " +
+                  " && ".join(f"tc filter add dev eth0 parent 1: {f}" for f in GUEST_DREQ_FILTERS) + " && ")
+    else:
+        egress = f"tc qdisc replace dev eth0 root netem {spec} && "
+    cmds = (egress +
             "ip link add ifb0 type ifb 2>/dev/null; ip link set ifb0 up && "
             "tc qdisc replace dev eth0 handle ffff: ingress && "
             "tc filter replace dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0 && "
@@ -235,7 +253,10 @@ def netem_on(spec):
 
 
 def netem_off():
-    r = peer_exec("tc -s qdisc show dev eth0 | head -3; tc -s qdisc show dev ifb0 | head -3; "
+    # the netem qdiscs only (egress, then ingress: their "dropped" are the losses), then the DREQ filters' hits
+    r = peer_exec("tc -s qdisc show dev eth0 | grep -A2 '^qdisc netem'; "
+                  "tc -s qdisc show dev ifb0 | grep -A2 '^qdisc netem'; "
+                  "tc -s filter show dev eth0 parent 1: 2>/dev/null; "
                   "tc qdisc del dev eth0 root; tc qdisc del dev eth0 ingress; tc qdisc del dev ifb0 root; true",
                   timeout=30)
     return r.stdout
@@ -276,7 +297,7 @@ def run_case(case, st):
     peer_out = ""
     try:
         if case["netem"]:
-            netem_on(case["netem"])
+            netem_on(case["netem"], spare_dreq=rdmacm)
         if case["urxe_role"] == "server":
             urxe = UrxeProc(urxe_cmd, urxe_addr, os.path.join(d, "urxe.log"), d)
             if rdmacm and not wait_urxe_cm_listen(urxe):
@@ -377,6 +398,9 @@ def run_case(case, st):
     if case["netem"]:
         drops = [int(x) for x in re.findall(r"dropped (\d+)", netem_stats)]
         notes.append(f"netem drops {drops}, NAKs {stats['naks']}, retransmitted requests {stats['retransmits']}")
+        spared = sum(int(x) for x in re.findall(r"\*flowid 1:1 .*?\(rule hit \d+ success (\d+)\)", netem_stats))
+        if spared:
+            notes.append(f"rxe's DREQ spared from netem: {spared}")
         if not any(drops):
             problems.append("netem dropped nothing: the lossy run did not exercise recovery")
     if stats.get("resolution_triggers"):
