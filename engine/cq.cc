@@ -101,6 +101,10 @@ bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
   }
   r.at(p) = wc;
   r.prod.store(p + 1, std::memory_order_release);
+  // Store prod, then load armed; the app stores armed (req_notify_cq), then loads prod (poll_cq). Without
+  // a full fence on both sides each may miss the other's store (x86 lets a load pass an earlier store): the
+  // completion would raise no event and the app, having found the CQ empty, would sleep on it forever.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const int armed = cq.armed.load(std::memory_order_acquire);
   // A solicited-only arming fires on solicited receives and on any error completion (IBTA 11.4.2.2).
   if (armed == 2 || (armed == 1 && (solicited || wc.status != WC_SUCCESS))) {
@@ -130,6 +134,7 @@ int Engine::req_notify_cq(uint32_t cq, bool solicited_only) {
   int cur = c->armed.load(std::memory_order_relaxed);
   while (cur < want && !c->armed.compare_exchange_weak(cur, want, std::memory_order_acq_rel)) {
   }
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the other half of cq_post's fence
   return 0;
 }
 
