@@ -232,7 +232,15 @@ void EngineImpl::async_event(EventType t, uint32_t element) {
   if (sink) sink->async_event(AsyncEvent{t, element});
 }
 
-uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_len) {
+uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec_in, uint32_t payload_len) {
+  wire::FrameSpec ect;
+  const wire::FrameSpec* specp = &spec_in;
+  if (config.ecn && (spec_in.traffic_class & 3) == 0) {  // ECT(0), keeping the DSCP
+    ect = spec_in;
+    ect.traffic_class |= 2;
+    specp = &ect;
+  }
+  const wire::FrameSpec& spec = *specp;
   const uint32_t size = wire::frame_size(spec, payload_len);
   if (tx.size() >= kTxBatch) {
     tx_flush();
@@ -250,6 +258,28 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
     return nullptr;
   }
   return cur_buf.data + cur_layout.payload_offset;
+}
+
+void EngineImpl::np_ce_received(Qp& q) {
+  count(Counter::np_ecn_marked_roce_packets);
+  // A UD sender has no fixed peer to notify (its address is in each packet): CE is counted only.
+  if (q.type == QPT_UD || (q.np_last_cnp_ns && now - q.np_last_cnp_ns < config.np_min_time_between_cnps_ns))
+    return;
+  // As ConnectX-4 Lx sends it (pcap-fixtures/cx4lx-scapy-cnp.pcap): DSCP 48 with ECT(0), UDP source port 0,
+  // BTH opcode 0x81 to the sending QP, P_Key 0xFFFF, BECN set, PSN 0, 16 reserved zero bytes.
+  wire::FrameSpec spec = q.spec;
+  spec.traffic_class = static_cast<uint8_t>(config.np_cnp_dscp << 2 | 2);
+  spec.udp_sport = 0;
+  spec.bth = wire::Bth{};
+  spec.bth.opcode = wire::op::cnp;
+  spec.bth.pkey = 0xffff;
+  spec.bth.becn = true;
+  spec.bth.dqpn = q.spec.bth.dqpn;
+  spec.bth.psn = 0;
+  if (!begin_frame(spec, 0)) return;
+  finish_frame();
+  q.np_last_cnp_ns = now ? now : 1;
+  count(Counter::np_cnp_sent);
 }
 
 void EngineImpl::finish_frame() {
@@ -293,6 +323,11 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
                ? qps[dqpn - config.qpn_base].load(std::memory_order_relaxed)
                : nullptr;
   const wire::OpcodeInfo& info = *pkt.info;
+  if (info.kind == wire::OpKind::cnp) {
+    // Reaction point: the QP has no rate control yet, so the CNP is counted and otherwise ignored.
+    count(Counter::rp_cnp_ignored);
+    return;
+  }
   const wire::Transport want = !qp                  ? wire::Transport::none
                                : qp->type == QPT_RC ? wire::Transport::rc
                                : qp->type == QPT_UC ? wire::Transport::uc
@@ -332,6 +367,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     }
     count(Counter::rcvd_pkts);
     count(Counter::rcvd_bytes, buf.len);
+    if (((pkt.ip_version == 4 ? pkt.ip4.tos : pkt.ip6.traffic_class) & 3) == 3) np_ce_received(*qp);
     if (st == QPS_RTR && !qp->comm_est && qp->type != QPT_UD) {  // none for UD (IBTA o11-5.1.1)
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);

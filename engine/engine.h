@@ -55,6 +55,13 @@ struct EngineConfig {
   uint32_t rx_burst = 32;           // frames taken from the port per progress() round
   uint32_t tx_budget = 64;          // packets the requester may send per QP per progress() round (fairness)
   bool verify_icrc = true;
+  // ECN, as ConnectX with DCQCN on: every frame leaves ECN-capable (ECT(0)) unless the AV's traffic class
+  // already sets ECN bits, so a congested hop marks it (CE) instead of dropping it. As notification point
+  // the responder answers CE on an RC/UC packet with a CNP to the sending QP, at most one per QP per
+  // np_min_time_between_cnps_ns (mlx5 cc_params np_min_time_between_cnps: 2 us), with DSCP np_cnp_dscp.
+  bool ecn = true;
+  uint64_t np_min_time_between_cnps_ns = 2000;
+  uint8_t np_cnp_dscp = 48;
   // Where the counters live (num_counters uint64 in Counter order, 8-aligned, zeroed by the caller), e.g. a
   // file another process reads; updated with relaxed atomic stores. nullptr: inside the engine.
   uint64_t* counter_storage = nullptr;
@@ -103,8 +110,13 @@ enum class Counter : uint32_t {
   tx_no_buf,       // port had no tx buffer
   cq_overflow,
   resp_remote_access_errors,  // as mlx5: RDMA WRITE/READ/atomic refused for its rkey, range or rights
-  sent_bytes,                 // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
-  rcvd_bytes,                 // the same of the frames rcvd_pkts counts
+  // congestion notification, with mlx5's names
+  np_ecn_marked_roce_packets,  // RoCE packets received with CE (ECN 11)
+  np_cnp_sent,                 // CNPs sent in answer to them
+  rp_cnp_handled,              // CNPs received that cut a QP's rate
+  rp_cnp_ignored,              // CNPs received and not acted on (no QP, or no rate control)
+  sent_bytes,                  // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
+  rcvd_bytes,                  // the same of the frames rcvd_pkts counts
   num_counters
 };
 
@@ -150,6 +162,10 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::tx_no_buf, .name = "tx_no_buf"},
     {.id = Counter::cq_overflow, .name = "cq_overflow"},
     {.id = Counter::resp_remote_access_errors, .name = "resp_remote_access_errors"},
+    {.id = Counter::np_ecn_marked_roce_packets, .name = "np_ecn_marked_roce_packets"},
+    {.id = Counter::np_cnp_sent, .name = "np_cnp_sent"},
+    {.id = Counter::rp_cnp_handled, .name = "rp_cnp_handled"},
+    {.id = Counter::rp_cnp_ignored, .name = "rp_cnp_ignored"},
     {.id = Counter::sent_bytes, .name = "sent_bytes"},
     {.id = Counter::rcvd_bytes, .name = "rcvd_bytes"},
 };

@@ -194,6 +194,7 @@ struct Qp {
   // this QP's share of the counters; engine lock
   std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};
   bool comm_est = false;
+  uint64_t np_last_cnp_ns = 0;  // when this QP last sent a CNP (notification point rate limit)
 
   // send queue (app produces, progress consumes)
   LockedRing<SendWqe> sq;
@@ -274,7 +275,7 @@ struct EngineImpl {
   std::vector<std::atomic<Cq*>> cqs;
   std::vector<std::atomic<Srq*>> srqs;
   std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
-  uint32_t next_qp_index = 0;          // where the cyclic QPN search starts (EngineConfig::qpn_start)
+  uint32_t next_qp_index = 0;         // where the cyclic QPN search starts (EngineConfig::qpn_start)
   std::vector<Qp*> qp_list;           // every live QP, for progress()
   alignas(8) std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> own_counters{};
   uint64_t* counters = own_counters.data();  // or EngineConfig::counter_storage
@@ -369,6 +370,8 @@ struct EngineImpl {
   // Allocates a frame for `spec` with `payload_len` bytes, writes the headers; returns the payload
   // pointer (or nullptr when the port has no buffer). Then finish_frame() seals and queues it.
   uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len);
+  // Notification point: a CE-marked packet reached `qp`; answers with a CNP when the QP's limit allows.
+  void np_ce_received(Qp& qp);
   void finish_frame();
   void abort_frame();
   void tx_flush();
