@@ -260,28 +260,6 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec_in, uint32_t payloa
   return cur_buf.data + cur_layout.payload_offset;
 }
 
-void EngineImpl::np_ce_received(Qp& q) {
-  count(Counter::np_ecn_marked_roce_packets);
-  // A UD sender has no fixed peer to notify (its address is in each packet): CE is counted only.
-  if (q.type == QPT_UD || (q.np_last_cnp_ns && now - q.np_last_cnp_ns < config.np_min_time_between_cnps_ns))
-    return;
-  // As ConnectX-4 Lx sends it (pcap-fixtures/cx4lx-scapy-cnp.pcap): DSCP 48 with ECT(0), UDP source port 0,
-  // BTH opcode 0x81 to the sending QP, P_Key 0xFFFF, BECN set, PSN 0, 16 reserved zero bytes.
-  wire::FrameSpec spec = q.spec;
-  spec.traffic_class = static_cast<uint8_t>(config.np_cnp_dscp << 2 | 2);
-  spec.udp_sport = 0;
-  spec.bth = wire::Bth{};
-  spec.bth.opcode = wire::op::cnp;
-  spec.bth.pkey = 0xffff;
-  spec.bth.becn = true;
-  spec.bth.dqpn = q.spec.bth.dqpn;
-  spec.bth.psn = 0;
-  if (!begin_frame(spec, 0)) return;
-  finish_frame();
-  q.np_last_cnp_ns = now ? now : 1;
-  count(Counter::np_cnp_sent);
-}
-
 void EngineImpl::finish_frame() {
   wire::seal_frame(wire::MutByteSpan(cur_buf.data, cur_layout.frame_len), cur_layout);
   cur_buf.len = cur_layout.frame_len;
@@ -323,9 +301,16 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
                ? qps[dqpn - config.qpn_base].load(std::memory_order_relaxed)
                : nullptr;
   const wire::OpcodeInfo& info = *pkt.info;
-  if (info.kind == wire::OpKind::cnp) {
-    // Reaction point: the QP has no rate control yet, so the CNP is counted and otherwise ignored.
-    count(Counter::rp_cnp_ignored);
+  if (info.kind == wire::OpKind::cnp) {  // to the QP whose data was marked (any transport's QP)
+    Qp* cq = (dqpn >= config.qpn_base && dqpn - config.qpn_base < qps.size())
+                 ? qps[dqpn - config.qpn_base].load(std::memory_order_relaxed)
+                 : nullptr;
+    if (cq && cq->type != QPT_UD && config.dcqcn.rp_enable) {
+      const CurQp in_qp(*this, cq);
+      rp_cnp_received(*cq);
+    } else {
+      count(Counter::rp_cnp_ignored);
+    }
     return;
   }
   const wire::Transport want = !qp                  ? wire::Transport::none
@@ -354,6 +339,8 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     }
     count(Counter::rcvd_pkts);  // as rxe: frames that passed the header checks and reach a QP
     count(Counter::rcvd_bytes, buf.len);
+    // READ responses are data too: CE on them notifies the responder (ACKs carry no payload to mark)
+    if (pkt.payload_len && ce_marked(pkt)) np_ce_received(*qp);
     completer_rx(*qp, pkt);
     // Complete what this response finished now, before the next frame of the burst: completions then
     // appear in wire order, as on hardware. Apps waiting on one channel for a send and a receive CQ
@@ -367,7 +354,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     }
     count(Counter::rcvd_pkts);
     count(Counter::rcvd_bytes, buf.len);
-    if (((pkt.ip_version == 4 ? pkt.ip4.tos : pkt.ip6.traffic_class) & 3) == 3) np_ce_received(*qp);
+    if (ce_marked(pkt)) np_ce_received(*qp);
     if (st == QPS_RTR && !qp->comm_est && qp->type != QPT_UD) {  // none for UD (IBTA o11-5.1.1)
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);
@@ -531,6 +518,9 @@ uint64_t Engine::next_deadline_ns() const {
       best = std::min(best, qp->comp.rnr_until);
     } else if (!e.requester_blocked(*qp)) {
       return 0;
+    } else if (qp->rate.limited && qp->rate.next_send_ns > e.now &&
+               qp->req.idx != qp->sq.prod.load(std::memory_order_acquire)) {
+      best = std::min(best, qp->rate.next_send_ns);  // paced: it may send again then
     }
     if (qp->comp.timer_deadline) best = std::min(best, qp->comp.timer_deadline);
   }

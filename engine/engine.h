@@ -62,6 +62,27 @@ struct EngineConfig {
   bool ecn = true;
   uint64_t np_min_time_between_cnps_ns = 2000;
   uint8_t np_cnp_dscp = 48;
+  // Reaction point (DCQCN as ConnectX runs it; mlx5 cc_params names and firmware defaults): a CNP cuts the
+  // QP's rate RC to RC·(1 − α/2), at most once per rp_rate_reduce_monitor_period and never below
+  // rp_min_dec_fac % of it; α moves toward 1 in every rp_dce_tcp_rtt period with a CNP (g = 1 −
+  // rp_dce_tcp_g/1024) and decays in those without; every rp_time_reset without a cut RC recovers toward the
+  // target RT: fast recovery (RC = (RT + RC)/2) for rp_threshold steps, then RT += rp_ai_rate (additive),
+  // then RT += rp_hai_rate (hyper). A QP runs unpaced until its first CNP and again once back at line rate.
+  struct Dcqcn {
+    bool rp_enable = true;
+    uint32_t line_rate_mbps = 100000;  // where a QP starts at its first CNP, and the cap
+    uint32_t rp_min_rate_mbps = 1;
+    uint32_t rp_min_dec_fac = 50;  // %
+    uint32_t rp_ai_rate_mbps = 5;
+    uint32_t rp_hai_rate_mbps = 50;
+    uint32_t rp_time_reset_us = 300;
+    uint32_t rp_threshold = 1;
+    uint32_t rp_dce_tcp_g = 1019;  // /1024
+    uint32_t rp_dce_tcp_rtt_us = 1;
+    uint32_t rp_rate_reduce_monitor_period_us = 4;
+    uint32_t rp_initial_alpha_value = 1023;  // /1024
+    bool rp_clamp_tgt_rate = false;
+  } dcqcn;
   // Where the counters live (num_counters uint64 in Counter order, 8-aligned, zeroed by the caller), e.g. a
   // file another process reads; updated with relaxed atomic stores. nullptr: inside the engine.
   uint64_t* counter_storage = nullptr;

@@ -195,6 +195,15 @@ struct Qp {
   std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};
   bool comm_est = false;
   uint64_t np_last_cnp_ns = 0;  // when this QP last sent a CNP (notification point rate limit)
+  struct Rate {                 // reaction point (engine/congestion.cc); unpaced while !limited
+    bool limited = false;
+    double rc = 0, rt = 0;  // current and target rate, Mb/s
+    double alpha = 0;
+    bool cnp_in_period = false;  // a CNP came in the α period that started at alpha_ns
+    uint64_t alpha_ns = 0, increase_ns = 0, last_cut_ns = 0;
+    uint32_t stage = 0;         // increase steps since the last cut
+    uint64_t next_send_ns = 0;  // pacing: the next packet may leave at this time
+  } rate;
 
   // send queue (app produces, progress consumes)
   LockedRing<SendWqe> sq;
@@ -370,8 +379,20 @@ struct EngineImpl {
   // Allocates a frame for `spec` with `payload_len` bytes, writes the headers; returns the payload
   // pointer (or nullptr when the port has no buffer). Then finish_frame() seals and queues it.
   uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len);
-  // Notification point: a CE-marked packet reached `qp`; answers with a CNP when the QP's limit allows.
+  // congestion.cc. Notification point: a CE-marked packet reached `qp`; answers with a CNP when the QP's
+  // limit allows. Reaction point: a CNP for `qp`; rp_update applies the timers that ran out by `now`;
+  // rp_sent paces the QP after it sent `bytes`.
   void np_ce_received(Qp& qp);
+  static bool ce_marked(const wire::Packet& p) {
+    return ((p.ip_version == 4 ? p.ip4.tos : p.ip6.traffic_class) & 3) == 3;
+  }
+  void rp_cnp_received(Qp& qp);
+  void rp_update(Qp& qp);
+  void rp_sent(Qp& qp, uint32_t bytes) {
+    if (!qp.rate.limited) return;
+    const uint64_t start = qp.rate.next_send_ns > now ? qp.rate.next_send_ns : now;
+    qp.rate.next_send_ns = start + static_cast<uint64_t>(bytes * 8000.0 / qp.rate.rc);
+  }
   void finish_frame();
   void abort_frame();
   void tx_flush();

@@ -11,6 +11,7 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTS && st != QPS_SQD) return true;
   if (q.comp.rnr_until) return true;
+  if (q.rate.limited && q.rate.next_send_ns > now) return true;  // paced by the reaction point
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   if (q.req.idx == prod) return true;
   const SendWqe& w = q.sq.at(q.req.idx);
@@ -75,6 +76,7 @@ void EngineImpl::go_back(Qp& q, uint32_t psn) {
 bool EngineImpl::requester_run(Qp& q) {
   bool did = false;
   uint32_t budget = config.tx_budget;
+  rp_update(q);
   while (budget > 0 && !requester_blocked(q)) {
     SendWqe& w = q.sq.at(q.req.idx);
     const WrInfo& info = wr_info(w.opcode);
@@ -196,6 +198,7 @@ bool EngineImpl::requester_run(Qp& q) {
       }
     }
     finish_frame();
+    rp_sent(q, cur_layout.frame_len);
     did = true;
     budget--;
     q.req.noack_pkts = spec.bth.ack_req ? 0 : q.req.noack_pkts + 1;

@@ -49,7 +49,7 @@ constexpr char kUsage[] =
     "  np_ecn_marked_roce_packets  RoCE packets received marked CE by a congested hop (as mlx5)\n"
     "  np_cnp_sent     CNPs sent in answer to them, at most one per QP per 2 us (as mlx5)\n"
     "  rp_cnp_handled  CNPs received that cut a QP's rate (as mlx5)\n"
-    "  rp_cnp_ignored  CNPs received and not acted on (as mlx5)\n"
+    "  rp_cnp_ignored  CNPs received and not acted on: no such QP, a UD QP (as mlx5)\n"
     "  resp_remote_access_errors  RDMA WRITE/READ/atomic refused: bad rkey, range or access rights\n"
     "  tx_no_buf       backpressure: the port had no buffer for a frame, or took none\n"
     "  cq_overflow     a completion arrived at a full CQ\n"

@@ -1,7 +1,10 @@
 // Congestion notification: frames leave ECN-capable, a CE-marked request is answered with a CNP in the
 // ConnectX-4 Lx format (pcap-fixtures/cx4lx-scapy-cnp.pcap), at most one per QP per
 // np_min_time_between_cnps, and a CNP received is counted.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <string>
 
 #include "tests/sim/loopback.h"
@@ -80,7 +83,8 @@ TEST(Ecn, CeMarkedRequestsAreAnsweredWithRateLimitedCnpsInConnectXFormat) {
   const uint64_t cnps = lb.b().eng->counter(Counter::np_cnp_sent);
   EXPECT_GE(cnps, 20u);  // every WR came 100 us after the last: a CNP each
   EXPECT_LE(cnps, 40u);  // not one per marked packet: 4 packets of a WR come within 50 us
-  EXPECT_EQ(lb.a().eng->counter(Counter::rp_cnp_ignored), cnps);  // no rate control yet: counted only
+  EXPECT_EQ(lb.a().eng->counter(Counter::rp_cnp_handled), cnps);  // each reached the sending QP
+  EXPECT_EQ(lb.a().eng->counter(Counter::rp_cnp_ignored), 0u);
 
   std::vector<uint8_t> ref_bytes;
   const wire::Packet ref = fixture_cnp(ref_bytes);
@@ -106,6 +110,61 @@ TEST(Ecn, CeMarkedRequestsAreAnsweredWithRateLimitedCnpsInConnectXFormat) {
   }
   EXPECT_EQ(static_cast<uint64_t>(seen), cnps);
   std::printf("%d marked packets, %llu CNPs\n", marked, static_cast<unsigned long long>(cnps));
+}
+
+// Virtual time for `n` 64 KiB WRITEs posted at once, with CE marks on A's data while `mark` says so.
+struct BurstRun {
+  uint64_t ns = 0, cnps_handled = 0;
+  bool data_ok = false;
+};
+BurstRun write_burst(Loopback& lb, uint32_t qa, int n, const std::function<bool()>& mark) {
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>& bytes) {
+    if (side == 0 && p.info && p.info->kind == wire::OpKind::rdma_write && mark()) mark_ce(p, bytes);
+    return Fate::pass;
+  };
+  fill(lb.a().mem, 0, 65536, 7);
+  Sge sge{lb.a().addr(0), 65536, lb.a().mr.lkey};
+  const uint64_t t0 = lb.link.clock.t, h0 = lb.a().eng->counter(Counter::rp_cnp_handled);
+  for (int i = 0; i < n; i++) {
+    SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, static_cast<uint64_t>(i));
+    w.rdma.remote_addr = lb.b().addr(65536);
+    w.rdma.rkey = lb.b().mr.rkey;
+    post(lb.a(), qa, w);
+  }
+  BurstRun r;
+  const auto wc = lb.poll(lb.a(), static_cast<size_t>(n), 60'000'000'000ull);
+  r.ns = lb.link.clock.t - t0;
+  r.cnps_handled = lb.a().eng->counter(Counter::rp_cnp_handled) - h0;
+  r.data_ok = wc.size() == static_cast<size_t>(n) &&
+              std::all_of(wc.begin(), wc.end(), [](const Wc& w) { return w.status == WC_SUCCESS; }) &&
+              std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 65536, 65536) == 0;
+  lb.link.hook = nullptr;
+  return r;
+}
+
+// The reaction point: CNPs cut the sender's rate (the same WRITEs take longer while marked), and without
+// marks the rate recovers on the timers (after an idle second the burst is as fast as before).
+TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
+  EngineConfig cfg;
+  cfg.dcqcn.line_rate_mbps = 10000;  // 10 Gbit/s: 64 KiB in ~52 us at line rate
+  Loopback lb(cfg, 1500, 4 << 20);
+  auto [qa, qb] = lb.connect(QPT_RC);
+  lb.link.latency_ns = 5'000;
+  const BurstRun clean = write_burst(lb, qa, 20, [] { return false; });
+  ASSERT_TRUE(clean.data_ok);
+  EXPECT_EQ(clean.cnps_handled, 0u);
+  const BurstRun marked = write_burst(lb, qa, 20, [] { return true; });
+  ASSERT_TRUE(marked.data_ok);
+  EXPECT_GT(marked.cnps_handled, 0u);
+  // Paced from line rate down: at least 4 times slower than the unpaced burst.
+  EXPECT_GT(marked.ns, 4 * clean.ns) << "clean " << clean.ns << " ns, marked " << marked.ns << " ns";
+  lb.link.clock.t += 1'000'000'000;  // one idle second: ~3,300 increase periods
+  const BurstRun after = write_burst(lb, qa, 20, [] { return false; });
+  ASSERT_TRUE(after.data_ok);
+  EXPECT_LT(after.ns, 2 * clean.ns) << "clean " << clean.ns << " ns, after recovery " << after.ns << " ns";
+  std::printf("20 x 64 KiB: clean %.0f us, CE-marked %.0f us (%llu CNPs), after 1 s idle %.0f us\n",
+              static_cast<double>(clean.ns) / 1e3, static_cast<double>(marked.ns) / 1e3,
+              static_cast<unsigned long long>(marked.cnps_handled), static_cast<double>(after.ns) / 1e3);
 }
 
 }  // namespace
