@@ -536,6 +536,12 @@ int Engine::qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const {
   return 0;
 }
 
+uint32_t Engine::qp_rate_mbps(uint32_t qpn) const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  const Qp* qp = impl_->qp_get(qpn);
+  return qp && qp->rate.limited ? static_cast<uint32_t>(std::max(1.0, qp->rate.rc)) : 0;
+}
+
 uint64_t Engine::counter(Counter c) const {
   const auto i = static_cast<size_t>(c);
   return i < static_cast<size_t>(Counter::num_counters)

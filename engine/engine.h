@@ -327,6 +327,9 @@ class Engine {
   // One QP's share of the counters (num_counters values into out: what happened while the engine worked on
   // that QP; frames dropped before a QP was found count only in counter()) and its state. EINVAL: no such QP.
   int qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const;
+  // The reaction point's current rate of a QP in Mb/s, or 0 while it is not paced (no CNP yet, or back at
+  // line rate) or does not exist.
+  uint32_t qp_rate_mbps(uint32_t qpn) const;
 
  private:
   std::unique_ptr<EngineImpl> impl_;

@@ -305,12 +305,17 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
       uint64_t v[static_cast<size_t>(en::Counter::num_counters)];
       en::QpState state;
       for (const auto& [qpn, type] : qps)
-        if (st->engine->qp_counters(qpn, state, v) == 0)
-          text += st->counter_file.qp_line(qpn,
-                                           type == en::QPT_RC   ? "RC"
-                                           : type == en::QPT_UC ? "UC"
-                                                                : "UD",
-                                           en::qp_state_str(state), v);
+        if (st->engine->qp_counters(qpn, state, v) == 0) {
+          std::string line = st->counter_file.qp_line(qpn,
+                                                      type == en::QPT_RC   ? "RC"
+                                                      : type == en::QPT_UC ? "UC"
+                                                                           : "UD",
+                                                      en::qp_state_str(state), v);
+          // a paced QP's current rate (DCQCN reaction point), next to its counters
+          if (const uint32_t mbps = st->engine->qp_rate_mbps(qpn))
+            line.insert(line.size() - 1, " rate_mbps=" + std::to_string(mbps));
+          text += line;
+        }
       return text;
     });
     st->counter_file.start_mirror();

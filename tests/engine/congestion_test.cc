@@ -158,9 +158,13 @@ TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
   EXPECT_GT(marked.cnps_handled, 0u);
   // Paced from line rate down: at least 4 times slower than the unpaced burst.
   EXPECT_GT(marked.ns, 4 * clean.ns) << "clean " << clean.ns << " ns, marked " << marked.ns << " ns";
+  const uint32_t slowed = lb.a().eng->qp_rate_mbps(qa);
+  EXPECT_GT(slowed, 0u);
+  EXPECT_LT(slowed, 5000u);          // under half the line rate
   lb.link.clock.t += 1'000'000'000;  // one idle second: ~3,300 increase periods
   const BurstRun after = write_burst(lb, qa, 20, [] { return false; });
   ASSERT_TRUE(after.data_ok);
+  EXPECT_EQ(lb.a().eng->qp_rate_mbps(qa), 0u);  // back at line rate: unpaced
   EXPECT_LT(after.ns, 2 * clean.ns) << "clean " << clean.ns << " ns, after recovery " << after.ns << " ns";
   std::printf("20 x 64 KiB: clean %.0f us, CE-marked %.0f us (%llu CNPs), after 1 s idle %.0f us\n",
               static_cast<double>(clean.ns) / 1e3, static_cast<double>(marked.ns) / 1e3,
