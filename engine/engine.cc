@@ -302,12 +302,10 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
                : nullptr;
   const wire::OpcodeInfo& info = *pkt.info;
   if (info.kind == wire::OpKind::cnp) {  // to the QP whose data was marked (any transport's QP)
-    Qp* cq = (dqpn >= config.qpn_base && dqpn - config.qpn_base < qps.size())
-                 ? qps[dqpn - config.qpn_base].load(std::memory_order_relaxed)
-                 : nullptr;
-    if (cq && cq->type != QPT_UD && config.dcqcn.rp_enable) {
-      const CurQp in_qp(*this, cq);
-      rp_cnp_received(*cq);
+    Qp* rq = qp_get(dqpn);
+    if (rq && rq->type != QPT_UD && config.dcqcn.rp_enable) {
+      const CurQp in_qp(*this, rq);
+      rp_cnp_received(*rq);
     } else {
       count(Counter::rp_cnp_ignored);
     }
