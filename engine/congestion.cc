@@ -7,15 +7,20 @@
 
 namespace urxe::engine {
 
+namespace {
+double line_rate_mbps(const EngineConfig::Dcqcn& p) { return p.rp_max_rate ? p.rp_max_rate : 100000.0; }
+}  // namespace
+
 void EngineImpl::np_ce_received(Qp& q) {
   count(Counter::np_ecn_marked_roce_packets);
   // A UD sender has no fixed peer to notify (its address is in each packet): CE is counted only.
-  if (q.type == QPT_UD || (q.np_last_cnp_ns && now - q.np_last_cnp_ns < config.np_min_time_between_cnps_ns))
+  const uint64_t gap = uint64_t{config.dcqcn.np_min_time_between_cnps} * 1000;
+  if (!config.dcqcn.np_enable || q.type == QPT_UD || (q.np_last_cnp_ns && now - q.np_last_cnp_ns < gap))
     return;
   // As ConnectX-4 Lx sends it (pcap-fixtures/cx4lx-scapy-cnp.pcap): DSCP 48 with ECT(0), UDP source port 0,
   // BTH opcode 0x81 to the sending QP, P_Key 0xFFFF, BECN set, PSN 0, 16 reserved zero bytes.
   wire::FrameSpec spec = q.spec;
-  spec.traffic_class = static_cast<uint8_t>(config.np_cnp_dscp << 2 | 2);
+  spec.traffic_class = static_cast<uint8_t>((config.dcqcn.np_cnp_dscp & 0x3f) << 2 | 2);
   spec.udp_sport = 0;
   spec.bth = wire::Bth{};
   spec.bth.opcode = wire::op::cnp;
@@ -34,7 +39,7 @@ void EngineImpl::rp_update(Qp& q) {
   if (!r.limited) return;
   const EngineConfig::Dcqcn& p = config.dcqcn;
   const double g = p.rp_dce_tcp_g / 1024.0;
-  const uint64_t alpha_period = uint64_t{p.rp_dce_tcp_rtt_us} * 1000;
+  const uint64_t alpha_period = uint64_t{p.rp_dce_tcp_rtt} * 1000;
   if (alpha_period && now >= r.alpha_ns + alpha_period) {
     const uint64_t n = (now - r.alpha_ns) / alpha_period;
     // the period that had the CNP moves α toward 1, the later ones (none had one) let it decay
@@ -43,17 +48,17 @@ void EngineImpl::rp_update(Qp& q) {
     r.cnp_in_period = false;
     r.alpha_ns += n * alpha_period;
   }
-  const uint64_t step = uint64_t{p.rp_time_reset_us} * 1000;
-  const double line = p.line_rate_mbps;
+  const uint64_t step = uint64_t{p.rp_time_reset} * 1000;
+  const double line = line_rate_mbps(p);
   if (step && now >= r.increase_ns + step) {
     uint64_t n = (now - r.increase_ns) / step;
     r.increase_ns += n * step;
     for (n = std::min<uint64_t>(n, 256); n > 0 && r.limited; n--) {
       if (r.stage == p.rp_threshold) {
-        r.rt += p.rp_ai_rate_mbps;  // additive increase
+        r.rt += p.rp_ai_rate;  // additive increase
       } else if (r.stage > p.rp_threshold) {
-        r.rt += p.rp_hai_rate_mbps;  // hyper increase
-      }                              // below the threshold: fast recovery toward RT
+        r.rt += p.rp_hai_rate;  // hyper increase
+      }                         // below the threshold: fast recovery toward RT
       r.rt = std::min(r.rt, line);
       r.rc = std::min((r.rt + r.rc) / 2, line);
       r.stage++;
@@ -69,18 +74,18 @@ void EngineImpl::rp_cnp_received(Qp& q) {
   if (!r.limited) {  // the first CNP (or the first since the QP got back to line rate)
     r = Qp::Rate{};
     r.limited = true;
-    r.rc = r.rt = p.line_rate_mbps;
+    r.rc = r.rt = line_rate_mbps(p);
     r.alpha = p.rp_initial_alpha_value / 1024.0;
     r.alpha_ns = r.increase_ns = now;
     r.next_send_ns = now;
   }
   r.cnp_in_period = true;
   count(Counter::rp_cnp_handled);
-  const uint64_t monitor = uint64_t{p.rp_rate_reduce_monitor_period_us} * 1000;
+  const uint64_t monitor = uint64_t{p.rp_rate_reduce_monitor_period} * 1000;
   if (r.last_cut_ns && now - r.last_cut_ns < monitor) return;  // one cut per monitor period
   if (p.rp_clamp_tgt_rate || r.stage > 0) r.rt = r.rc;
   const double cut = r.rc * (1 - r.alpha / 2), floor_dec = r.rc * p.rp_min_dec_fac / 100.0;
-  r.rc = std::max<double>({cut, floor_dec, static_cast<double>(p.rp_min_rate_mbps)});
+  r.rc = std::max<double>({cut, floor_dec, static_cast<double>(p.rp_min_rate)});
   r.stage = 0;
   r.increase_ns = now;
   r.last_cut_ns = now ? now : 1;

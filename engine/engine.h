@@ -56,36 +56,62 @@ struct EngineConfig {
   uint32_t tx_budget = 64;          // packets the requester may send per QP per progress() round (fairness)
   bool verify_icrc = true;
   // ECN, as ConnectX with DCQCN on: every frame leaves ECN-capable (ECT(0)) unless the AV's traffic class
-  // already sets ECN bits, so a congested hop marks it (CE) instead of dropping it. As notification point
-  // the responder answers CE on an RC/UC packet with a CNP to the sending QP, at most one per QP per
-  // np_min_time_between_cnps_ns (mlx5 cc_params np_min_time_between_cnps: 2 us), with DSCP np_cnp_dscp.
+  // already sets ECN bits, so a congested hop marks it (CE) instead of dropping it.
   bool ecn = true;
-  uint64_t np_min_time_between_cnps_ns = 2000;
-  uint8_t np_cnp_dscp = 48;
-  // Reaction point (DCQCN as ConnectX runs it; mlx5 cc_params names and firmware defaults): a CNP cuts the
-  // QP's rate RC to RC·(1 − α/2), at most once per rp_rate_reduce_monitor_period and never below
-  // rp_min_dec_fac % of it; α moves toward 1 in every rp_dce_tcp_rtt period with a CNP (g = 1 −
-  // rp_dce_tcp_g/1024) and decays in those without; every rp_time_reset without a cut RC recovers toward the
-  // target RT: fast recovery (RC = (RT + RC)/2) for rp_threshold steps, then RT += rp_ai_rate (additive),
-  // then RT += rp_hai_rate (hyper). A QP runs unpaced until its first CNP and again once back at line rate.
+  // DCQCN's parameters, with mlx5's cc_params names, units and firmware defaults (kCcParams lists them; the
+  // provider reads a device's values from its cc_params/ directory). Notification point: CE on an RC/UC
+  // packet is answered with a CNP to the sending QP, at most one per QP per np_min_time_between_cnps.
+  // Reaction point: a CNP cuts the QP's rate RC to RC·(1 − α/2), at most once per
+  // rp_rate_reduce_monitor_period and never below rp_min_dec_fac % of it; α moves toward 1 in every
+  // rp_dce_tcp_rtt period with a CNP (g = 1 − rp_dce_tcp_g/1024) and decays in those without; every
+  // rp_time_reset without a cut RC recovers toward the target RT: fast recovery (RC = (RT + RC)/2) for
+  // rp_threshold steps, then RT += rp_ai_rate (additive), then RT += rp_hai_rate (hyper). A QP runs unpaced
+  // until its first CNP, which starts it at rp_max_rate, and again once back at it.
   struct Dcqcn {
-    bool rp_enable = true;
-    uint32_t line_rate_mbps = 100000;  // where a QP starts at its first CNP, and the cap
-    uint32_t rp_min_rate_mbps = 1;
-    uint32_t rp_min_dec_fac = 50;  // %
-    uint32_t rp_ai_rate_mbps = 5;
-    uint32_t rp_hai_rate_mbps = 50;
-    uint32_t rp_time_reset_us = 300;
+    uint32_t np_enable = 1;
+    uint32_t np_min_time_between_cnps = 2;  // us
+    uint32_t np_cnp_dscp = 48;
+    uint32_t rp_enable = 1;
+    uint32_t rp_max_rate = 0;       // Mb/s; 0: the link's speed (100 Gb/s where the engine cannot tell)
+    uint32_t rp_min_rate = 1;       // Mb/s
+    uint32_t rp_min_dec_fac = 50;   // %
+    uint32_t rp_ai_rate = 5;        // Mb/s
+    uint32_t rp_hai_rate = 50;      // Mb/s
+    uint32_t rp_time_reset = 300;   // us
     uint32_t rp_threshold = 1;
-    uint32_t rp_dce_tcp_g = 1019;  // /1024
-    uint32_t rp_dce_tcp_rtt_us = 1;
-    uint32_t rp_rate_reduce_monitor_period_us = 4;
-    uint32_t rp_initial_alpha_value = 1023;  // /1024
-    bool rp_clamp_tgt_rate = false;
+    uint32_t rp_dce_tcp_g = 1019;                // /1024
+    uint32_t rp_dce_tcp_rtt = 1;                 // us
+    uint32_t rp_rate_reduce_monitor_period = 4;  // us
+    uint32_t rp_initial_alpha_value = 1023;      // /1024
+    uint32_t rp_clamp_tgt_rate = 0;
   } dcqcn;
   // Where the counters live (num_counters uint64 in Counter order, 8-aligned, zeroed by the caller), e.g. a
   // file another process reads; updated with relaxed atomic stores. nullptr: inside the engine.
   uint64_t* counter_storage = nullptr;
+};
+
+// Every DCQCN parameter by its mlx5 cc_params name (one table: the provider writes and reads them by it).
+struct CcParam {
+  const char* name;
+  uint32_t EngineConfig::Dcqcn::*field;
+};
+inline constexpr CcParam kCcParams[] = {
+    {"np_enable", &EngineConfig::Dcqcn::np_enable},
+    {"np_min_time_between_cnps", &EngineConfig::Dcqcn::np_min_time_between_cnps},
+    {"np_cnp_dscp", &EngineConfig::Dcqcn::np_cnp_dscp},
+    {"rp_enable", &EngineConfig::Dcqcn::rp_enable},
+    {"rp_max_rate", &EngineConfig::Dcqcn::rp_max_rate},
+    {"rp_min_rate", &EngineConfig::Dcqcn::rp_min_rate},
+    {"rp_min_dec_fac", &EngineConfig::Dcqcn::rp_min_dec_fac},
+    {"rp_ai_rate", &EngineConfig::Dcqcn::rp_ai_rate},
+    {"rp_hai_rate", &EngineConfig::Dcqcn::rp_hai_rate},
+    {"rp_time_reset", &EngineConfig::Dcqcn::rp_time_reset},
+    {"rp_threshold", &EngineConfig::Dcqcn::rp_threshold},
+    {"rp_dce_tcp_g", &EngineConfig::Dcqcn::rp_dce_tcp_g},
+    {"rp_dce_tcp_rtt", &EngineConfig::Dcqcn::rp_dce_tcp_rtt},
+    {"rp_rate_reduce_monitor_period", &EngineConfig::Dcqcn::rp_rate_reduce_monitor_period},
+    {"rp_initial_alpha_value", &EngineConfig::Dcqcn::rp_initial_alpha_value},
+    {"rp_clamp_tgt_rate", &EngineConfig::Dcqcn::rp_clamp_tgt_rate},
 };
 
 struct MrInfo {

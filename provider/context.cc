@@ -274,6 +274,9 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
     // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
     // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).
     ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());
+    // DCQCN's parameters as the device's cc_params/ files say; a QP's line rate is the link's speed
+    read_cc_params(dev->ibdev_path, ecfg.dcqcn);
+    if (!ecfg.dcqcn.rp_max_rate) ecfg.dcqcn.rp_max_rate = urxe::hostnet::link_speed_mbps(st->config.netdev);
     st->port->set_rx_qpn_range(ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
     {
       const char* names[static_cast<size_t>(en::Counter::num_counters)];

@@ -362,6 +362,7 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
     fs::remove_all(dev_path, ec);
     return EIO;
   }
+  write_cc_params(dev_path, engine::EngineConfig::Dcqcn{});
   // The CM service's directory, sticky and world-writable like /tmp: the first RDMA CM application of any
   // user starts the service there, also when root made the run directory.
   const std::string service_dir = urxe::cm::cm_dir(paths.run_dir);
@@ -658,6 +659,25 @@ std::string driver_file_content() {
   if (lib.size() > suffix.size() && lib.compare(lib.size() - suffix.size(), suffix.size(), suffix) == 0)
     lib.resize(lib.size() - suffix.size());
   return "driver " + lib + "\n";
+}
+
+void write_cc_params(const std::string& ibdev_path, const engine::EngineConfig::Dcqcn& p) {
+  const std::string dir = ibdev_path + "/cc_params";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  for (const engine::CcParam& c : engine::kCcParams)
+    write_file(dir + "/" + c.name, std::to_string(p.*c.field) + "\n");
+}
+
+void read_cc_params(const std::string& ibdev_path, engine::EngineConfig::Dcqcn& p) {
+  for (const engine::CcParam& c : engine::kCcParams) {
+    const std::string text = read_text(ibdev_path + "/cc_params/" + c.name);
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+    if (end == text.c_str() || errno || v > UINT32_MAX || (*end && *end != '\n')) continue;
+    p.*c.field = static_cast<uint32_t>(v);
+  }
 }
 
 }  // namespace urxe::provider

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/engine.h"
+
 namespace urxe::provider {
 
 struct Paths {
@@ -113,6 +115,13 @@ int refresh_port_state(const std::string& ibdev_path, const DeviceConfig& cfg, s
 // when the new one is not shorter, and any user may update a file another user's process created (the
 // directory need not be writable, as a rename's would).
 bool write_shared_file(const std::string& path, const std::string& text, std::string& err);
+
+// DCQCN's parameters as files <ibdev>/cc_params/<name> (engine kCcParams; mlx5 keeps them in debugfs
+// cc_params/): written with the engine's defaults by create_device; a user may write a value there (one
+// unsigned number) for the processes that open the device afterwards. read_cc_params sets what the files
+// say and keeps the rest (a missing or unreadable file, a value that is not a number).
+void write_cc_params(const std::string& ibdev_path, const engine::EngineConfig::Dcqcn& p);
+void read_cc_params(const std::string& ibdev_path, engine::EngineConfig::Dcqcn& p);
 
 // Creates the tree, the config and the /dev node. Returns 0 or an errno (EEXIST, ENODEV for a missing
 // netdev, EINVAL for a bad name, ...) with a message in err. cfg.uverbs is filled in.

@@ -55,7 +55,7 @@ TEST(Ecn, FramesLeaveEctUnlessDisabled) {
 
 TEST(Ecn, CeMarkedRequestsAreAnsweredWithRateLimitedCnpsInConnectXFormat) {
   EngineConfig cfg;
-  cfg.np_min_time_between_cnps_ns = 50'000;
+  cfg.dcqcn.np_min_time_between_cnps = 50;  // us
   Loopback lb(cfg);
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 20'000;
@@ -146,7 +146,7 @@ BurstRun write_burst(Loopback& lb, uint32_t qa, int n, const std::function<bool(
 // marks the rate recovers on the timers (after an idle second the burst is as fast as before).
 TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
   EngineConfig cfg;
-  cfg.dcqcn.line_rate_mbps = 10000;  // 10 Gbit/s: 64 KiB in ~52 us at line rate
+  cfg.dcqcn.rp_max_rate = 10000;  // 10 Gbit/s: 64 KiB in ~52 us at line rate
   Loopback lb(cfg, 1500, 4 << 20);
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 5'000;

@@ -359,3 +359,32 @@ TEST(GidMerge, KeptAddressesKeepTheirSlotsNewOnesFillTheLowestHole) {
 }
 
 }  // namespace
+
+namespace {
+
+// DCQCN's parameters: link add writes mlx5's names with the engine's defaults; a value a user writes there
+// is what the next process reads; a file that is missing or not a number keeps the default.
+TEST_F(DeviceTreeTest, CcParamsHoldTheDcqcnDefaultsAndTakeAUsersValues) {
+  DeviceConfig cfg = dev("urxe0", "lo");
+  std::string err;
+  ASSERT_EQ(create_device(paths_, cfg, err), 0) << err;
+  const std::string dir = ib("urxe0") + "/cc_params";
+  EXPECT_EQ(slurp(dir + "/rp_ai_rate"), "5\n");
+  EXPECT_EQ(slurp(dir + "/rp_time_reset"), "300\n");
+  EXPECT_EQ(slurp(dir + "/np_min_time_between_cnps"), "2\n");
+  EXPECT_EQ(slurp(dir + "/rp_dce_tcp_g"), "1019\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}),
+            static_cast<std::ptrdiff_t>(std::size(urxe::engine::kCcParams)));
+
+  { std::ofstream(dir + "/rp_ai_rate") << "40\n"; }
+  { std::ofstream(dir + "/rp_hai_rate") << "fast\n"; }
+  std::filesystem::remove(dir + "/rp_threshold");
+  urxe::engine::EngineConfig::Dcqcn p;
+  read_cc_params(ib("urxe0"), p);
+  EXPECT_EQ(p.rp_ai_rate, 40u);
+  EXPECT_EQ(p.rp_hai_rate, 50u);  // not a number: the default stays
+  EXPECT_EQ(p.rp_threshold, 1u);  // missing: the default stays
+  EXPECT_EQ(p.rp_time_reset, 300u);
+}
+
+}  // namespace
