@@ -391,7 +391,7 @@ struct EngineImpl {
   void rp_sent(Qp& qp, uint32_t bytes) {
     if (!qp.rate.limited) return;
     const uint64_t start = qp.rate.next_send_ns > now ? qp.rate.next_send_ns : now;
-    qp.rate.next_send_ns = start + static_cast<uint64_t>(bytes * 8000.0 / qp.rate.rc);
+    qp.rate.next_send_ns = start + static_cast<uint64_t>(bytes * 8000.0 / std::max(qp.rate.rc, 1.0));  // Mb/s
   }
   void finish_frame();
   void abort_frame();
