@@ -232,15 +232,7 @@ void EngineImpl::async_event(EventType t, uint32_t element) {
   if (sink) sink->async_event(AsyncEvent{t, element});
 }
 
-uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec_in, uint32_t payload_len) {
-  wire::FrameSpec ect;
-  const wire::FrameSpec* specp = &spec_in;
-  if (config.ecn && (spec_in.traffic_class & 3) == 0) {  // ECT(0), keeping the DSCP
-    ect = spec_in;
-    ect.traffic_class |= 2;
-    specp = &ect;
-  }
-  const wire::FrameSpec& spec = *specp;
+uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_len) {
   const uint32_t size = wire::frame_size(spec, payload_len);
   if (tx.size() >= kTxBatch) {
     tx_flush();

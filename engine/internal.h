@@ -379,6 +379,11 @@ struct EngineImpl {
   // Allocates a frame for `spec` with `payload_len` bytes, writes the headers; returns the payload
   // pointer (or nullptr when the port has no buffer). Then finish_frame() seals and queues it.
   uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len);
+  // The IP traffic class of an AV as sent: ECT(0) added (keeping the DSCP) unless ECN is off or the AV
+  // sets ECN bits itself. Applied where a frame template is made, not per frame.
+  uint8_t wire_traffic_class(uint8_t tc) const {
+    return config.ecn && (tc & 3) == 0 ? static_cast<uint8_t>(tc | 2) : tc;
+  }
   // congestion.cc. Notification point: a CE-marked packet reached `qp`; answers with a CNP when the QP's
   // limit allows. Reaction point: a CNP for `qp`; rp_update applies the timers that ran out by `now`;
   // rp_sent paces the QP after it sent `bytes`.

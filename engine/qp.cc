@@ -416,7 +416,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
     f.ip_version = wire::gid_is_ipv4_mapped(sgid) ? 4 : 6;
     f.src_ip = sgid;
     f.dst_ip = s.ah_attr.dgid;
-    f.traffic_class = s.ah_attr.traffic_class;
+    f.traffic_class = wire_traffic_class(s.ah_attr.traffic_class);
     f.ttl = s.ah_attr.hop_limit ? s.ah_attr.hop_limit : 64;
     f.flow_label = s.ah_attr.flow_label;
     f.udp_sport = q.type == QPT_UD ? udp_sport_ud(q.qpn)

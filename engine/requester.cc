@@ -135,7 +135,7 @@ bool EngineImpl::requester_run(Qp& q) {
       spec.ip_version = wire::gid_is_ipv4_mapped(sgid) ? 4 : 6;
       spec.src_ip = sgid;
       spec.dst_ip = av.dgid;
-      spec.traffic_class = av.traffic_class;
+      spec.traffic_class = wire_traffic_class(av.traffic_class);
       spec.ttl = av.hop_limit ? av.hop_limit : 64;
       spec.flow_label = av.flow_label;
       spec.udp_sport = udp_sport_ud(q.qpn);
