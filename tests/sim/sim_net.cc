@@ -276,6 +276,9 @@ LinkStats SimNet::total_stats() const {
     t.oversize += l.stats.oversize;
     t.rx_overflow += l.stats.rx_overflow;
     t.bytes += l.stats.bytes;
+    t.queue_drops += l.stats.queue_drops;
+    t.ce_marked += l.stats.ce_marked;
+    t.max_queue_bytes = std::max(t.max_queue_bytes, l.stats.max_queue_bytes);
   }
   return t;
 }
@@ -468,6 +471,29 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
     ++l->stats.corrupted;
   }
   if (reorder) ++l->stats.reordered;
+  if (l->cfg.rate_bps && (l->cfg.queue_limit_bytes || l->cfg.ecn_kmax_bytes)) {
+    const uint64_t now = clock_.now_ns();
+    const uint64_t queued = l->busy_until > now
+                                ? static_cast<uint64_t>(static_cast<double>(l->busy_until - now) *
+                                                        static_cast<double>(l->cfg.rate_bps) / 8e9)
+                                : 0;
+    if (l->cfg.queue_limit_bytes && queued + len > l->cfg.queue_limit_bytes) {
+      ++l->stats.queue_drops;
+      from.release(slot);
+      return;
+    }
+    l->stats.max_queue_bytes = std::max(l->stats.max_queue_bytes, queued + len);
+    if (l->cfg.ecn_kmax_bytes && queued > l->cfg.ecn_kmin_bytes) {
+      // drawn only where marking is configured, so other links' random streams are unchanged
+      const double span =
+          static_cast<double>(l->cfg.ecn_kmax_bytes - std::min(l->cfg.ecn_kmin_bytes, l->cfg.ecn_kmax_bytes));
+      const double p =
+          queued >= l->cfg.ecn_kmax_bytes
+              ? 1.0
+              : l->cfg.ecn_pmax * static_cast<double>(queued - l->cfg.ecn_kmin_bytes) / std::max(span, 1.0);
+      if (l->rng.chance(p) && mark_ce(f, len)) ++l->stats.ce_marked;
+    }
+  }
   schedule(*l, &from, slot, extra + (reorder ? l->cfg.reorder_delay_ns : 0));
 }
 
@@ -563,15 +589,49 @@ wire::Gid sim_gid_v4(uint32_t i) {
   return wire::gid_from_ipv4({10, 0, static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i + 1)});
 }
 
+bool mark_ce(uint8_t* f, uint32_t len) {
+  if (len < 14) return false;
+  uint32_t l3 = 14;
+  uint16_t type = wire::load_be16(f + 12);
+  if (type == wire::kEtherTypeVlan) {
+    if (len < 18) return false;
+    type = wire::load_be16(f + 16);
+    l3 = 18;
+  }
+  if (type == 0x0800 && len >= l3 + 20) {
+    uint8_t* ip = f + l3;
+    const uint32_t ihl = (ip[0] & 0xf) * 4u;
+    if ((ip[1] & 3) == 0 || ihl < 20 || len < l3 + ihl) return false;
+    ip[1] |= 3;
+    ip[10] = ip[11] = 0;
+    uint32_t sum = 0;
+    for (uint32_t i = 0; i < ihl; i += 2) sum += wire::load_be16(ip + i);
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    const uint16_t csum = static_cast<uint16_t>(~sum);
+    ip[10] = static_cast<uint8_t>(csum >> 8);
+    ip[11] = static_cast<uint8_t>(csum);
+    return true;
+  }
+  if (type == 0x86dd && len >= l3 + 40) {
+    uint8_t* ip = f + l3;  // traffic class = low 4 bits of byte 0, high 4 of byte 1; ECN its low 2 bits
+    if ((ip[1] & 0x30) == 0) return false;
+    ip[1] |= 0x30;
+    return true;
+  }
+  return false;
+}
+
 std::string describe(const LinkStats& s) {
-  char b[256];
+  char b[384];
   std::snprintf(b, sizeof b,
                 "sent=%llu delivered=%llu dropped=%llu duplicated=%llu reordered=%llu corrupted=%llu "
-                "oversize=%llu rx_overflow=%llu",
+                "oversize=%llu rx_overflow=%llu queue_drops=%llu ce_marked=%llu max_queue_bytes=%llu",
                 static_cast<unsigned long long>(s.sent), static_cast<unsigned long long>(s.delivered),
                 static_cast<unsigned long long>(s.dropped), static_cast<unsigned long long>(s.duplicated),
                 static_cast<unsigned long long>(s.reordered), static_cast<unsigned long long>(s.corrupted),
-                static_cast<unsigned long long>(s.oversize), static_cast<unsigned long long>(s.rx_overflow));
+                static_cast<unsigned long long>(s.oversize), static_cast<unsigned long long>(s.rx_overflow),
+                static_cast<unsigned long long>(s.queue_drops), static_cast<unsigned long long>(s.ce_marked),
+                static_cast<unsigned long long>(s.max_queue_bytes));
   return b;
 }
 

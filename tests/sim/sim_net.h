@@ -49,6 +49,14 @@ struct LinkConfig {
   double corrupt = 0;     // flip 1..3 random bits inside the ICRC-covered bytes
   uint32_t mtu = 0;       // IP MTU of the link; 0 = the sending port's attr().mtu. Larger frames drop.
   uint64_t rate_bps = 0;  // serialisation rate; 0 = infinitely fast
+  // A switch's egress queue in front of the serialisation (needs rate_bps): the bytes waiting to be sent.
+  // A frame that would make it exceed queue_limit_bytes is dropped (0 = unbounded). ECN as a DCQCN switch
+  // marks (RED on the instantaneous queue): an ECN-capable frame that finds more than ecn_kmin_bytes queued
+  // is marked CE with a probability rising linearly to ecn_pmax at ecn_kmax_bytes, and always above it.
+  // ecn_kmax_bytes = 0: no marking.
+  uint64_t queue_limit_bytes = 0;
+  uint64_t ecn_kmin_bytes = 0, ecn_kmax_bytes = 0;
+  double ecn_pmax = 0;
 };
 
 struct LinkStats {
@@ -61,6 +69,9 @@ struct LinkStats {
   uint64_t oversize = 0;     // dropped for exceeding the MTU
   uint64_t rx_overflow = 0;  // dropped because the receiver's rx queue was full
   uint64_t bytes = 0;        // bytes of delivered frames
+  uint64_t queue_drops = 0;  // dropped because the egress queue was full (queue_limit_bytes)
+  uint64_t ce_marked = 0;    // ECN-capable frames marked CE by the queue
+  uint64_t max_queue_bytes = 0;
 };
 
 struct PortConfig {
@@ -256,5 +267,8 @@ wire::MacAddr sim_mac(uint32_t i);  // 02:00:00:00:00:i+1, locally administered
 wire::Gid sim_gid_v4(uint32_t i);   // ::ffff:10.0.0.(i+1)
 wire::Gid sim_gid_v6(uint32_t i);   // fd00::(i+1), a unique local address
 std::string describe(const LinkStats& s);
+// Marks an ECN-capable IPv4/IPv6 frame CE (the IPv4 header checksum updated; the ICRC masks the ECN bits,
+// so it stays valid). False, and the frame unchanged, when it is not ECN-capable or not IP.
+bool mark_ce(uint8_t* frame, uint32_t len);
 
 }  // namespace urxe::sim

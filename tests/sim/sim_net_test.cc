@@ -17,6 +17,7 @@ struct Rx {
   uint64_t time;
   wire::ParseError err;
   uint32_t len;
+  uint8_t ecn;
 };
 
 class SimNetTest : public ::testing::Test {
@@ -32,24 +33,26 @@ class SimNetTest : public ::testing::Test {
     }
     net_->connect(0, 1, link);
     // Port 1's node drains everything it receives and records it.
-    net_->add_node({[this] {
-                      engine::PacketBuf b[32];
-                      uint32_t n;
-                      while ((n = net_->port(1).rx_burst(b, 32)) > 0) {
-                        for (uint32_t i = 0; i < n; ++i) {
-                          wire::Packet p;
-                          auto e = wire::parse_frame(wire::ByteSpan(b[i].data, b[i].len), p);
-                          rx_.push_back({p.bth.psn, net_->now_ns(), e, b[i].len});
-                        }
-                        net_->port(1).rx_free(b, n);
-                      }
-                      return false;
-                    },
-                    [] { return ~0ull; }});
+    net_->add_node(
+        {[this] {
+           engine::PacketBuf b[32];
+           uint32_t n;
+           while ((n = net_->port(1).rx_burst(b, 32)) > 0) {
+             for (uint32_t i = 0; i < n; ++i) {
+               wire::Packet p;
+               auto e = wire::parse_frame(wire::ByteSpan(b[i].data, b[i].len), p);
+               rx_.push_back({p.bth.psn, net_->now_ns(), e, b[i].len, static_cast<uint8_t>(p.ip4.tos & 3)});
+             }
+             net_->port(1).rx_free(b, n);
+           }
+           return false;
+         },
+         [] { return ~0ull; }});
   }
   // One RC SEND_ONLY from port 0 to port 1 with `payload` bytes; the PSN numbers the frame.
-  bool send(uint32_t psn, uint32_t payload) {
+  bool send(uint32_t psn, uint32_t payload, uint8_t traffic_class = 0) {
     wire::FrameSpec s;
+    s.traffic_class = traffic_class;
     s.src_mac = sim_mac(0);
     s.dst_mac = sim_mac(1);
     s.src_ip = sim_gid_v4(0);
@@ -97,6 +100,65 @@ TEST_F(SimNetTest, RateSerialisesFrames) {
   ASSERT_EQ(rx_.size(), 3u);
   EXPECT_EQ(rx_[0].time, rx_[0].len);
   EXPECT_EQ(rx_[2].time, 3ull * rx_[0].len);
+}
+
+// The egress queue: frames beyond queue_limit_bytes are dropped; ECN-capable frames are marked CE from
+// ecn_kmin_bytes on (always past ecn_kmax_bytes), others never; marked frames still parse (IPv4 checksum
+// redone, ICRC untouched by the ECN bits).
+TEST_F(SimNetTest, QueueDropsAtItsLimitAndMarksEcnCapableFrames) {
+  LinkConfig l;
+  l.latency_ns = 0;
+  l.rate_bps = 8'000'000'000;  // 1 byte per ns; nothing drains while the frames are sent at t = 0
+  l.queue_limit_bytes = 50'000;
+  l.ecn_kmin_bytes = 10'000;
+  l.ecn_kmax_bytes = 20'000;
+  l.ecn_pmax = 0.5;
+  make(5, l);
+  uint32_t frame = 0;
+  for (uint32_t i = 0; i < 100; ++i) ASSERT_TRUE(send(i, 958, i % 2 ? 2 : 0));  // odd PSNs ECT(0)
+  drain();
+  frame = rx_.at(0).len;
+  const auto& st = net_->link_stats(0, 1);
+  const uint32_t fit = 50'000 / frame;
+  EXPECT_EQ(rx_.size(), fit);
+  EXPECT_EQ(st.queue_drops, 100 - fit);
+  EXPECT_LE(st.max_queue_bytes, 50'000u);
+  uint32_t marked = 0;
+  for (const Rx& r : rx_) {
+    EXPECT_EQ(r.err, wire::ParseError::ok) << r.psn;
+    const uint64_t queued_before = uint64_t{r.psn} * frame;
+    if (r.psn % 2 == 0) {
+      EXPECT_EQ(r.ecn, 0) << "a frame that is not ECN-capable was marked: " << r.psn;
+    } else if (queued_before <= l.ecn_kmin_bytes) {
+      EXPECT_EQ(r.ecn, 2) << r.psn;
+    } else if (queued_before >= l.ecn_kmax_bytes) {
+      EXPECT_EQ(r.ecn, 3) << r.psn;
+    }
+    marked += r.ecn == 3;
+  }
+  EXPECT_EQ(st.ce_marked, marked);
+  EXPECT_GT(marked, 10u);
+}
+
+TEST(SimNetMarkCe, Ipv6TrafficClassKeepsDscp) {
+  wire::FrameSpec s;
+  s.src_mac = sim_mac(0);
+  s.dst_mac = sim_mac(1);
+  s.src_ip = sim_gid_v6(0);
+  s.dst_ip = sim_gid_v6(1);
+  s.ip_version = 6;
+  s.traffic_class = 0xb8 | 2;  // DSCP 46, ECT(0)
+  s.bth.opcode = wire::op::send_only;
+  std::vector<uint8_t> f(wire::frame_size(s, 16));
+  const std::vector<uint8_t> body(16, 7);
+  ASSERT_EQ(wire::build_frame(wire::MutByteSpan(f.data(), f.size()), s, body), f.size());
+  ASSERT_TRUE(mark_ce(f.data(), static_cast<uint32_t>(f.size())));
+  wire::Packet p;
+  ASSERT_EQ(wire::parse_frame(wire::ByteSpan(f.data(), f.size()), p), wire::ParseError::ok);
+  EXPECT_EQ(p.ip6.traffic_class, 0xb8 | 3);
+  s.traffic_class = 0xb8;  // not ECN-capable: left alone
+  ASSERT_EQ(wire::build_frame(wire::MutByteSpan(f.data(), f.size()), s, body), f.size());
+  EXPECT_FALSE(mark_ce(f.data(), static_cast<uint32_t>(f.size())));
 }
 
 TEST_F(SimNetTest, DropRateMatchesConfig) {
