@@ -33,14 +33,22 @@ namespace {
 
 // The timeout grows with each retry spent since the last progress, up to 4x (IBTA lets the transport timer
 // run up to four times the nominal value): a slow peer that is only behind gets time to catch up before the
-// retries run out, instead of another window of resends every nominal timeout.
-uint64_t backoff_ns(const Qp& q) {
+// retries run out, instead of another window of resends every nominal timeout. It is also jittered (up to
+// +1/4 for the first, −1/8 for later ones, inside those bounds): QPs that lost frames together in one
+// overflow must not all time out and resend their windows into the same queue at the same instant again.
+uint64_t backoff_ns(EngineImpl& e, const Qp& q) {
   const uint32_t spent = q.attr.retry_cnt > q.comp.retry_left ? q.attr.retry_cnt - q.comp.retry_left : 0u;
-  return retransmit_timeout_ns(q.attr.timeout) << (spent < 2 ? spent : 2u);
+  const uint64_t d = retransmit_timeout_ns(q.attr.timeout) << (spent < 2 ? spent : 2u);
+  uint64_t& x = e.jitter_state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  const uint64_t u = x >> 48;  // 16 random bits
+  return spent == 0 ? d + ((d >> 2) * u >> 16) : d - ((d >> 3) * u >> 16);
 }
 
 void restart_timer(EngineImpl& e, Qp& q) {
-  q.comp.timer_deadline = (q.comp.una_psn != q.req.sent_end && q.attr.timeout) ? e.now + backoff_ns(q) : 0;
+  q.comp.timer_deadline = (q.comp.una_psn != q.req.sent_end && q.attr.timeout) ? e.now + backoff_ns(e, q) : 0;
 }
 
 // Marks the WQE that PSN `psn` belongs to (the oldest outstanding one when psn is UINT32_MAX) failed with
@@ -75,12 +83,24 @@ void fail_wqe(EngineImpl& e, Qp& q, WcStatus status, uint32_t psn = UINT32_MAX) 
   }
 }
 
+void rtt_sample(uint64_t& srtt, uint64_t& rttvar, uint64_t sample) {
+  if (!srtt) {
+    srtt = sample;
+    rttvar = sample / 2;
+    return;
+  }
+  const uint64_t dev = sample > srtt ? sample - srtt : srtt - sample;
+  rttvar = (3 * rttvar + dev) / 4;
+  srtt = (7 * srtt + sample) / 8;
+}
+
 // Everything through `psn` is acknowledged. READs and atomics are only done once their data arrived: an
 // ACK beyond one that is not means its responses were lost, so the requester goes back to re-ask.
 // Returns whether anything new was acknowledged.
 bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
   if (wire::psn_lt(psn, wire::psn_sub(q.comp.una_psn, 1)) || !wire::psn_lt(psn, q.req.sent_end)) return false;
   bool progress = false;
+  uint64_t sample_ns = 0;  // round trip of the newest WQE this acknowledges (not resent)
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   uint32_t new_una = wire::psn_add(psn, 1);
   for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != prod; i++) {
@@ -103,12 +123,20 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
     if (wire::psn_lt(psn, w.last_psn)) break;
     w.done = true;
     progress = true;
+    if (w.sent_ns && wire::psn_ge(w.first_psn, q.comp.karn_psn))
+      sample_ns = std::max<uint64_t>(e.now - w.sent_ns, 1);
   }
   if (wire::psn_gt(new_una, q.comp.una_psn)) {
     q.comp.una_psn = new_una;
     progress = true;
   }
   if (progress) {
+    if (sample_ns) {
+      // RFC 6298's estimators: a round trip that grows with a queue raises the deviation at once
+      rtt_sample(q.comp.srtt_ns, q.comp.rttvar_ns, sample_ns);
+      rtt_sample(e.srtt_any_ns, e.rttvar_any_ns, sample_ns);
+    }
+    q.comp.probed = false;
     q.comp.retry_left = q.attr.retry_cnt;
     q.comp.rnr_left = q.attr.rnr_retry;
     if (q.comp.rnr_until && wire::psn_lt(q.comp.rnr_psn, q.comp.una_psn))
@@ -116,6 +144,7 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
     // an ACK past the requester's go-back position: skip what is already acknowledged
     if (wire::psn_lt(q.req.next_psn, q.comp.una_psn)) e.go_back(q, q.comp.una_psn);
     restart_timer(e, q);
+    e.arm_probe(q);
   }
   return progress;
 }
@@ -322,6 +351,21 @@ bool EngineImpl::completer_run(Qp& q) {
     q.req.idx = cons;
     q.req.offset = 0;
   }
+  // tail loss probe: the last packet again, once per stall, when the requester is not resending already and
+  // it is a tail (a paced QP with more to send provokes an answer with its next packet; its next new packet
+  // arms the probe again)
+  if (q.comp.probe_deadline && now >= q.comp.probe_deadline) {
+    q.comp.probe_deadline = 0;
+    if (!q.comp.probed && q.type == QPT_RC && !q.comp.nak_pending && q.comp.una_psn != q.req.sent_end &&
+        !q.comp.rnr_until && q.req.next_psn == q.req.sent_end &&
+        (!q.comp.timer_deadline || now < q.comp.timer_deadline) &&
+        !(paced_until(q) && q.req.idx != q.sq.prod.load(std::memory_order_acquire))) {
+      q.comp.probed = true;
+      count(Counter::tail_loss_probes);
+      go_back(q, wire::psn_sub(q.req.sent_end, 1));
+      did = true;
+    }
+  }
   // an error NAK waiting for earlier READ/atomic answers: apply it once they are in. If they do not come
   // within a retransmit timeout they never will (the responder is in ERR and answers nothing): the oldest
   // unanswered WQE then fails as a transport retry failure, and everything after it is flushed.
@@ -361,7 +405,8 @@ bool EngineImpl::completer_run(Qp& q) {
       count(Counter::completer_retry_err);
       q.comp.retry_marker = false;
       go_back(q, q.comp.una_psn);
-      q.comp.timer_deadline = now + backoff_ns(q);
+      rp_timeout(q);
+      q.comp.timer_deadline = now + backoff_ns(*this, q);
       did = true;
     }
   }

@@ -8,11 +8,12 @@
 namespace urxe::engine {
 
 namespace {
-double line_rate_mbps(const EngineConfig::Dcqcn& p) { return p.rp_max_rate ? p.rp_max_rate : 100000.0; }
+double line_rate_mbps(const EngineConfig::Dcqcn& p) {
+  return p.rp_max_rate ? p.rp_max_rate : 100000.0;
+}
 }  // namespace
 
 void EngineImpl::np_ce_received(Qp& q) {
-  count(Counter::np_ecn_marked_roce_packets);
   // A UD sender has no fixed peer to notify (its address is in each packet): CE is counted only.
   const uint64_t gap = uint64_t{config.dcqcn.np_min_time_between_cnps} * 1000;
   if (!config.dcqcn.np_enable || q.type == QPT_UD || (q.np_last_cnp_ns && now - q.np_last_cnp_ns < gap))
@@ -34,12 +35,26 @@ void EngineImpl::np_ce_received(Qp& q) {
   count(Counter::np_cnp_sent);
 }
 
-void EngineImpl::rp_update(Qp& q) {
-  Qp::Rate& r = q.rate;
+namespace {
+// Starts rate control at line rate (a first CNP, or the first since the rate got back to line rate).
+void rp_start(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now) {
+  r = Qp::Rate{};
+  r.limited = true;
+  r.rc = r.rt = line_rate_mbps(p);
+  r.alpha = p.rp_initial_alpha_value / 1024.0;
+  r.alpha_ns = r.increase_ns = now;
+  r.next_send_ns = now;
+}
+
+// Applies the α and increase timers that ran out by `now`. `rtt_ns` (a path's rate: the measured round
+// trip) stretches α's period and the increase period to at least a round trip: every QP's CNPs drive a
+// path's rate, so some CNP comes in nearly every microsecond while the queue is marked (per-microsecond α
+// would sit at 1), and a cut shows in the queue only a round trip later (increases every 300 us, faster than
+// that, would undo the cut before it could work when a deep queue makes the round trip long).
+void rate_update(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now, uint64_t rtt_ns = 0) {
   if (!r.limited) return;
-  const EngineConfig::Dcqcn& p = config.dcqcn;
   const double g = p.rp_dce_tcp_g / 1024.0;
-  const uint64_t alpha_period = uint64_t{p.rp_dce_tcp_rtt} * 1000;
+  const uint64_t alpha_period = std::max(uint64_t{p.rp_dce_tcp_rtt} * 1000, rtt_ns);
   if (alpha_period && now >= r.alpha_ns + alpha_period) {
     const uint64_t n = (now - r.alpha_ns) / alpha_period;
     // the period that had the CNP moves α toward 1, the later ones (none had one) let it decay
@@ -48,7 +63,7 @@ void EngineImpl::rp_update(Qp& q) {
     r.cnp_in_period = false;
     r.alpha_ns += n * alpha_period;
   }
-  const uint64_t step = uint64_t{p.rp_time_reset} * 1000;
+  const uint64_t step = std::max(uint64_t{p.rp_time_reset} * 1000, rtt_ns);
   const double line = line_rate_mbps(p);
   if (step && now >= r.increase_ns + step) {
     uint64_t n = (now - r.increase_ns) / step;
@@ -67,21 +82,13 @@ void EngineImpl::rp_update(Qp& q) {
   }
 }
 
-void EngineImpl::rp_cnp_received(Qp& q) {
-  Qp::Rate& r = q.rate;
-  const EngineConfig::Dcqcn& p = config.dcqcn;
-  rp_update(q);
-  if (!r.limited) {  // the first CNP (or the first since the QP got back to line rate)
-    r = Qp::Rate{};
-    r.limited = true;
-    r.rc = r.rt = line_rate_mbps(p);
-    r.alpha = p.rp_initial_alpha_value / 1024.0;
-    r.alpha_ns = r.increase_ns = now;
-    r.next_send_ns = now;
-  }
+// A CNP: RC ← RC·(1 − α/2), at most once per monitor period (a path's rate: once per round trip, the time
+// its cut takes to show in the queue), never below rp_min_dec_fac % of it.
+void rate_cnp(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now, uint64_t rtt_ns = 0) {
+  rate_update(r, p, now, rtt_ns);
+  if (!r.limited) rp_start(r, p, now);
   r.cnp_in_period = true;
-  count(Counter::rp_cnp_handled);
-  const uint64_t monitor = uint64_t{p.rp_rate_reduce_monitor_period} * 1000;
+  const uint64_t monitor = std::max(uint64_t{p.rp_rate_reduce_monitor_period} * 1000, rtt_ns);
   if (r.last_cut_ns && now - r.last_cut_ns < monitor) return;  // one cut per monitor period
   if (p.rp_clamp_tgt_rate || r.stage > 0) r.rt = r.rc;
   const double cut = r.rc * (1 - r.alpha / 2), floor_dec = r.rc * p.rp_min_dec_fac / 100.0;
@@ -89,6 +96,40 @@ void EngineImpl::rp_cnp_received(Qp& q) {
   r.stage = 0;
   r.increase_ns = now;
   r.last_cut_ns = now ? now : 1;
+}
+
+// A retransmit timeout: α = 1, the rate halves (never below rp_min_rate).
+void rate_timeout(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now) {
+  rate_update(r, p, now);
+  if (!r.limited) rp_start(r, p, now);
+  r.alpha = 1;
+  r.rt = r.rc;
+  r.rc = std::max(r.rc / 2, static_cast<double>(p.rp_min_rate));
+  r.stage = 0;
+  r.increase_ns = now;
+  r.last_cut_ns = now ? now : 1;
+}
+}  // namespace
+
+void EngineImpl::rp_update(Qp& q) {
+  rate_update(q.rate, config.dcqcn, now);
+  if (Qp::Rate* p = path_rate(q)) rate_update(*p, config.dcqcn, now, srtt_any_ns);
+}
+
+void EngineImpl::rp_cnp_received(Qp& q) {
+  count(Counter::rp_cnp_handled);
+  rate_cnp(q.rate, config.dcqcn, now);
+  if (Qp::Rate* p = path_rate(q)) rate_cnp(*p, config.dcqcn, now, srtt_any_ns);
+}
+
+void EngineImpl::rp_timeout(Qp& q) {
+  // ConnectX's DCQCN reacts to CNPs only, on fabrics made lossless by PFC. urxe's paths are lossy (a veth, a
+  // switch without PFC): frames lost in an overflow are a congestion signal too, and the window the QP now
+  // resends must not go out at line rate into the queue that just overflowed.
+  if (!config.dcqcn.rp_enable || q.type != QPT_RC) return;
+  count(Counter::rp_timeout_cuts);
+  rate_timeout(q.rate, config.dcqcn, now);
+  if (Qp::Rate* p = path_rate(q)) rate_timeout(*p, config.dcqcn, now);
 }
 
 }  // namespace urxe::engine

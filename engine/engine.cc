@@ -330,7 +330,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     count(Counter::rcvd_pkts);  // as rxe: frames that passed the header checks and reach a QP
     count(Counter::rcvd_bytes, buf.len);
     // READ responses are data too: CE on them notifies the responder (ACKs carry no payload to mark)
-    if (pkt.payload_len && ce_marked(pkt)) np_ce_received(*qp);
+    if (pkt.payload_len && congested(pkt)) np_ce_received(*qp);
     completer_rx(*qp, pkt);
     // Complete what this response finished now, before the next frame of the burst: completions then
     // appear in wire order, as on hardware. Apps waiting on one channel for a send and a receive CQ
@@ -344,7 +344,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     }
     count(Counter::rcvd_pkts);
     count(Counter::rcvd_bytes, buf.len);
-    if (ce_marked(pkt)) np_ce_received(*qp);
+    if (congested(pkt)) np_ce_received(*qp);
     if (st == QPS_RTR && !qp->comm_est && qp->type != QPT_UD) {  // none for UD (IBTA o11-5.1.1)
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);
@@ -451,7 +451,10 @@ uint32_t EngineImpl::rx_drain(uint32_t limit) {
   uint32_t total = 0;
   while (total < limit) {
     const uint32_t n = port.rx_burst(rx.data(), burst);
+    // every burst so far came back full: the frames now read waited behind `total` others in the ring
+    rx_backlogged = config.rx_mark_threshold && total >= config.rx_mark_threshold;
     for (uint32_t i = 0; i < n; i++) rx_frame(rx[i]);
+    rx_backlogged = false;
     if (n) port.rx_free(rx.data(), n);
     total += n;
     if (n < burst) break;
@@ -469,7 +472,16 @@ bool EngineImpl::progress_round() {
   // (counted as rx_ring_drops); the lost ACKs then cost timeouts and resends of whole windows.
   const uint64_t& sent = e.counters[static_cast<size_t>(Counter::sent_pkts)];
   uint64_t sent_mark = sent;
-  for (Qp* qp : e.qp_list) {
+  // The next round's walk starts right after the last QP that sent in this one (one further if that was the
+  // last of the walk): when the windows of all QPs cannot fit the path, the same QPs must not always be the
+  // ones whose frames come last (and that a full queue drops), and when a shared path rate lets only a few
+  // QPs send per round, the turns go round.
+  const size_t nq = e.qp_list.size();
+  const size_t start = nq ? e.walk_start % nq : 0;
+  size_t last_sender = nq;
+  for (size_t k = 0; k < nq; k++) {
+    Qp* qp = e.qp_list[start + k < nq ? start + k : start + k - nq];
+    const uint64_t sent_before = sent;
     {
       const CurQp in_qp(e, qp);
       if (e.completer_run(*qp)) did = true;
@@ -477,12 +489,14 @@ bool EngineImpl::progress_round() {
       if (e.requester_run(*qp)) did = true;
       if (e.completer_run(*qp)) did = true;
     }
+    if (sent != sent_before) last_sender = k;
     if (sent - sent_mark >= burst) {
       e.tx_flush();
       if (e.rx_drain(2 * burst)) did = true;
       sent_mark = sent;
     }
   }
+  if (last_sender < nq) e.walk_start = start + last_sender + (last_sender + 1 < nq ? 1 : 2);
   e.tx_flush();
   return did;
 }
@@ -508,11 +522,13 @@ uint64_t Engine::next_deadline_ns() const {
       best = std::min(best, qp->comp.rnr_until);
     } else if (!e.requester_blocked(*qp)) {
       return 0;
-    } else if (qp->rate.limited && qp->rate.next_send_ns > e.now &&
-               qp->req.idx != qp->sq.prod.load(std::memory_order_acquire)) {
-      best = std::min(best, qp->rate.next_send_ns);  // paced: it may send again then
+    } else if (const uint64_t t = e.paced_until(*qp);
+               t && qp->req.idx != qp->sq.prod.load(std::memory_order_acquire)) {
+      best = std::min(best, t);  // paced: it may send again then
     }
     if (qp->comp.timer_deadline) best = std::min(best, qp->comp.timer_deadline);
+    if (qp->comp.probe_deadline && (st == QPS_RTS || st == QPS_SQD))
+      best = std::min(best, qp->comp.probe_deadline);
   }
   return best;
 }
@@ -529,7 +545,10 @@ int Engine::qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const {
 uint32_t Engine::qp_rate_mbps(uint32_t qpn) const {
   std::lock_guard<std::mutex> g(impl_->mu);
   const Qp* qp = impl_->qp_get(qpn);
-  return qp && qp->rate.limited ? static_cast<uint32_t>(std::max(1.0, qp->rate.rc)) : 0;
+  if (!qp) return 0;
+  double rc = qp->rate.limited ? qp->rate.rc : 0;  // the lower of its own and its path's, when paced
+  if (const Qp::Rate* p = impl_->path_rate(*qp); p && p->limited) rc = rc ? std::min(rc, p->rc) : p->rc;
+  return rc ? static_cast<uint32_t>(std::max(1.0, rc)) : 0;
 }
 
 uint64_t Engine::counter(Counter c) const {

@@ -58,6 +58,10 @@ struct EngineConfig {
   // ECN, as ConnectX with DCQCN on: every frame leaves ECN-capable (ECT(0)) unless the AV's traffic class
   // already sets ECN bits, so a congested hop marks it (CE) instead of dropping it.
   bool ecn = true;
+  // The receiver as a congestion point: a frame that was at least this many frames deep in the port's receive
+  // ring (read after that many in one uninterrupted drain) is treated as CE-marked, so its sender slows down
+  // before the ring overflows (counted as np_rx_backlog_marked). 0: off.
+  uint32_t rx_mark_threshold = 64;
   // DCQCN's parameters, with mlx5's cc_params names, units and firmware defaults (kCcParams lists them; the
   // provider reads a device's values from its cc_params/ directory). Notification point: CE on an RC/UC
   // packet is answered with a CNP to the sending QP, at most one per QP per np_min_time_between_cnps.
@@ -72,12 +76,12 @@ struct EngineConfig {
     uint32_t np_min_time_between_cnps = 2;  // us
     uint32_t np_cnp_dscp = 48;
     uint32_t rp_enable = 1;
-    uint32_t rp_max_rate = 0;       // Mb/s; 0: the link's speed (100 Gb/s where the engine cannot tell)
-    uint32_t rp_min_rate = 1;       // Mb/s
-    uint32_t rp_min_dec_fac = 50;   // %
-    uint32_t rp_ai_rate = 5;        // Mb/s
-    uint32_t rp_hai_rate = 50;      // Mb/s
-    uint32_t rp_time_reset = 300;   // us
+    uint32_t rp_max_rate = 0;      // Mb/s; 0: the link's speed (100 Gb/s where the engine cannot tell)
+    uint32_t rp_min_rate = 1;      // Mb/s
+    uint32_t rp_min_dec_fac = 50;  // %
+    uint32_t rp_ai_rate = 5;       // Mb/s
+    uint32_t rp_hai_rate = 50;     // Mb/s
+    uint32_t rp_time_reset = 300;  // us
     uint32_t rp_threshold = 1;
     uint32_t rp_dce_tcp_g = 1019;                // /1024
     uint32_t rp_dce_tcp_rtt = 1;                 // us
@@ -162,8 +166,11 @@ enum class Counter : uint32_t {
   np_cnp_sent,                 // CNPs sent in answer to them
   rp_cnp_handled,              // CNPs received that cut a QP's rate
   rp_cnp_ignored,              // CNPs received and not acted on (no QP, or no rate control)
-  sent_bytes,                  // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
-  rcvd_bytes,                  // the same of the frames rcvd_pkts counts
+  rp_timeout_cuts,             // retransmit timeouts that cut a QP's rate (lost frames as congestion)
+  np_rx_backlog_marked,        // packets treated as CE-marked because they waited deep in the receive ring
+  tail_loss_probes,  // last packets resent early (about two round trips without an ACK), no retry spent
+  sent_bytes,        // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
+  rcvd_bytes,        // the same of the frames rcvd_pkts counts
   num_counters
 };
 
@@ -213,6 +220,9 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::np_cnp_sent, .name = "np_cnp_sent"},
     {.id = Counter::rp_cnp_handled, .name = "rp_cnp_handled"},
     {.id = Counter::rp_cnp_ignored, .name = "rp_cnp_ignored"},
+    {.id = Counter::rp_timeout_cuts, .name = "rp_timeout_cuts"},
+    {.id = Counter::np_rx_backlog_marked, .name = "np_rx_backlog_marked"},
+    {.id = Counter::tail_loss_probes, .name = "tail_loss_probes"},
     {.id = Counter::sent_bytes, .name = "sent_bytes"},
     {.id = Counter::rcvd_bytes, .name = "rcvd_bytes"},
 };

@@ -156,6 +156,7 @@ struct SendWqe {
   uint32_t first_psn = 0, last_psn = 0, npkts = 0;
   uint32_t resp_psn = 0;     // READ: next response PSN expected; atomic: its PSN
   uint64_t resp_offset = 0;  // READ: bytes received
+  uint64_t sent_ns = 0;      // when its last packet first left (a round trip sample when acknowledged)
 };
 
 // Responder resource (IBTA "responder resources"): one per READ / atomic, kept for duplicates.
@@ -195,6 +196,7 @@ struct Qp {
   std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};
   bool comm_est = false;
   uint64_t np_last_cnp_ns = 0;  // when this QP last sent a CNP (notification point rate limit)
+  int32_t path = -1;            // RC/UC: its destination's entry in EngineImpl::paths
   struct Rate {                 // reaction point (engine/congestion.cc); unpaced while !limited
     bool limited = false;
     double rc = 0, rt = 0;  // current and target rate, Mb/s
@@ -235,6 +237,14 @@ struct Qp {
     uint32_t nak_psn = 0;
     WcStatus nak_status = WC_SUCCESS;
     bool sqd_notified = false;
+    // Tail loss probe: when nothing is acknowledged for about two round trips, the last packet sent goes
+    // again once (no retry spent): lost at the tail of a window, with nothing after it to provoke a NAK,
+    // a loss would otherwise cost a whole retransmit timeout (67 ms at perftest's timeout 14).
+    uint64_t srtt_ns = 0;    // smoothed round trip of unretransmitted packets (0: none measured yet)
+    uint64_t rttvar_ns = 0;  // its mean deviation (RFC 6298)
+    uint32_t karn_psn = 0;   // PSNs below were resent by a go-back: their acknowledgements give no sample
+    uint64_t probe_deadline = 0;  // 0 = no probe armed
+    bool probed = false;          // the probe for this stall went out
   } comp;
 
   struct Responder {
@@ -268,6 +278,16 @@ struct Qp {
   bool error_event_sent = false;
 };
 
+// The QPs of this engine toward one destination GID share one more DCQCN rate beside their own: the CNPs of
+// all of them drive it, so it gets feedback often enough for DCQCN's microsecond timers even when each of
+// many QPs hears a CNP only every few milliseconds (then each QP's own rate recovers between its CNPs and
+// never holds the aggregate down). A QP sends only when both its own and its path's rate allow.
+struct PathRate {
+  wire::Gid dgid{};
+  uint32_t refs = 0;  // QPs using it; 0 = free slot
+  Qp::Rate rate;
+};
+
 struct EngineImpl {
   EngineImpl(Port& p, Clock& c, const EngineConfig& cfg);
 
@@ -286,6 +306,12 @@ struct EngineImpl {
   std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
   uint32_t next_qp_index = 0;         // where the cyclic QPN search starts (EngineConfig::qpn_start)
   std::vector<Qp*> qp_list;           // every live QP, for progress()
+  std::vector<PathRate> paths;        // Qp::path indexes it
+  size_t walk_start = 0;              // progress() starts its walk of qp_list here (moves every round)
+  uint64_t jitter_state = 0x9e3779b97f4a7c15ull;  // retransmit-timer jitter (xorshift; deterministic)
+  // The round trip seen by any QP (smoothed over all samples): a QP that lost everything it sent before
+  // measuring its own round trip still gets a tail loss probe, timed from its neighbours' round trips.
+  uint64_t srtt_any_ns = 0, rttvar_any_ns = 0;
   alignas(8) std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> own_counters{};
   uint64_t* counters = own_counters.data();  // or EngineConfig::counter_storage
 
@@ -361,6 +387,7 @@ struct EngineImpl {
   bool requester_run(Qp& qp);
   bool requester_blocked(const Qp& qp) const;
   void go_back(Qp& qp, uint32_t psn);
+  void arm_probe(Qp& qp);  // (re)arms the tail loss probe after a new packet or an acknowledgement
 
   // completer.cc
   bool completer_run(Qp& qp);  // in-order completions + timers
@@ -384,20 +411,49 @@ struct EngineImpl {
   uint8_t wire_traffic_class(uint8_t tc) const {
     return config.ecn && (tc & 3) == 0 ? static_cast<uint8_t>(tc | 2) : tc;
   }
-  // congestion.cc. Notification point: a CE-marked packet reached `qp`; answers with a CNP when the QP's
-  // limit allows. Reaction point: a CNP for `qp`; rp_update applies the timers that ran out by `now`;
-  // rp_sent paces the QP after it sent `bytes`.
+  // congestion.cc. Notification point: a congested (CE-marked) packet reached `qp`; answers with a CNP when
+  // the QP's limit allows. Reaction point: a CNP for `qp`; rp_update applies the timers that ran out by
+  // `now`; rp_sent paces the QP after it sent `bytes`.
   void np_ce_received(Qp& qp);
   static bool ce_marked(const wire::Packet& p) {
     return ((p.ip_version == 4 ? p.ip4.tos : p.ip6.traffic_class) & 3) == 3;
   }
-  void rp_cnp_received(Qp& qp);
-  void rp_update(Qp& qp);
-  void rp_sent(Qp& qp, uint32_t bytes) {
-    if (!qp.rate.limited) return;
-    const uint64_t start = qp.rate.next_send_ns > now ? qp.rate.next_send_ns : now;
-    qp.rate.next_send_ns = start + static_cast<uint64_t>(bytes * 8000.0 / std::max(qp.rate.rc, 1.0));  // Mb/s
+  // CE on the wire, or the frame waited deep in the receive ring (rx_backlogged, set by rx_drain).
+  bool congested(const wire::Packet& p) {
+    if (ce_marked(p)) {
+      count(Counter::np_ecn_marked_roce_packets);
+      return true;
+    }
+    if (!rx_backlogged) return false;
+    count(Counter::np_rx_backlog_marked);
+    return true;
   }
+  bool rx_backlogged = false;
+  void rp_cnp_received(Qp& qp);
+  // A retransmit timeout on a path that loses frames: the QP's rate is cut as by a CNP with α = 1.
+  void rp_timeout(Qp& qp);
+  void rp_update(Qp& qp);
+  Qp::Rate* path_rate(Qp& qp) { return qp.path >= 0 ? &paths[static_cast<size_t>(qp.path)].rate : nullptr; }
+  const Qp::Rate* path_rate(const Qp& qp) const {
+    return qp.path >= 0 ? &paths[static_cast<size_t>(qp.path)].rate : nullptr;
+  }
+  // The time before which qp may not send (its own or its path's pacing); 0 when it may now.
+  uint64_t paced_until(const Qp& qp) const {
+    uint64_t t = qp.rate.limited && qp.rate.next_send_ns > now ? qp.rate.next_send_ns : 0;
+    if (const Qp::Rate* p = path_rate(qp); p && p->limited && p->next_send_ns > now)
+      t = std::max(t, p->next_send_ns);
+    return t;
+  }
+  void rate_sent(Qp::Rate& r, uint32_t bytes) {
+    if (!r.limited) return;
+    const uint64_t start = r.next_send_ns > now ? r.next_send_ns : now;
+    r.next_send_ns = start + static_cast<uint64_t>(bytes * 8000.0 / std::max(r.rc, 1.0));  // Mb/s
+  }
+  void rp_sent(Qp& qp, uint32_t bytes) {
+    rate_sent(qp.rate, bytes);
+    if (Qp::Rate* p = path_rate(qp)) rate_sent(*p, bytes);
+  }
+  void qp_set_path(Qp& qp, const wire::Gid* dgid);  // nullptr: leaves its path
   void finish_frame();
   void abort_frame();
   void tx_flush();

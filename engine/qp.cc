@@ -238,6 +238,11 @@ void EngineImpl::qp_reset(Qp& q) {
   q.comp.timer_deadline = 0;
   q.comp.rnr_until = 0;
   q.comp.retry_marker = false;
+  q.comp.srtt_ns = q.comp.rttvar_ns = 0;
+  q.comp.probed = false;
+  q.comp.karn_psn = 0;
+  q.comp.probe_deadline = 0;
+  q.rate = Qp::Rate{};
   q.resp.epsn = q.resp.msn = 0;
   q.resp.nak_sent = false;
   q.resp.in_msg = InMsg::none;
@@ -398,7 +403,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   if (mask & QP_PATH_MIG_STATE) s.path_mig_state = a.path_mig_state;
 
   if (mask & QP_RQ_PSN) q.resp.epsn = s.rq_psn;
-  if (mask & QP_SQ_PSN) q.req.next_psn = q.comp.una_psn = q.req.sent_end = s.sq_psn;
+  if (mask & QP_SQ_PSN) q.req.next_psn = q.comp.una_psn = q.req.sent_end = q.comp.karn_psn = s.sq_psn;
   if (mask & QP_MAX_DEST_RD_ATOMIC) {
     q.resp.res.assign(s.max_dest_rd_atomic ? s.max_dest_rd_atomic : 1, RespRes{});
     q.resp.res_next = 0;
@@ -422,6 +427,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
     f.udp_sport = q.type == QPT_UD ? udp_sport_ud(q.qpn)
                                    : udp_sport_connected(s.ah_attr.flow_label, q.qpn, s.dest_qp_num);
     f.bth.dqpn = s.dest_qp_num;
+    if (q.type == QPT_RC || q.type == QPT_UC) qp_set_path(q, &s.ah_attr.dgid);
   }
   if (mask & (QP_RETRY_CNT | QP_RNR_RETRY)) {
     q.comp.retry_left = s.retry_cnt;
@@ -473,6 +479,28 @@ int EngineImpl::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
   return 0;
 }
 
+void EngineImpl::qp_set_path(Qp& q, const wire::Gid* dgid) {
+  if (q.path >= 0) {
+    PathRate& old = paths[static_cast<size_t>(q.path)];
+    if (dgid && old.dgid == *dgid) return;
+    old.refs--;
+    q.path = -1;
+  }
+  if (!dgid) return;
+  size_t free_slot = paths.size();
+  for (size_t i = 0; i < paths.size(); i++) {
+    if (paths[i].refs && paths[i].dgid == *dgid) {
+      paths[i].refs++;
+      q.path = static_cast<int32_t>(i);
+      return;
+    }
+    if (!paths[i].refs && free_slot == paths.size()) free_slot = i;
+  }
+  if (free_slot == paths.size()) paths.emplace_back();
+  paths[free_slot] = PathRate{*dgid, 1, Qp::Rate{}};
+  q.path = static_cast<int32_t>(free_slot);
+}
+
 int EngineImpl::destroy_qp(uint32_t qpn) {
   Qp* q = qp_get(qpn);
   if (!q) return EINVAL;
@@ -483,6 +511,7 @@ int EngineImpl::destroy_qp(uint32_t qpn) {
       qp_list.pop_back();
       break;
     }
+  qp_set_path(*q, nullptr);
   q->scq->refs--;
   q->rcq->refs--;
   if (q->srq) q->srq->refs--;

@@ -11,7 +11,7 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTS && st != QPS_SQD) return true;
   if (q.comp.rnr_until) return true;
-  if (q.rate.limited && q.rate.next_send_ns > now) return true;  // paced by the reaction point
+  if (paced_until(q)) return true;  // paced by the reaction point
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   if (q.req.idx == prod) return true;
   const SendWqe& w = q.sq.at(q.req.idx);
@@ -43,7 +43,20 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   return (info.is_read || info.is_atomic) && inflight >= limit;
 }
 
+void EngineImpl::arm_probe(Qp& q) {
+  // Two smoothed round trips or the RFC 6298 timeout (srtt + 4 rttvar), whichever is longer, and at least
+  // 100 us (a peer briefly off its CPU is not a loss); only when that is sooner than the retransmit timeout,
+  // and not before a round trip was measured (by this QP, or else by any).
+  constexpr uint64_t kMinProbeNs = 100'000;
+  const bool own = q.comp.srtt_ns != 0;
+  const uint64_t srtt = own ? q.comp.srtt_ns : srtt_any_ns, rttvar = own ? q.comp.rttvar_ns : rttvar_any_ns;
+  const uint64_t pto = std::max({2 * srtt, srtt + 4 * rttvar, kMinProbeNs});
+  q.comp.probe_deadline =
+      srtt && q.comp.una_psn != q.req.sent_end && pto < retransmit_timeout_ns(q.attr.timeout) ? now + pto : 0;
+}
+
 void EngineImpl::go_back(Qp& q, uint32_t psn) {
+  q.comp.karn_psn = q.req.sent_end;  // what is resent now gives no round trip sample (Karn)
   // never behind what is acknowledged (a stale RNR wait or NAK must not rewind PSN assignment)
   if (wire::psn_lt(psn, q.comp.una_psn)) psn = q.comp.una_psn;
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
@@ -83,6 +96,7 @@ bool EngineImpl::requester_run(Qp& q) {
     if (!w.started) {
       w.status = WC_SUCCESS;
       w.resp_offset = 0;
+      w.sent_ns = 0;
       if (info.is_local) {
         // LOCAL_INV executes here, in order, and completes without a packet
         if (invalidate_key(w.inv_rkey, q.pd) != 0) w.status = WC_LOC_QP_OP_ERR;
@@ -203,7 +217,13 @@ bool EngineImpl::requester_run(Qp& q) {
     budget--;
     q.req.noack_pkts = spec.bth.ack_req ? 0 : q.req.noack_pkts + 1;
     q.req.next_psn = wire::psn_add(psn, psn_used);
-    if (wire::psn_gt(q.req.next_psn, q.req.sent_end)) q.req.sent_end = q.req.next_psn;
+    if (wire::psn_gt(q.req.next_psn, q.req.sent_end)) {  // new PSNs, not a resend
+      q.req.sent_end = q.req.next_psn;
+      if (q.type == QPT_RC) {
+        if (last) w.sent_ns = now;
+        arm_probe(q);
+      }
+    }
     if (info.is_read || info.is_atomic) {
       q.req.offset = w.length;
     } else {

@@ -147,6 +147,7 @@ BurstRun write_burst(Loopback& lb, uint32_t qa, int n, const std::function<bool(
 TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
   EngineConfig cfg;
   cfg.dcqcn.rp_max_rate = 10000;  // 10 Gbit/s: 64 KiB in ~52 us at line rate
+  cfg.rx_mark_threshold = 0;      // CE on the wire only: the loopback delivers whole bursts at once
   Loopback lb(cfg, 1500, 4 << 20);
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 5'000;

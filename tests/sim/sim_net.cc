@@ -130,7 +130,13 @@ bool SimPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
 uint32_t SimPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   auto lock = net_->guard();
   if (refuse && refuse()) n /= 2;
+  tx_refused_ = false;
   for (uint32_t i = 0; i < n; ++i) {
+    if (cfg_.line_rate_bps && nic_free_at_ > net_->clock_.now_ns()) {  // the NIC is still sending
+      tx_refused_ = true;
+      n = i;
+      break;
+    }
     uint32_t p;
     int32_t s;
     decode(bufs[i].opaque, p, s);
@@ -356,8 +362,8 @@ uint64_t SimNet::next_delivery_to(uint32_t to) const {
   return t;
 }
 
-void SimNet::schedule(Link& l, SimPort* owner, int32_t slot, uint64_t extra_ns) {
-  uint64_t t = clock_.now_ns();
+void SimNet::schedule(Link& l, SimPort* owner, int32_t slot, uint64_t extra_ns, uint64_t t_in) {
+  uint64_t t = t_in;
   if (l.cfg.rate_bps) {
     uint64_t start = std::max(t, l.busy_until);
     uint64_t bits = uint64_t{owner->slots_[slot].len} * 8;
@@ -404,6 +410,13 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
     from.release(slot);
     return;
   }
+  uint64_t t_in = clock_.now_ns();
+  if (from.cfg_.line_rate_bps) {  // serialised by the sender's NIC first (tx_burst allowed it)
+    const uint64_t start = std::max(t_in, from.nic_free_at_);
+    from.nic_free_at_ =
+        start + (uint64_t{len} * 8 * 1000000000ull + from.cfg_.line_rate_bps - 1) / from.cfg_.line_rate_bps;
+    t_in = from.nic_free_at_;
+  }
   if (on_transmit) on_transmit(l->from, l->to, f, len);
   ++l->stats.sent;
   if (drop_if && drop_if(l->from, l->to, f, len)) {
@@ -427,7 +440,7 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
         from.slots_[copy].len = len;
         from.slots_[copy].state = kInFlight;
         ++l->stats.duplicated;
-        schedule(*l, &from, copy, v.dup_delay_ns);
+        schedule(*l, &from, copy, v.dup_delay_ns, t_in);
       }
     }
     extra = v.delay_ns;
@@ -463,7 +476,7 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
         corrupt(*l, from.slots_[copy].data.get(), len);
         ++l->stats.corrupted;
       }
-      schedule(*l, &from, copy, l->rng.range(0, l->cfg.reorder_delay_ns));
+      schedule(*l, &from, copy, l->rng.range(0, l->cfg.reorder_delay_ns), t_in);
     }
   }
   if (bad) {
@@ -494,7 +507,7 @@ void SimNet::transmit(SimPort& from, int32_t slot) {
       if (l->rng.chance(p) && mark_ce(f, len)) ++l->stats.ce_marked;
     }
   }
-  schedule(*l, &from, slot, extra + (reorder ? l->cfg.reorder_delay_ns : 0));
+  schedule(*l, &from, slot, extra + (reorder ? l->cfg.reorder_delay_ns : 0), t_in);
 }
 
 bool SimNet::deliver_due() {
@@ -543,6 +556,8 @@ bool SimNet::run_until(const std::function<bool()>& pred, uint64_t deadline_ns) 
     same_time = 0;
     uint64_t now = clock_.now_ns();
     uint64_t t = next_event_time();
+    for (auto& p : ports_)
+      if (p->tx_refused_) t = std::min(t, std::max(p->nic_free_at_, now + 1));
     for (auto& n : nodes_) {
       uint64_t d = n.next_deadline ? n.next_deadline() : now + kPollNs;
       // A deadline already due whose progress() did nothing is not a reason to spin: go on to the next event.

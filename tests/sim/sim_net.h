@@ -81,6 +81,10 @@ struct PortConfig {
   uint32_t pool_bufs = 1024;  // preallocated tx buffers of this port
   uint32_t buf_size = 9216;   // each at least as large as any frame the link can carry
   uint32_t rx_queue = 1024;   // rx ring depth; frames arriving at a full ring are dropped
+  // The NIC's own line rate (0 = infinitely fast): frames leave one after another at this rate, and tx_burst
+  // takes a frame only once the previous one is on its way (backpressure, as a NIC's send queue): a sender
+  // cannot put more into the path than its link carries, whatever its QPs post.
+  uint64_t line_rate_bps = 0;
   // No pool: every tx buffer is allocated at exactly the size asked for (so ASan sees an overrun of the frame
   // itself), buffers and the rx ring grow on demand. The engine behaviour tests use this; the pool's limits
   // are part of what the property tests exercise.
@@ -118,6 +122,7 @@ class SimPort final : public engine::Port {
   uint64_t tx_alloc_failures() const { return tx_alloc_failures_; }
   // Buffers currently held by the engine (allocated and not yet sent/freed, or received and not yet freed).
   uint32_t held_by_user() const { return held_; }
+  void set_line_rate(uint64_t bps) { cfg_.line_rate_bps = bps; }  // PortConfig::line_rate_bps
   // Backpressure: while it returns true, tx_alloc fails and tx_burst takes at most half of what it is given.
   std::function<bool()> refuse;
 
@@ -150,6 +155,8 @@ class SimPort final : public engine::Port {
   uint32_t rx_head_ = 0, rx_count_ = 0;
   uint32_t held_ = 0;
   uint64_t tx_frames_ = 0, rx_frames_ = 0, tx_alloc_failures_ = 0;
+  uint64_t nic_free_at_ = 0;  // line_rate_bps: when the last frame taken has left the NIC
+  bool tx_refused_ = false;   // a tx_burst was cut short by the line rate: wake at nic_free_at_
 };
 
 // Anything that the network drives: an engine, usually. progress() polls the port and fires due timers, and
@@ -238,7 +245,8 @@ class SimNet {
   Link* find_link(uint32_t from, uint32_t to);
   const Link* find_link(uint32_t from, uint32_t to) const;
   Link* route(SimPort& from, const uint8_t* frame, uint32_t len);
-  void schedule(Link& l, SimPort* owner, int32_t slot, uint64_t extra_ns);
+  // `t_in`: when the frame enters the link (after its NIC serialised it).
+  void schedule(Link& l, SimPort* owner, int32_t slot, uint64_t extra_ns, uint64_t t_in);
   void corrupt(Link& l, uint8_t* frame, uint32_t len);
   void push_event(const Event& e);
   Event pop_event();
