@@ -127,9 +127,10 @@ void EngineImpl::rp_timeout(Qp& q) {
   // switch without PFC): frames lost in an overflow are a congestion signal too, and the window the QP now
   // resends must not go out at line rate into the queue that just overflowed.
   if (!config.dcqcn.rp_enable || q.type != QPT_RC) return;
+  // Only the QP's own rate: one QP's lost frames say little about the path all of them share, whose rate
+  // follows the CNPs of all.
   count(Counter::rp_timeout_cuts);
   rate_timeout(q.rate, config.dcqcn, now);
-  if (Qp::Rate* p = path_rate(q)) rate_timeout(*p, config.dcqcn, now);
 }
 
 }  // namespace urxe::engine

@@ -452,7 +452,7 @@ uint32_t EngineImpl::rx_drain(uint32_t limit) {
   while (total < limit) {
     const uint32_t n = port.rx_burst(rx.data(), burst);
     // every burst so far came back full: the frames now read waited behind `total` others in the ring
-    rx_backlogged = config.rx_mark_threshold && total >= config.rx_mark_threshold;
+    rx_backlogged = config.dcqcn.np_rx_ring_mark_frames && total >= config.dcqcn.np_rx_ring_mark_frames;
     for (uint32_t i = 0; i < n; i++) rx_frame(rx[i]);
     rx_backlogged = false;
     if (n) port.rx_free(rx.data(), n);
@@ -466,7 +466,8 @@ bool EngineImpl::progress_round() {
   EngineImpl& e = *this;
   e.now = e.clock.now_ns();
   const uint32_t burst = static_cast<uint32_t>(e.rx.size());
-  bool did = e.rx_drain(4 * burst) > 0;
+  // At least four bursts, and past the marking threshold: frames that deep in the ring are the ones marked.
+  bool did = e.rx_drain(std::max(4 * burst, e.config.dcqcn.np_rx_ring_mark_frames + 2 * burst)) > 0;
   // The receive ring is drained as fast as this round sends: for every burst of frames out, up to two bursts
   // in. A round that sent the window of many QPs before reading again let the peer's ACKs overflow the ring
   // (counted as rx_ring_drops); the lost ACKs then cost timeouts and resends of whole windows.

@@ -58,10 +58,6 @@ struct EngineConfig {
   // ECN, as ConnectX with DCQCN on: every frame leaves ECN-capable (ECT(0)) unless the AV's traffic class
   // already sets ECN bits, so a congested hop marks it (CE) instead of dropping it.
   bool ecn = true;
-  // The receiver as a congestion point: a frame that was at least this many frames deep in the port's receive
-  // ring (read after that many in one uninterrupted drain) is treated as CE-marked, so its sender slows down
-  // before the ring overflows (counted as np_rx_backlog_marked). 0: off.
-  uint32_t rx_mark_threshold = 64;
   // DCQCN's parameters, with mlx5's cc_params names, units and firmware defaults (kCcParams lists them; the
   // provider reads a device's values from its cc_params/ directory). Notification point: CE on an RC/UC
   // packet is answered with a CNP to the sending QP, at most one per QP per np_min_time_between_cnps.
@@ -88,6 +84,11 @@ struct EngineConfig {
     uint32_t rp_rate_reduce_monitor_period = 4;  // us
     uint32_t rp_initial_alpha_value = 1023;      // /1024
     uint32_t rp_clamp_tgt_rate = 0;
+    // urxe's own (mlx5 has no such file): the receiver as a congestion point. A frame that waited at least
+    // this many frames deep in the port's receive ring (read after that many in one uninterrupted drain) is
+    // answered as if CE-marked, so its senders slow down before the ring overflows (np_rx_backlog_marked).
+    // 0: off. The rings hold about 800 frames at MTU 9000, 4,000 at MTU 1500.
+    uint32_t np_rx_ring_mark_frames = 192;
   } dcqcn;
   // Where the counters live (num_counters uint64 in Counter order, 8-aligned, zeroed by the caller), e.g. a
   // file another process reads; updated with relaxed atomic stores. nullptr: inside the engine.
@@ -116,6 +117,7 @@ inline constexpr CcParam kCcParams[] = {
     {"rp_rate_reduce_monitor_period", &EngineConfig::Dcqcn::rp_rate_reduce_monitor_period},
     {"rp_initial_alpha_value", &EngineConfig::Dcqcn::rp_initial_alpha_value},
     {"rp_clamp_tgt_rate", &EngineConfig::Dcqcn::rp_clamp_tgt_rate},
+    {"np_rx_ring_mark_frames", &EngineConfig::Dcqcn::np_rx_ring_mark_frames},
 };
 
 struct MrInfo {

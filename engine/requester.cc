@@ -45,9 +45,10 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
 
 void EngineImpl::arm_probe(Qp& q) {
   // Two smoothed round trips or the RFC 6298 timeout (srtt + 4 rttvar), whichever is longer, and at least
-  // 100 us (a peer briefly off its CPU is not a loss); only when that is sooner than the retransmit timeout,
+  // 1 ms (a peer briefly off its CPU is not a loss: on two busy cores a round trip now and then takes
+  // milliseconds); only when that is sooner than the retransmit timeout,
   // and not before a round trip was measured (by this QP, or else by any).
-  constexpr uint64_t kMinProbeNs = 100'000;
+  constexpr uint64_t kMinProbeNs = 1'000'000;
   const bool own = q.comp.srtt_ns != 0;
   const uint64_t srtt = own ? q.comp.srtt_ns : srtt_any_ns, rttvar = own ? q.comp.rttvar_ns : rttvar_any_ns;
   const uint64_t pto = std::max({2 * srtt, srtt + 4 * rttvar, kMinProbeNs});
@@ -220,7 +221,7 @@ bool EngineImpl::requester_run(Qp& q) {
     if (wire::psn_gt(q.req.next_psn, q.req.sent_end)) {  // new PSNs, not a resend
       q.req.sent_end = q.req.next_psn;
       if (q.type == QPT_RC) {
-        if (last) w.sent_ns = now;
+        if (last) w.sent_ns = now ? now : 1;  // 0 = not timed
         arm_probe(q);
       }
     }

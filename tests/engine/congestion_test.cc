@@ -142,12 +142,46 @@ BurstRun write_burst(Loopback& lb, uint32_t qa, int n, const std::function<bool(
   return r;
 }
 
+// The receiver as a congestion point: frames that waited deeper than np_rx_ring_mark_frames in the receive
+// ring are answered as if CE-marked (a CNP to their sender, which slows down), without any CE on the wire.
+TEST(Ecn, FramesDeepInTheReceiveRingAreAnsweredAsIfMarked) {
+  for (const uint32_t threshold : {64u, 0u}) {
+    EngineConfig cfg;
+    cfg.dcqcn.np_rx_ring_mark_frames = threshold;
+    Loopback lb(cfg);
+    auto [qa, qb] = lb.connect(QPT_RC);
+    lb.link.latency_ns = 10'000;
+    // One 128-packet WRITE (path MTU 1024): the sender's window lets all of it out at once, so all 128
+    // frames wait in the receiver's ring when it next drains.
+    Sge sge{lb.a().addr(0), 128 * 1024, lb.a().mr.lkey};
+    SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
+    w.rdma.remote_addr = lb.b().addr(0);
+    w.rdma.rkey = lb.b().mr.rkey;
+    post(lb.a(), qa, w);
+    const auto wc = lb.poll(lb.a(), 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    Engine& rx = *lb.b().eng;
+    EXPECT_EQ(rx.counter(Counter::np_ecn_marked_roce_packets), 0u);  // nothing marked on the wire
+    if (threshold) {
+      EXPECT_EQ(rx.counter(Counter::np_rx_backlog_marked), 128u - threshold);  // the frames past it
+      EXPECT_EQ(rx.counter(Counter::np_cnp_sent), 1u);  // all in one drain: one CNP (per-QP limit)
+      EXPECT_EQ(lb.a().eng->counter(Counter::rp_cnp_handled), 1u);
+      EXPECT_GT(lb.a().eng->qp_rate_mbps(qa), 0u);  // the sender is paced now
+    } else {
+      EXPECT_EQ(rx.counter(Counter::np_rx_backlog_marked), 0u);
+      EXPECT_EQ(rx.counter(Counter::np_cnp_sent), 0u);
+      EXPECT_EQ(lb.a().eng->qp_rate_mbps(qa), 0u);
+    }
+  }
+}
+
 // The reaction point: CNPs cut the sender's rate (the same WRITEs take longer while marked), and without
 // marks the rate recovers on the timers (after an idle second the burst is as fast as before).
 TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
   EngineConfig cfg;
-  cfg.dcqcn.rp_max_rate = 10000;  // 10 Gbit/s: 64 KiB in ~52 us at line rate
-  cfg.rx_mark_threshold = 0;      // CE on the wire only: the loopback delivers whole bursts at once
+  cfg.dcqcn.rp_max_rate = 10000;         // 10 Gbit/s: 64 KiB in ~52 us at line rate
+  cfg.dcqcn.np_rx_ring_mark_frames = 0;  // CE on the wire only: the loopback delivers whole bursts at once
   Loopback lb(cfg, 1500, 4 << 20);
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 5'000;

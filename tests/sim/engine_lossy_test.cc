@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -255,6 +256,68 @@ TEST(EngineLossyTest, WindowHoldsPacketsInsideAMessage) {
   EXPECT_EQ(mem[0], mem[1]);
   EXPECT_EQ(requests, 4u * kPktsPerMsg);  // lossless: nothing resent
   EXPECT_EQ(before_first_ack, 100u) << "request packets in flight before any acknowledgement";
+}
+
+// The last packet of a WRITE is lost and nothing follows it to provoke a NAK: a tail loss probe resends it
+// after about two round trips (at least 1 ms) instead of a retransmit timeout (67 ms at timeout 14), and
+// spends no retry. A probe of a packet that was not lost only costs a duplicate.
+TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
+  LinkConfig l;
+  l.latency_ns = 20'000;
+  Testbed tb(1, l, {}, 4200, 256);
+  QpParams p;
+  p.timeout = 14;
+  p.retry_cnt = 7;
+  QpEnds q;
+  ASSERT_EQ(tb.connect(p, q), "");
+  std::vector<uint8_t> mem[2];
+  MrInfo mr[2];
+  for (uint32_t h = 0; h < 2; ++h) {
+    mem[h].assign(64 * 1024, static_cast<uint8_t>(h + 1));
+    ASSERT_EQ(tb.host[h].eng->reg_mr(tb.host[h].pd, mem[h].data(), mem[h].size(),
+                                     reinterpret_cast<uint64_t>(mem[h].data()),
+                                     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr[h]),
+              0);
+  }
+  bool dropped = false;
+  int writes_seen = 0;
+  tb.net.drop_if = [&](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
+    wire::Packet pkt;
+    if (from != 0 || wire::parse_frame(wire::ByteSpan(d, len), pkt) != wire::ParseError::ok) return false;
+    if (!pkt.info->is_last()) return false;
+    // the second WRITE's last packet, once (the first one measured the round trip)
+    if (++writes_seen == 2 && !dropped) return dropped = true;
+    return false;
+  };
+  auto write = [&](uint64_t id) {
+    Sge s{reinterpret_cast<uint64_t>(mem[0].data()), 16 * 1024, mr[0].lkey};
+    SendWr w;
+    w.wr_id = id;
+    w.opcode = WR_RDMA_WRITE;
+    w.send_flags = SEND_SIGNALED;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.rdma = {reinterpret_cast<uint64_t>(mem[1].data()), mr[1].rkey};
+    const SendWr* bad = nullptr;
+    EXPECT_EQ(tb.host[0].eng->post_send(q.qpn[0], &w, &bad), 0);
+    Wc wc{};
+    int n = 0;
+    const uint64_t t0 = tb.net.clock().now_ns();
+    tb.net.run_until([&] { return (n = tb.host[0].eng->poll_cq(q.send_cq[0], 1, &wc)) > 0; },
+                     t0 + 1'000'000'000ull);
+    EXPECT_EQ(n, 1);
+    EXPECT_EQ(wc.status, WC_SUCCESS);
+    return tb.net.clock().now_ns() - t0;
+  };
+  write(1);
+  const uint64_t took = write(2);
+  EXPECT_TRUE(dropped);
+  Engine& e = *tb.host[0].eng;
+  EXPECT_EQ(e.counter(Counter::tail_loss_probes), 1u);
+  EXPECT_EQ(e.counter(Counter::completer_retry_err), 0u) << "recovered by a timeout, not the probe";
+  EXPECT_GE(took, 1'000'000u);  // not before the probe's 1 ms floor
+  EXPECT_LT(took, 2'000'000u) << "a retransmit timeout is " << (uint64_t{4096} << 14) << " ns";
+  EXPECT_EQ(0, std::memcmp(mem[0].data(), mem[1].data(), 16 * 1024));
 }
 
 // A peer that never answers: retry_cnt 3 means 3 retransmissions (IBTA; rxe would treat only 7 as forever),
