@@ -275,6 +275,7 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
     const uint32_t per_block = blocksz / framesz;
     const uint32_t want = std::max<uint32_t>(512, static_cast<uint32_t>(budget / framesz));
     const uint32_t framecnt = (want + per_block - 1) / per_block * per_block;
+    p->attr_.rx_ring_frames = framecnt;
     vdev_args = "iface=" + cfg.ifname + ",qpairs=1,qdisc_bypass=1,blocksz=" + std::to_string(blocksz) +
                 ",framesz=" + std::to_string(framesz) + ",framecnt=" + std::to_string(framecnt);
   } else if (!vdevs.empty()) {

@@ -139,6 +139,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
   const uint32_t rx_blocks = (rx_want + per_block - 1) / per_block;
   p->tx_frame_nr_ = tx_blocks * per_block;
   p->rx_frame_nr_ = rx_blocks * per_block;
+  p->attr_.rx_ring_frames = p->rx_frame_nr_;
 
   // Protocol 0: nothing is queued until bind(), by which time the filter and rings are in place.
   p->fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

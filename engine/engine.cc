@@ -197,6 +197,10 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   if (config.rx_burst < 1) config.rx_burst = 1;
   if (config.tx_budget < 1) config.tx_budget = 1;
   if (config.counter_storage) counters = config.counter_storage;
+  if (config.dcqcn.np_rx_ring_mark_enable)
+    rx_mark_frames = config.dcqcn.np_rx_ring_mark_frames ? config.dcqcn.np_rx_ring_mark_frames
+                     : port.attr().rx_ring_frames        ? std::max(port.attr().rx_ring_frames / 2, 1u)
+                                                         : 512;
   const DeviceAttr& d = config.device;
   pds.resize(size_t{d.max_pd} + 1);
   mrs.resize(size_t{d.max_mr} + 1);
@@ -452,7 +456,7 @@ uint32_t EngineImpl::rx_drain(uint32_t limit) {
   while (total < limit) {
     const uint32_t n = port.rx_burst(rx.data(), burst);
     // every burst so far came back full: the frames now read waited behind `total` others in the ring
-    rx_backlogged = config.dcqcn.np_rx_ring_mark_frames && total >= config.dcqcn.np_rx_ring_mark_frames;
+    rx_backlogged = rx_mark_frames && total >= rx_mark_frames;
     for (uint32_t i = 0; i < n; i++) rx_frame(rx[i]);
     rx_backlogged = false;
     if (n) port.rx_free(rx.data(), n);
@@ -467,7 +471,7 @@ bool EngineImpl::progress_round() {
   e.now = e.clock.now_ns();
   const uint32_t burst = static_cast<uint32_t>(e.rx.size());
   // At least four bursts, and past the marking threshold: frames that deep in the ring are the ones marked.
-  bool did = e.rx_drain(std::max(4 * burst, e.config.dcqcn.np_rx_ring_mark_frames + 2 * burst)) > 0;
+  bool did = e.rx_drain(std::max(4 * burst, e.rx_mark_frames + 2 * burst)) > 0;
   // The receive ring is drained as fast as this round sends: for every burst of frames out, up to two bursts
   // in. A round that sent the window of many QPs before reading again let the peer's ACKs overflow the ring
   // (counted as rx_ring_drops); the lost ACKs then cost timeouts and resends of whole windows.

@@ -84,11 +84,15 @@ struct EngineConfig {
     uint32_t rp_rate_reduce_monitor_period = 4;  // us
     uint32_t rp_initial_alpha_value = 1023;      // /1024
     uint32_t rp_clamp_tgt_rate = 0;
-    // urxe's own (mlx5 has no such file): the receiver as a congestion point. A frame that waited at least
-    // this many frames deep in the port's receive ring (read after that many in one uninterrupted drain) is
-    // answered as if CE-marked, so its senders slow down before the ring overflows (np_rx_backlog_marked).
-    // 0: off. The rings hold about 800 frames at MTU 9000, 4,000 at MTU 1500.
-    uint32_t np_rx_ring_mark_frames = 192;
+    // urxe's own (mlx5 has no such files): the receiver as a congestion point. A frame that waited at least
+    // np_rx_ring_mark_frames deep in the port's receive ring (read after that many in one uninterrupted
+    // drain) is answered as if CE-marked, so its senders slow down before the ring overflows
+    // (np_rx_backlog_marked). 0 frames: half the ring (the packet-socket rings hold about 800 frames at
+    // MTU 9000, 4,096 at MTU 1500; 512 when the port does not say). Depth alone is a weak signal on a
+    // busy host (a receiver off its CPU for a millisecond finds that millisecond's frames waiting), hence
+    // half the ring and not DCQCN's few percent of a switch buffer.
+    uint32_t np_rx_ring_mark_enable = 1;
+    uint32_t np_rx_ring_mark_frames = 0;
   } dcqcn;
   // Where the counters live (num_counters uint64 in Counter order, 8-aligned, zeroed by the caller), e.g. a
   // file another process reads; updated with relaxed atomic stores. nullptr: inside the engine.
@@ -117,6 +121,7 @@ inline constexpr CcParam kCcParams[] = {
     {"rp_rate_reduce_monitor_period", &EngineConfig::Dcqcn::rp_rate_reduce_monitor_period},
     {"rp_initial_alpha_value", &EngineConfig::Dcqcn::rp_initial_alpha_value},
     {"rp_clamp_tgt_rate", &EngineConfig::Dcqcn::rp_clamp_tgt_rate},
+    {"np_rx_ring_mark_enable", &EngineConfig::Dcqcn::np_rx_ring_mark_enable},
     {"np_rx_ring_mark_frames", &EngineConfig::Dcqcn::np_rx_ring_mark_frames},
 };
 

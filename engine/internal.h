@@ -429,6 +429,7 @@ struct EngineImpl {
     return true;
   }
   bool rx_backlogged = false;
+  uint32_t rx_mark_frames = 0;  // the ring depth from which frames count as marked (0: never)
   void rp_cnp_received(Qp& qp);
   // A retransmit timeout on a path that loses frames: the QP's rate is cut as by a CNP with α = 1.
   void rp_timeout(Qp& qp);

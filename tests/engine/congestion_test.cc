@@ -147,6 +147,7 @@ BurstRun write_burst(Loopback& lb, uint32_t qa, int n, const std::function<bool(
 TEST(Ecn, FramesDeepInTheReceiveRingAreAnsweredAsIfMarked) {
   for (const uint32_t threshold : {64u, 0u}) {
     EngineConfig cfg;
+    cfg.dcqcn.np_rx_ring_mark_enable = threshold != 0;
     cfg.dcqcn.np_rx_ring_mark_frames = threshold;
     Loopback lb(cfg);
     auto [qa, qb] = lb.connect(QPT_RC);
@@ -181,7 +182,7 @@ TEST(Ecn, FramesDeepInTheReceiveRingAreAnsweredAsIfMarked) {
 TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
   EngineConfig cfg;
   cfg.dcqcn.rp_max_rate = 10000;         // 10 Gbit/s: 64 KiB in ~52 us at line rate
-  cfg.dcqcn.np_rx_ring_mark_frames = 0;  // CE on the wire only: the loopback delivers whole bursts at once
+  cfg.dcqcn.np_rx_ring_mark_enable = 0;  // CE on the wire only: the loopback delivers whole bursts at once
   Loopback lb(cfg, 1500, 4 << 20);
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 5'000;

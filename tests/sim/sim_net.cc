@@ -70,6 +70,7 @@ uint64_t Rng::next() {
 SimPort::SimPort(SimNet* net, uint32_t index, const PortConfig& cfg) : net_(net), index_(index), cfg_(cfg) {
   attr_.mac = cfg.mac;
   attr_.mtu = cfg.mtu;
+  attr_.rx_ring_frames = cfg.grow ? 0 : cfg.rx_queue;
   attr_.gids = cfg.gids;
   const uint32_t bufs = cfg.grow ? 0 : cfg.pool_bufs;
   slots_.resize(bufs);
