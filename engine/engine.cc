@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <functional>
 
 #include "engine/internal.h"
 
@@ -209,6 +210,7 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   cqs = std::vector<std::atomic<Cq*>>(size_t{d.max_cq} + 1);
   srqs = std::vector<std::atomic<Srq*>>(size_t{d.max_srq} + 1);
   qps = std::vector<std::atomic<Qp*>>(d.max_qp);
+  active = std::vector<std::atomic<uint64_t>>((size_t{d.max_qp} + 63) / 64);
   next_qp_index = d.max_qp ? config.qpn_start % d.max_qp : 0;
   qp_list.reserve(d.max_qp);
   tx.reserve(kTxBatch);
@@ -302,6 +304,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     if (rq && rq->type != QPT_UD && config.dcqcn.rp_enable) {
       const CurQp in_qp(*this, rq);
       rp_cnp_received(*rq);
+      activate(*rq);  // its pacing changed
     } else {
       count(Counter::rp_cnp_ignored);
     }
@@ -318,6 +321,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     return;
   }
   const CurQp in_qp(*this, qp);
+  activate(*qp);  // whatever this frame does to it (ACK owed, window open, timers) is looked at in its visit
   // P_Key: the only table entry is the default full-membership key.
   if ((pkt.bth.pkey & 0x7fff) != 0x7fff) {
     count(Counter::rx_drop_pkey);
@@ -412,7 +416,11 @@ int Engine::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap*
   LOCKED(create_qp(pd, init, qpn, actual));
 }
 int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask) {
-  LOCKED(modify_qp(qpn, attr, mask));
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->now = impl_->clock.now_ns();
+  const int rc = impl_->modify_qp(qpn, attr, mask);
+  if (Qp* q = impl_->qp_get(qpn)) impl_->activate(*q);  // a new state may give it work (RTS, ERR, SQD)
+  return rc;
 }
 int Engine::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
   LOCKED(query_qp(qpn, attr, init));
@@ -472,70 +480,118 @@ bool EngineImpl::progress_round() {
   const uint32_t burst = static_cast<uint32_t>(e.rx.size());
   // At least four bursts, and past the marking threshold: frames that deep in the ring are the ones marked.
   bool did = e.rx_drain(std::max(4 * burst, e.rx_mark_frames + 2 * burst)) > 0;
+  // due timers: their QPs get a visit
+  while (!e.wakes.empty() && e.wakes.front().t <= e.now) {
+    const Wake w = e.wakes.front();
+    std::pop_heap(e.wakes.begin(), e.wakes.end(), std::greater<>{});
+    e.wakes.pop_back();
+    Qp* q = e.qps[w.index].load(std::memory_order_relaxed);
+    if (q && q->scheduled_wake == w.t) {
+      q->scheduled_wake = UINT64_MAX;
+      e.activate(*q);
+    }
+  }
   // The receive ring is drained as fast as this round sends: for every burst of frames out, up to two bursts
   // in. A round that sent the window of many QPs before reading again let the peer's ACKs overflow the ring
   // (counted as rx_ring_drops); the lost ACKs then cost timeouts and resends of whole windows.
   const uint64_t& sent = e.counters[static_cast<size_t>(Counter::sent_pkts)];
   uint64_t sent_mark = sent;
-  // The next round's walk starts right after the last QP that sent in this one (one further if that was the
-  // last of the walk): when the windows of all QPs cannot fit the path, the same QPs must not always be the
-  // ones whose frames come last (and that a full queue drops), and when a shared path rate lets only a few
-  // QPs send per round, the turns go round.
-  const size_t nq = e.qp_list.size();
-  const size_t start = nq ? e.walk_start % nq : 0;
-  size_t last_sender = nq;
-  for (size_t k = 0; k < nq; k++) {
-    Qp* qp = e.qp_list[start + k < nq ? start + k : start + k - nq];
-    const uint64_t sent_before = sent;
-    {
-      const CurQp in_qp(e, qp);
-      if (e.completer_run(*qp)) did = true;
-      if (e.responder_tx(*qp, e.config.tx_budget)) did = true;
-      if (e.requester_run(*qp)) did = true;
-      if (e.completer_run(*qp)) did = true;
+  // The active QPs in index order from walk_start round to it again. The next round starts right after the
+  // last QP that sent in this one: when the windows of all QPs cannot fit the path, the same QPs must not
+  // always be the ones whose frames come last (and that a full queue drops), and when a shared path rate
+  // lets only a few QPs send per round, the turns go round.
+  const uint32_t nwords = static_cast<uint32_t>(e.active.size());
+  const uint32_t start = e.walk_start < nwords * 64 ? e.walk_start : 0;
+  const uint32_t sw = start >> 6, sb = start & 63;
+  const uint64_t low_mask = sb ? (uint64_t{1} << sb) - 1 : 0;
+  const uint64_t first = nwords ? e.active[sw].exchange(0, std::memory_order_acquire) : 0;
+  int64_t last_sender = -1;
+  auto visit_word = [&](uint32_t word, uint64_t bits) {
+    while (bits) {
+      const uint32_t i = word * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+      bits &= bits - 1;
+      Qp* qp = e.qps[i].load(std::memory_order_relaxed);
+      if (!qp) continue;
+      const uint64_t sent_before = sent;
+      {
+        const CurQp in_qp(e, qp);
+        if (e.completer_run(*qp)) did = true;
+        if (e.responder_tx(*qp, e.config.tx_budget)) did = true;
+        if (e.requester_run(*qp)) did = true;
+        if (e.completer_run(*qp)) did = true;
+      }
+      e.schedule(*qp);
+      if (sent != sent_before) last_sender = i;
+      if (sent - sent_mark >= burst) {
+        e.tx_flush();
+        if (e.rx_drain(2 * burst)) did = true;
+        sent_mark = sent;
+      }
     }
-    if (sent != sent_before) last_sender = k;
-    if (sent - sent_mark >= burst) {
-      e.tx_flush();
-      if (e.rx_drain(2 * burst)) did = true;
-      sent_mark = sent;
-    }
+  };
+  visit_word(sw, first & ~low_mask);
+  for (uint32_t k = 1; k < nwords; k++) {
+    const uint32_t w = sw + k < nwords ? sw + k : sw + k - nwords;
+    if (e.active[w].load(std::memory_order_relaxed))
+      visit_word(w, e.active[w].exchange(0, std::memory_order_acquire));
   }
-  if (last_sender < nq) e.walk_start = start + last_sender + (last_sender + 1 < nq ? 1 : 2);
+  visit_word(sw, first & low_mask);
+  if (last_sender >= 0) e.walk_start = static_cast<uint32_t>(last_sender) + 1;
   e.tx_flush();
   return did;
+}
+
+uint64_t EngineImpl::qp_wake(const Qp& q) const {
+  const QpState st = q.state.load(std::memory_order_relaxed);
+  if (q.flush_needed) return 0;
+  if ((st == QPS_ERR || st == QPS_SQE) &&
+      q.sq.cons.load(std::memory_order_relaxed) != q.sq.prod.load(std::memory_order_acquire))
+    return 0;
+  if (st == QPS_ERR && !q.srq &&
+      q.rq.ring.cons.load(std::memory_order_relaxed) != q.rq.ring.prod.load(std::memory_order_acquire))
+    return 0;
+  if (q.resp.ack_pending) return 0;
+  for (const RespRes& r : q.resp.res)
+    if (r.pending) return 0;
+  uint64_t best = UINT64_MAX;
+  if (q.comp.rnr_until) {
+    best = q.comp.rnr_until;
+  } else if (!requester_blocked(q)) {
+    return 0;
+  } else if (const uint64_t t = paced_until(q); t && q.req.idx != q.sq.prod.load(std::memory_order_acquire)) {
+    best = t;  // paced: it may send again then
+  }
+  if (q.comp.timer_deadline) best = std::min(best, q.comp.timer_deadline);
+  if (q.comp.probe_deadline && (st == QPS_RTS || st == QPS_SQD)) best = std::min(best, q.comp.probe_deadline);
+  return best;
+}
+
+void EngineImpl::schedule(Qp& q) {
+  const uint64_t t = qp_wake(q);
+  if (t <= now) {
+    activate(q);
+  } else if (t != UINT64_MAX && t < q.scheduled_wake) {
+    q.scheduled_wake = t;
+    wakes.push_back({t, q.index});
+    std::push_heap(wakes.begin(), wakes.end(), std::greater<>{});
+  }
 }
 
 uint64_t Engine::next_deadline_ns() const {
   EngineImpl& e = *impl_;
   std::lock_guard<std::mutex> g(e.mu);
-  uint64_t best = UINT64_MAX;
   if (!e.tx.empty()) return 0;
-  for (const Qp* qp : e.qp_list) {
-    const QpState st = qp->state.load(std::memory_order_relaxed);
-    if (qp->flush_needed) return 0;
-    if ((st == QPS_ERR || st == QPS_SQE) &&
-        qp->sq.cons.load(std::memory_order_relaxed) != qp->sq.prod.load(std::memory_order_acquire))
-      return 0;
-    if (st == QPS_ERR && !qp->srq &&
-        qp->rq.ring.cons.load(std::memory_order_relaxed) != qp->rq.ring.prod.load(std::memory_order_acquire))
-      return 0;
-    if (qp->resp.ack_pending) return 0;
-    for (const RespRes& r : qp->resp.res)
-      if (r.pending) return 0;
-    if (qp->comp.rnr_until) {
-      best = std::min(best, qp->comp.rnr_until);
-    } else if (!e.requester_blocked(*qp)) {
-      return 0;
-    } else if (const uint64_t t = e.paced_until(*qp);
-               t && qp->req.idx != qp->sq.prod.load(std::memory_order_acquire)) {
-      best = std::min(best, t);  // paced: it may send again then
-    }
-    if (qp->comp.timer_deadline) best = std::min(best, qp->comp.timer_deadline);
-    if (qp->comp.probe_deadline && (st == QPS_RTS || st == QPS_SQD))
-      best = std::min(best, qp->comp.probe_deadline);
+  for (const auto& w : e.active)
+    if (w.load(std::memory_order_acquire)) return 0;
+  // the earliest live timer (stale entries on top are dropped here)
+  while (!e.wakes.empty()) {
+    const EngineImpl::Wake w = e.wakes.front();
+    const Qp* q = e.qps[w.index].load(std::memory_order_relaxed);
+    if (q && q->scheduled_wake == w.t) return w.t;
+    std::pop_heap(e.wakes.begin(), e.wakes.end(), std::greater<>{});
+    e.wakes.pop_back();
   }
-  return best;
+  return UINT64_MAX;
 }
 
 int Engine::qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const {

@@ -181,6 +181,8 @@ enum class InMsg : uint8_t { none, send, write };
 
 struct Qp {
   uint32_t qpn = 0;
+  uint32_t index = 0;                    // qpn - qpn_base: its bit in EngineImpl::active, its slot in qps
+  uint64_t scheduled_wake = UINT64_MAX;  // the time of its entry in EngineImpl::wakes (MAX: none)
   QpType type = QPT_RC;
   uint32_t pd = 0;
   Cq* scq = nullptr;
@@ -305,9 +307,30 @@ struct EngineImpl {
   std::vector<std::atomic<Srq*>> srqs;
   std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
   uint32_t next_qp_index = 0;         // where the cyclic QPN search starts (EngineConfig::qpn_start)
-  std::vector<Qp*> qp_list;           // every live QP, for progress()
+  std::vector<Qp*> qp_list;           // every live QP
   std::vector<PathRate> paths;        // Qp::path indexes it
-  size_t walk_start = 0;              // progress() starts its walk of qp_list here (moves every round)
+  // Which QPs progress() must visit: a bit per QP index, set by whatever may give a QP work (a post, a frame
+  // for it, a verb, its timer), taken by the round that visits it. Idle QPs cost nothing per round. The
+  // application's posts set bits without the engine lock, hence atomics.
+  std::vector<std::atomic<uint64_t>> active;
+  void activate(const Qp& q) {
+    active[q.index >> 6].fetch_or(uint64_t{1} << (q.index & 63), std::memory_order_release);
+  }
+  // Timers (retransmit, tail probe, RNR wait, pacing): a min-heap of (time, QP index). A QP has at most one
+  // live entry (Qp::scheduled_wake); an entry whose time is not its QP's scheduled_wake is stale and
+  // skipped. A timer pushed later (each ACK restarts the retransmit timer) moves nothing: the earlier entry
+  // wakes the QP, whose visit schedules the later time.
+  struct Wake {
+    uint64_t t;
+    uint32_t index;
+    bool operator>(const Wake& o) const { return t > o.t; }
+  };
+  std::vector<Wake> wakes;
+  // When qp next needs a visit: 0 now, a time, or UINT64_MAX (only a post, a frame or a verb can give it
+  // work). schedule() makes it so after a visit.
+  uint64_t qp_wake(const Qp& qp) const;
+  void schedule(Qp& qp);
+  uint32_t walk_start = 0;  // the QP index progress() starts its walk at (fairness, see progress_round)
   uint64_t jitter_state = 0x9e3779b97f4a7c15ull;  // retransmit-timer jitter (xorshift; deterministic)
   // The round trip seen by any QP (smoothed over all samples): a QP that lost everything it sent before
   // measuring its own round trip still gets a tail loss probe, timed from its neighbours' round trips.

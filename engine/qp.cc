@@ -182,6 +182,7 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
   }
   auto* q = new Qp;
   q->qpn = config.qpn_base + idx;
+  q->index = idx;
   q->type = init.qp_type;
   q->pd = pd;
   q->scq = scq;
@@ -622,7 +623,10 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
     }
   }
   if (rc && bad_wr) *bad_wr = wr;
-  if (posted && e.sink) e.sink->doorbell();
+  if (posted) {
+    e.activate(q);  // after prod is stored: the visit that takes the bit sees the WQEs
+    if (e.sink) e.sink->doorbell();
+  }
   return rc;
 }
 
@@ -634,7 +638,9 @@ int Engine::post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr) {
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }
-  return e.post_recv_wrs(qp->rq, wr, bad_wr);
+  const int rc = e.post_recv_wrs(qp->rq, wr, bad_wr);
+  e.activate(*qp);  // a QP in ERR flushes what is posted to it
+  return rc;
 }
 
 int EngineImpl::post_recv_wrs(RecvQueue& rq, const RecvWr* wr, const RecvWr** bad_wr) {
