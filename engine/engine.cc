@@ -550,16 +550,22 @@ uint64_t EngineImpl::qp_wake(const Qp& q) const {
   if (st == QPS_ERR && !q.srq &&
       q.rq.ring.cons.load(std::memory_order_relaxed) != q.rq.ring.prod.load(std::memory_order_acquire))
     return 0;
-  if (q.resp.ack_pending) return 0;
-  for (const RespRes& r : q.resp.res)
-    if (r.pending) return 0;
   uint64_t best = UINT64_MAX;
+  bool owed = false;  // READ responses or atomic ACKs
+  for (const RespRes& r : q.resp.res) owed |= r.pending;
+  if (owed) {
+    const uint64_t pace = paced_until(q);  // READ responses wait for their rate (and ACKs behind them)
+    if (!pace) return 0;
+    best = pace;
+  } else if (q.resp.ack_pending) {
+    return 0;
+  }
   if (q.comp.rnr_until) {
-    best = q.comp.rnr_until;
+    best = std::min(best, q.comp.rnr_until);
   } else if (!requester_blocked(q)) {
     return 0;
   } else if (const uint64_t t = paced_until(q); t && q.req.idx != q.sq.prod.load(std::memory_order_acquire)) {
-    best = t;  // paced: it may send again then
+    best = std::min(best, t);  // paced: it may send again then
   }
   if (q.comp.timer_deadline) best = std::min(best, q.comp.timer_deadline);
   if (q.comp.probe_deadline && (st == QPS_RTS || st == QPS_SQD)) best = std::min(best, q.comp.probe_deadline);

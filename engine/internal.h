@@ -422,7 +422,8 @@ struct EngineImpl {
 
   // responder.cc
   void responder_rx(Qp& qp, const wire::Packet& pkt, const uint8_t* frame);
-  bool responder_tx(Qp& qp, uint32_t budget);
+  // `paced`: READ responses wait for the QP's rate (false: a later request needs them out first)
+  bool responder_tx(Qp& qp, uint32_t budget, bool paced = true);
 
   // engine.cc: frames
   void rx_frame(PacketBuf& buf);

@@ -391,7 +391,7 @@ struct Responder {
     // responses owed go out, so a READ never sees a later WRITE/atomic/SEND (in-order execution, as rxe).
     // If the port cannot take them now, this packet is dropped and comes back by go-back-N.
     if (info.kind != wire::OpKind::rdma_read_request && res_pending(q)) {
-      e.responder_tx(q, UINT32_MAX);
+      e.responder_tx(q, UINT32_MAX, false);  // in order: not held back by pacing
       if (res_pending(q)) {
         e.count(Counter::rx_drop_resp_busy);
         return;
@@ -515,11 +515,12 @@ void EngineImpl::responder_rx(Qp& q, const wire::Packet& pkt, const uint8_t* fra
   }
 }
 
-bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
+bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
   if (q.type != QPT_RC) return false;
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD) return false;
   bool did = false;
+  rp_update(q);
   const uint32_t n = static_cast<uint32_t>(q.resp.res.size());
   for (uint32_t j = 0; j < n; j++) {
     RespRes& r = q.resp.res[(q.resp.res_next + j) % n];
@@ -538,7 +539,9 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
       continue;
     }
     while (r.pending) {
-      if (budget == 0) return did;
+      // READ responses are the responder's data: paced like the requester's by the QP's DCQCN rate (CNPs
+      // from the requester, whose receive side the responses congest)
+      if (budget == 0 || (paced && paced_until(q))) return did;
       const uint64_t rest = r.length - r.cur_offset;
       const uint32_t len = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
       const bool first = r.cur_psn == r.start_psn;
@@ -564,6 +567,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget) {
       if (!dst) return did;
       if (len) std::memcpy(dst, src, len);
       finish_frame();
+      rp_sent(q, cur_layout.frame_len);
       did = true;
       budget--;
       r.cur_psn = wire::psn_add(r.cur_psn, 1);

@@ -207,5 +207,45 @@ TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
               static_cast<unsigned long long>(marked.cnps_handled), static_cast<double>(after.ns) / 1e3);
 }
 
+// READ responses are the responder's data and are paced too: CE on them reaches the responder as CNPs
+// (from the requester, whose receive side they congest), and the same READs then take longer.
+TEST(Dcqcn, CnpsPaceTheResponderReadResponses) {
+  EngineConfig cfg;
+  cfg.dcqcn.rp_max_rate = 10000;
+  cfg.dcqcn.np_rx_ring_mark_enable = 0;
+  Loopback lb(cfg, 1500, 4 << 20);
+  auto [qa, qb] = lb.connect(QPT_RC);
+  lb.link.latency_ns = 5'000;
+  fill(lb.b().mem, 0, 65536, 9);
+  auto burst = [&](bool mark) {
+    lb.link.hook = [&, mark](int side, const wire::Packet& p, std::vector<uint8_t>& bytes) {
+      if (side == 1 && p.info && p.info->kind == wire::OpKind::rdma_read_response && mark) mark_ce(p, bytes);
+      return Fate::pass;
+    };
+    Sge sge{lb.a().addr(65536), 65536, lb.a().mr.lkey};
+    const uint64_t t0 = lb.link.clock.t;
+    for (int i = 0; i < 10; i++) {
+      SendWr w = make_wr(WR_RDMA_READ, &sge, 1, static_cast<uint64_t>(i));
+      w.rdma.remote_addr = lb.b().addr(0);
+      w.rdma.rkey = lb.b().mr.rkey;
+      post(lb.a(), qa, w);
+    }
+    const auto wc = lb.poll(lb.a(), 10, 60'000'000'000ull);
+    EXPECT_EQ(wc.size(), 10u);
+    for (const Wc& w : wc) EXPECT_EQ(w.status, WC_SUCCESS);
+    EXPECT_EQ(0, std::memcmp(lb.a().mem.data() + 65536, lb.b().mem.data(), 65536));
+    lb.link.hook = nullptr;
+    return lb.link.clock.t - t0;
+  };
+  const uint64_t clean = burst(false);
+  EXPECT_EQ(lb.b().eng->counter(Counter::rp_cnp_handled), 0u);
+  const uint64_t marked = burst(true);
+  lb.settle(1'000'000);                                      // the last CNPs arrive
+  EXPECT_GT(lb.a().eng->counter(Counter::np_cnp_sent), 0u);  // the requester
+  EXPECT_EQ(lb.b().eng->counter(Counter::rp_cnp_handled), lb.a().eng->counter(Counter::np_cnp_sent));
+  EXPECT_GT(lb.b().eng->qp_rate_mbps(qb), 0u);  // the responder is paced
+  EXPECT_GT(marked, 4 * clean) << "clean " << clean << " ns, marked " << marked << " ns";
+}
+
 }  // namespace
 }  // namespace urxe::engine::test
