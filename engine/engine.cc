@@ -200,8 +200,8 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   if (config.counter_storage) counters = config.counter_storage;
   if (config.dcqcn.np_rx_ring_mark_enable)
     rx_mark_frames = config.dcqcn.np_rx_ring_mark_frames ? config.dcqcn.np_rx_ring_mark_frames
-                     : port.attr().rx_ring_frames        ? std::max(port.attr().rx_ring_frames / 2, 1u)
-                                                         : 512;
+                     : port.attr().rx_ring_frames        ? std::max(port.attr().rx_ring_frames / 4 * 3, 1u)
+                                                         : 768;
   const DeviceAttr& d = config.device;
   pds.resize(size_t{d.max_pd} + 1);
   mrs.resize(size_t{d.max_mr} + 1);
@@ -211,6 +211,8 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   srqs = std::vector<std::atomic<Srq*>>(size_t{d.max_srq} + 1);
   qps = std::vector<std::atomic<Qp*>>(d.max_qp);
   active = std::vector<std::atomic<uint64_t>>((size_t{d.max_qp} + 63) / 64);
+  active_words = std::vector<std::atomic<uint64_t>>((active.size() + 63) / 64);
+  taken.resize(active.size());
   next_qp_index = d.max_qp ? config.qpn_start % d.max_qp : 0;
   qp_list.reserve(d.max_qp);
   tx.reserve(kTxBatch);
@@ -500,13 +502,21 @@ bool EngineImpl::progress_round() {
   // last QP that sent in this one: when the windows of all QPs cannot fit the path, the same QPs must not
   // always be the ones whose frames come last (and that a full queue drops), and when a shared path rate
   // lets only a few QPs send per round, the turns go round.
-  const uint32_t nwords = static_cast<uint32_t>(e.active.size());
-  const uint32_t start = e.walk_start < nwords * 64 ? e.walk_start : 0;
-  const uint32_t sw = start >> 6, sb = start & 63;
-  const uint64_t low_mask = sb ? (uint64_t{1} << sb) - 1 : 0;
-  const uint64_t first = nwords ? e.active[sw].exchange(0, std::memory_order_acquire) : 0;
+  // Words with bits are taken (summary first, then each word); a bit set meanwhile stays for the next round.
+  uint32_t nw = 0;
+  for (size_t s = 0; s < e.active_words.size(); s++) {
+    uint64_t sum = e.active_words[s].load(std::memory_order_relaxed)
+                       ? e.active_words[s].exchange(0, std::memory_order_acquire)
+                       : 0;
+    while (sum) {
+      const uint32_t w = static_cast<uint32_t>(s * 64 + static_cast<size_t>(__builtin_ctzll(sum)));
+      sum &= sum - 1;
+      const uint64_t bits = e.active[w].exchange(0, std::memory_order_acquire);
+      if (bits) e.taken[nw++] = {w, bits};
+    }
+  }
   int64_t last_sender = -1;
-  auto visit_word = [&](uint32_t word, uint64_t bits) {
+  auto visit = [&](uint32_t word, uint64_t bits) {
     while (bits) {
       const uint32_t i = word * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
       bits &= bits - 1;
@@ -529,13 +539,17 @@ bool EngineImpl::progress_round() {
       }
     }
   };
-  visit_word(sw, first & ~low_mask);
-  for (uint32_t k = 1; k < nwords; k++) {
-    const uint32_t w = sw + k < nwords ? sw + k : sw + k - nwords;
-    if (e.active[w].load(std::memory_order_relaxed))
-      visit_word(w, e.active[w].exchange(0, std::memory_order_acquire));
+  // from walk_start round to it again: the taken words in index order, the first one split at walk_start
+  const uint32_t start = e.walk_start, sw = start >> 6, sb = start & 63;
+  const uint64_t low = sb ? (uint64_t{1} << sb) - 1 : 0;
+  uint32_t k0 = 0;
+  while (k0 < nw && e.taken[k0].word < sw) k0++;
+  for (uint32_t k = 0; k < nw; k++) {
+    const auto [w, bits] = e.taken[(k0 + k) % nw];
+    visit(w, w == sw ? bits & ~low : bits);
   }
-  visit_word(sw, first & low_mask);
+  for (uint32_t k = 0; k < nw; k++)
+    if (e.taken[k].word == sw) visit(sw, e.taken[k].bits & low);
   if (last_sender >= 0) e.walk_start = static_cast<uint32_t>(last_sender) + 1;
   e.tx_flush();
   return did;
@@ -587,7 +601,7 @@ uint64_t Engine::next_deadline_ns() const {
   EngineImpl& e = *impl_;
   std::lock_guard<std::mutex> g(e.mu);
   if (!e.tx.empty()) return 0;
-  for (const auto& w : e.active)
+  for (const auto& w : e.active_words)
     if (w.load(std::memory_order_acquire)) return 0;
   // the earliest live timer (stale entries on top are dropped here)
   while (!e.wakes.empty()) {

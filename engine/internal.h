@@ -312,9 +312,15 @@ struct EngineImpl {
   // Which QPs progress() must visit: a bit per QP index, set by whatever may give a QP work (a post, a frame
   // for it, a verb, its timer), taken by the round that visits it. Idle QPs cost nothing per round. The
   // application's posts set bits without the engine lock, hence atomics.
+  // A second level says which words of `active` may have bits (set after the word's bit, taken before the
+  // word), so a round and next_deadline_ns() read 16 words for 65,536 QPs, not 1,024: poll_cq runs a round
+  // each time an app busy-polls.
   std::vector<std::atomic<uint64_t>> active;
+  std::vector<std::atomic<uint64_t>> active_words;
   void activate(const Qp& q) {
-    active[q.index >> 6].fetch_or(uint64_t{1} << (q.index & 63), std::memory_order_release);
+    const uint32_t w = q.index >> 6;
+    active[w].fetch_or(uint64_t{1} << (q.index & 63), std::memory_order_release);
+    active_words[w >> 6].fetch_or(uint64_t{1} << (w & 63), std::memory_order_release);
   }
   // Timers (retransmit, tail probe, RNR wait, pacing): a min-heap of (time, QP index). A QP has at most one
   // live entry (Qp::scheduled_wake); an entry whose time is not its QP's scheduled_wake is stale and
@@ -330,7 +336,12 @@ struct EngineImpl {
   // work). schedule() makes it so after a visit.
   uint64_t qp_wake(const Qp& qp) const;
   void schedule(Qp& qp);
-  uint32_t walk_start = 0;  // the QP index progress() starts its walk at (fairness, see progress_round)
+  struct Taken {
+    uint32_t word;
+    uint64_t bits;
+  };
+  std::vector<Taken> taken;  // the words of `active` a round took (preallocated)
+  uint32_t walk_start = 0;   // the QP index progress() starts its walk at (fairness, see progress_round)
   uint64_t jitter_state = 0x9e3779b97f4a7c15ull;  // retransmit-timer jitter (xorshift; deterministic)
   // The round trip seen by any QP (smoothed over all samples): a QP that lost everything it sent before
   // measuring its own round trip still gets a tail loss probe, timed from its neighbours' round trips.

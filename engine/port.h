@@ -21,7 +21,7 @@ struct PortAttr {
   uint32_t mtu = 1500;  // Ethernet (IP) MTU of the link; the RoCE path MTU is the largest 256..4096 that fits
                         // mtu - (IP + UDP + BTH + ext + ICRC) overhead, as rxe does.
   std::vector<wire::Gid> gids;  // GID table, index = sgid_index
-  uint32_t rx_ring_frames = 0;  // frames the receive ring holds (0: unknown); the receiver marks past half
+  uint32_t rx_ring_frames = 0;  // frames the receive ring holds (0: unknown); the receiver marks past 3/4
 };
 
 // Frames a port lost before rx_burst could return them, cumulative since it opened.
