@@ -69,11 +69,13 @@ void rate_update(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now, uint64
     uint64_t n = (now - r.increase_ns) / step;
     r.increase_ns += n * step;
     for (n = std::min<uint64_t>(n, 256); n > 0 && r.limited; n--) {
+      // a stretched period adds proportionally more, so the rate grows as fast per second as DCQCN's
+      const double scale = static_cast<double>(step) / (uint64_t{p.rp_time_reset} * 1000.0);
       if (r.stage == p.rp_threshold) {
-        r.rt += p.rp_ai_rate;  // additive increase
+        r.rt += p.rp_ai_rate * scale;  // additive increase
       } else if (r.stage > p.rp_threshold) {
-        r.rt += p.rp_hai_rate;  // hyper increase
-      }                         // below the threshold: fast recovery toward RT
+        r.rt += p.rp_hai_rate * scale;  // hyper increase
+      }                                 // below the threshold: fast recovery toward RT
       r.rt = std::min(r.rt, line);
       r.rc = std::min((r.rt + r.rc) / 2, line);
       r.stage++;
