@@ -45,6 +45,29 @@ LinkConfig lossy_link(uint64_t rate_bps = 10'000'000'000ull) {
   return l;
 }
 
+// A signaled WR of one SGE (remote_addr and rkey for RDMA opcodes).
+SendWr signaled_wr(WrOpcode op, uint64_t id, const Sge* sge, uint64_t remote_addr, uint32_t rkey) {
+  SendWr w;
+  w.wr_id = id;
+  w.opcode = op;
+  w.send_flags = SEND_SIGNALED;
+  w.sg_list = sge;
+  w.num_sge = 1;
+  w.rdma = {remote_addr, rkey};
+  return w;
+}
+
+// Memory of `len` bytes on each host (host h's filled with h + 1), registered for local and remote writes.
+void register_both(Testbed& tb, std::vector<uint8_t> (&mem)[2], MrInfo (&mr)[2], size_t len) {
+  for (uint32_t h = 0; h < 2; ++h) {
+    mem[h].assign(len, static_cast<uint8_t>(h + 1));
+    ASSERT_EQ(tb.host[h].eng->reg_mr(tb.host[h].pd, mem[h].data(), mem[h].size(),
+                                     reinterpret_cast<uint64_t>(mem[h].data()),
+                                     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr[h]),
+              0);
+  }
+}
+
 // `responder_acks_only_on_ackreq`: the responder behaves like kernel rxe (no ACK before an AckReq).
 LossyResult run_lossy(WrOpcode op, uint64_t seed, bool responder_acks_only_on_ackreq = false,
                       uint64_t rate_bps = 10'000'000'000ull) {
@@ -91,13 +114,8 @@ LossyResult run_lossy(WrOpcode op, uint64_t seed, bool responder_acks_only_on_ac
   }
   for (uint32_t i = 0; i < kMsgs; ++i) {
     Sge s{reinterpret_cast<uint64_t>(mem[0].data()) + uint64_t{i} * kMsgLen, kMsgLen, mr[0].lkey};
-    SendWr w;
-    w.wr_id = i;
-    w.opcode = op;
-    w.send_flags = SEND_SIGNALED;
-    w.sg_list = &s;
-    w.num_sge = 1;
-    w.rdma = {reinterpret_cast<uint64_t>(mem[1].data()) + uint64_t{i} * kMsgLen, mr[1].rkey};
+    const SendWr w =
+        signaled_wr(op, i, &s, reinterpret_cast<uint64_t>(mem[1].data()) + uint64_t{i} * kMsgLen, mr[1].rkey);
     const SendWr* bad = nullptr;
     EXPECT_EQ(tb.host[0].eng->post_send(q.qpn[0], &w, &bad), 0);
   }
@@ -212,13 +230,7 @@ TEST(EngineLossyTest, WindowHoldsPacketsInsideAMessage) {
   ASSERT_EQ(tb.connect(p, q), "");
   std::vector<uint8_t> mem[2];
   MrInfo mr[2];
-  for (uint32_t h = 0; h < 2; ++h) {
-    mem[h].assign(4 * kMsgLen, static_cast<uint8_t>(h + 1));
-    ASSERT_EQ(tb.host[h].eng->reg_mr(tb.host[h].pd, mem[h].data(), mem[h].size(),
-                                     reinterpret_cast<uint64_t>(mem[h].data()),
-                                     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr[h]),
-              0);
-  }
+  ASSERT_NO_FATAL_FAILURE(register_both(tb, mem, mr, 4 * kMsgLen));
   uint64_t before_first_ack = 0, requests = 0;
   bool acked = false;
   tb.net.on_transmit = [&](uint32_t from, uint32_t, const uint8_t*, uint32_t) {
@@ -272,13 +284,7 @@ TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
   ASSERT_EQ(tb.connect(p, q), "");
   std::vector<uint8_t> mem[2];
   MrInfo mr[2];
-  for (uint32_t h = 0; h < 2; ++h) {
-    mem[h].assign(64 * 1024, static_cast<uint8_t>(h + 1));
-    ASSERT_EQ(tb.host[h].eng->reg_mr(tb.host[h].pd, mem[h].data(), mem[h].size(),
-                                     reinterpret_cast<uint64_t>(mem[h].data()),
-                                     ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr[h]),
-              0);
-  }
+  ASSERT_NO_FATAL_FAILURE(register_both(tb, mem, mr, 64 * 1024));
   bool dropped = false;
   int writes_seen = 0;
   tb.net.drop_if = [&](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
@@ -291,13 +297,8 @@ TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
   };
   auto write = [&](uint64_t id) {
     Sge s{reinterpret_cast<uint64_t>(mem[0].data()), 16 * 1024, mr[0].lkey};
-    SendWr w;
-    w.wr_id = id;
-    w.opcode = WR_RDMA_WRITE;
-    w.send_flags = SEND_SIGNALED;
-    w.sg_list = &s;
-    w.num_sge = 1;
-    w.rdma = {reinterpret_cast<uint64_t>(mem[1].data()), mr[1].rkey};
+    const SendWr w =
+        signaled_wr(WR_RDMA_WRITE, id, &s, reinterpret_cast<uint64_t>(mem[1].data()), mr[1].rkey);
     const SendWr* bad = nullptr;
     EXPECT_EQ(tb.host[0].eng->post_send(q.qpn[0], &w, &bad), 0);
     Wc wc{};
