@@ -70,7 +70,7 @@ void rate_update(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now, uint64
     r.increase_ns += n * step;
     for (n = std::min<uint64_t>(n, 256); n > 0 && r.limited; n--) {
       // a stretched period adds proportionally more, so the rate grows as fast per second as DCQCN's
-      const double scale = static_cast<double>(step) / (uint64_t{p.rp_time_reset} * 1000.0);
+      const double scale = static_cast<double>(step) / (static_cast<double>(p.rp_time_reset) * 1000.0);
       if (r.stage == p.rp_threshold) {
         r.rt += p.rp_ai_rate * scale;  // additive increase
       } else if (r.stage > p.rp_threshold) {

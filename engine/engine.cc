@@ -628,8 +628,8 @@ uint32_t Engine::qp_rate_mbps(uint32_t qpn) const {
   const Qp* qp = impl_->qp_get(qpn);
   if (!qp) return 0;
   double rc = qp->rate.limited ? qp->rate.rc : 0;  // the lower of its own and its path's, when paced
-  if (const Qp::Rate* p = impl_->path_rate(*qp); p && p->limited) rc = rc ? std::min(rc, p->rc) : p->rc;
-  return rc ? static_cast<uint32_t>(std::max(1.0, rc)) : 0;
+  if (const Qp::Rate* p = impl_->path_rate(*qp); p && p->limited) rc = rc > 0 ? std::min(rc, p->rc) : p->rc;
+  return rc > 0 ? static_cast<uint32_t>(std::max(1.0, rc)) : 0;
 }
 
 uint64_t Engine::counter(Counter c) const {

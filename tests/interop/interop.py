@@ -401,8 +401,15 @@ def run_case(case, st):
         spared = sum(int(x) for x in re.findall(r"\*flowid 1:1 .*?\(rule hit \d+ success (\d+)\)", netem_stats))
         if spared:
             notes.append(f"rxe's DREQ spared from netem: {spared}")
-        if not any(drops):
+        if not any(drops) and not case.get("expect_cnp"):
             problems.append("netem dropped nothing: the lossy run did not exercise recovery")
+    if case.get("expect_cnp"):  # ECN: CE-marked frames from rxe, answered with CNPs (opcode 0x81) by urxe
+        cnps = stats["urxe"].get("129", 0)
+        notes.append(f"CE-marked frames from rxe {stats['ce']['rxe']}, CNPs from urxe {cnps}")
+        if not stats["ce"]["rxe"]:
+            problems.append("no CE-marked frame from rxe: netem ecn marked nothing")
+        elif not cnps:
+            problems.append("urxe sent no CNP for rxe's CE-marked frames")
     if stats.get("resolution_triggers"):
         notes.append(f"{stats['resolution_triggers']} empty UDP datagram(s) from urxe (neighbour resolution) "
                      "left out of the checks")

@@ -96,9 +96,10 @@ def check_capture(pcap, case, problems):
         problems.append(f"urxe pcap decode --strict exit {r.returncode}: {bad[:3]}")
     rows = tshark_rows(pcap, ["frame.number", "eth.src", "frame.protocols", "_ws.malformed",
                               "_ws.expert.severity", "_ws.expert.message", "infiniband.bth.opcode",
-                              "infiniband.aeth.syndrome", "infiniband.bth.psn", "infiniband.bth.destqp"])
+                              "infiniband.aeth.syndrome", "infiniband.bth.psn", "infiniband.bth.destqp",
+                              "ip.dsfield.ecn"])
     stats = {"urxe": {}, "rxe": {}, "frames": len(rows), "naks": {"urxe": 0, "rxe": 0},
-             "retransmits": {"urxe": 0, "rxe": 0}, "resolution_triggers": triggers}
+             "retransmits": {"urxe": 0, "rxe": 0}, "ce": {"urxe": 0, "rxe": 0}, "resolution_triggers": triggers}
     seen = {"urxe": set(), "rxe": set()}
     for row in rows:
         f = row["frame.number"]
@@ -117,6 +118,8 @@ def check_capture(pcap, case, problems):
             continue
         op = row["infiniband.bth.opcode"]
         stats[side][op] = stats[side].get(op, 0) + 1
+        if row["ip.dsfield.ecn"] == "3":  # CE
+            stats["ce"][side] += 1
         syn = row["infiniband.aeth.syndrome"].split(",")[0]
         if syn and (int(syn, 0) >> 5) in (1, 3):  # RNR NAK or NAK
             stats["naks"][side] += 1

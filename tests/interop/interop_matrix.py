@@ -77,6 +77,8 @@ def rdmacm(group, tool, server_args, client_args, ok_pattern, name=None, netem=N
 # (urxe -> rxe). reorder needs a delay to reorder against; the queue limit is raised from netem's 1000 so
 # that its drops are the random 2%, not tail drops of a queue that fills while the TCG guest is slow.
 LOSSY = "limit 20000 delay 1ms reorder 10% 50% duplicate 1% loss 2%"
+# netem with `ecn` marks ECN-capable frames CE where it would drop them (others it drops)
+ECN_NETEM = "limit 20000 loss 5% ecn"
 
 
 def matrix():
@@ -128,6 +130,15 @@ def matrix():
     m += perftest("lossy", "ib_read_bw", "-n 100 -s 65536", netem=LOSSY)
     m += perftest("lossy", "ib_send_bw", "-n 100 -s 65536", netem=LOSSY)
     m += rdma_check("lossy", 1 << 20, 65536, netem=LOSSY)
+    # ECN: netem marks ECN-capable frames CE instead of dropping them; traffic class 2 (ECT(0)) makes rxe's
+    # frames ECN-capable. urxe must answer CE-marked data from rxe (WRITEs to a urxe server, READ responses
+    # to a urxe client) with CNPs, which rxe (no congestion control) drops, and everything still completes.
+    for c in perftest("lossy", "ib_write_bw", "-n 200 -s 65536 --tclass=2", netem=ECN_NETEM):
+        if c["urxe_role"] == "server":
+            m.append(dict(c, expect_cnp=True))
+    for c in perftest("lossy", "ib_read_bw", "-n 200 -s 65536 --tclass=2", netem=ECN_NETEM):
+        if c["urxe_role"] == "client":
+            m.append(dict(c, expect_cnp=True))
     return m + cm_cases() + fixture_cases()
 
 
