@@ -124,7 +124,8 @@ def check_capture(pcap, case, problems):
         if syn and (int(syn, 0) >> 5) in (1, 3):  # RNR NAK or NAK
             stats["naks"][side] += 1
         key = (row["infiniband.bth.destqp"], row["infiniband.bth.psn"], op)
-        if op not in ("17", "18") and key in seen[side]:  # a request seen twice = retransmitted
+        # a request seen twice = retransmitted (ACKs repeat PSNs legitimately, every CNP carries PSN 0)
+        if op not in ("17", "18", "129") and key in seen[side]:
             stats["retransmits"][side] += 1
         seen[side].add(key)
     need = case.get("frames_from", ("urxe", "rxe"))
