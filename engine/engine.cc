@@ -306,7 +306,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     if (rq && rq->type != QPT_UD && config.dcqcn.rp_enable) {
       const CurQp in_qp(*this, rq);
       rp_cnp_received(*rq);
-      activate(*rq);  // its pacing changed
+      activate_locked(*rq);  // its pacing changed
     } else {
       count(Counter::rp_cnp_ignored);
     }
@@ -323,7 +323,8 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     return;
   }
   const CurQp in_qp(*this, qp);
-  activate(*qp);  // whatever this frame does to it (ACK owed, window open, timers) is looked at in its visit
+  activate_locked(
+      *qp);  // whatever this frame does to it (ACK owed, window open, timers) is looked at in its visit
   // P_Key: the only table entry is the default full-membership key.
   if ((pkt.bth.pkey & 0x7fff) != 0x7fff) {
     count(Counter::rx_drop_pkey);
@@ -421,7 +422,7 @@ int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask) {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->now = impl_->clock.now_ns();
   const int rc = impl_->modify_qp(qpn, attr, mask);
-  if (Qp* q = impl_->qp_get(qpn)) impl_->activate(*q);  // a new state may give it work (RTS, ERR, SQD)
+  if (Qp* q = impl_->qp_get(qpn)) impl_->activate_locked(*q);  // a new state may give it work (RTS, ERR, SQD)
   return rc;
 }
 int Engine::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
@@ -490,7 +491,7 @@ bool EngineImpl::progress_round() {
     Qp* q = e.qps[w.index].load(std::memory_order_relaxed);
     if (q && q->scheduled_wake == w.t) {
       q->scheduled_wake = UINT64_MAX;
-      e.activate(*q);
+      e.activate_locked(*q);
     }
   }
   // The receive ring is drained as fast as this round sends: for every burst of frames out, up to two bursts
@@ -589,7 +590,7 @@ uint64_t EngineImpl::qp_wake(const Qp& q) const {
 void EngineImpl::schedule(Qp& q) {
   const uint64_t t = qp_wake(q);
   if (t <= now) {
-    activate(q);
+    activate_locked(q);
   } else if (t != UINT64_MAX && t < q.scheduled_wake) {
     q.scheduled_wake = t;
     wakes.push_back({t, q.index});

@@ -322,6 +322,16 @@ struct EngineImpl {
     active[w].fetch_or(uint64_t{1} << (q.index & 63), std::memory_order_release);
     active_words[w >> 6].fetch_or(uint64_t{1} << (w & 63), std::memory_order_release);
   }
+  // The same under the engine lock, which orders it with the rounds: no atomic write when the bits are set
+  // already (a burst of frames for one QP sets them once).
+  void activate_locked(const Qp& q) {
+    const uint32_t w = q.index >> 6;
+    const uint64_t bit = uint64_t{1} << (q.index & 63), wbit = uint64_t{1} << (w & 63);
+    if (!(active[w].load(std::memory_order_relaxed) & bit))
+      active[w].fetch_or(bit, std::memory_order_relaxed);
+    if (!(active_words[w >> 6].load(std::memory_order_relaxed) & wbit))
+      active_words[w >> 6].fetch_or(wbit, std::memory_order_relaxed);
+  }
   // Timers (retransmit, tail probe, RNR wait, pacing): a min-heap of (time, QP index). A QP has at most one
   // live entry (Qp::scheduled_wake); an entry whose time is not its QP's scheduled_wake is stale and
   // skipped. A timer pushed later (each ACK restarts the retransmit timer) moves nothing: the earlier entry
