@@ -592,6 +592,19 @@ void EngineImpl::schedule(Qp& q) {
   if (t <= now) {
     activate_locked(q);
   } else if (t != UINT64_MAX && t < q.scheduled_wake) {
+    if (wakes.size() == wakes.capacity()) {
+      // full of stale entries: keep one per QP, its live one (no allocation here; at most one per QP
+      // remains, and create_qp keeps room for two)
+      std::erase_if(wakes, [this](const Wake& w) {
+        const Qp* o = qps[w.index].load(std::memory_order_relaxed);
+        return !o || o->scheduled_wake != w.t;
+      });
+      std::sort(wakes.begin(), wakes.end(), [](const Wake& a, const Wake& b) { return a.index < b.index; });
+      wakes.erase(std::unique(wakes.begin(), wakes.end(),
+                              [](const Wake& a, const Wake& b) { return a.index == b.index; }),
+                  wakes.end());
+      std::make_heap(wakes.begin(), wakes.end(), std::greater<>{});
+    }
     q.scheduled_wake = t;
     wakes.push_back({t, q.index});
     std::push_heap(wakes.begin(), wakes.end(), std::greater<>{});

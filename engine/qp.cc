@@ -210,6 +210,9 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
   if (srq) srq->refs++;
   qps[idx].store(q, std::memory_order_release);
   qp_list.push_back(q);
+  // Room for two timer entries per QP, made here (a verb) so that schedule() never allocates: it drops the
+  // stale entries when the heap is full, and at most one per QP is live.
+  if (wakes.capacity() < 2 * qp_list.size() + 16) wakes.reserve(4 * qp_list.size() + 64);
   qpn = q->qpn;
   if (actual) *actual = cap;
   return 0;
