@@ -566,9 +566,7 @@ uint64_t EngineImpl::qp_wake(const Qp& q) const {
       q.rq.ring.cons.load(std::memory_order_relaxed) != q.rq.ring.prod.load(std::memory_order_acquire))
     return 0;
   uint64_t best = UINT64_MAX;
-  bool owed = false;  // READ responses or atomic ACKs
-  for (const RespRes& r : q.resp.res) owed |= r.pending;
-  if (owed) {
+  if (res_pending(q)) {
     const uint64_t pace = paced_until(q);  // READ responses wait for their rate (and ACKs behind them)
     if (!pace) return 0;
     best = pace;

@@ -510,6 +510,13 @@ struct EngineImpl {
   wire::FrameLayout cur_layout{};
 };
 
+// READ responses or atomic ACKs the responder still owes.
+inline bool res_pending(const Qp& q) {
+  for (const RespRes& r : q.resp.res)
+    if (r.pending) return true;
+  return false;
+}
+
 // Per-WR-opcode behaviour (the requester's and completer's one table, engine.cc), indexed by WrOpcode.
 struct WrInfo {
   WrOpcode opcode = WR_RDMA_WRITE;  // this row's index in the table

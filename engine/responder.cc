@@ -26,12 +26,6 @@ void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn
   if (e.begin_frame(spec, 0)) e.finish_frame();
 }
 
-bool res_pending(const Qp& q) {
-  for (const RespRes& r : q.resp.res)
-    if (r.pending) return true;
-  return false;
-}
-
 // An ACK/NAK goes out at once unless READ responses or atomic ACKs are still owed: those come first (PSN
 // order), and then only the newest owed ACK/NAK is sent, since it implies the older ones.
 void queue_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn) {
