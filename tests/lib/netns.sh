@@ -24,6 +24,11 @@
 #                                           NS_B), with addresses, MTU $URXE_TEST_MTU, lo and both ends up
 #                                           (returns once both have their carrier, netns_wait_up); at exit
 #                                           their processes are killed and both are deleted
+#   netns_fabric NS_A NS_B NS_F IF_A IF_B ADDR_A ADDR_B
+#                                           like netns_pair, but through a third namespace NS_F standing for
+#                                           the switch: IF_A <-> fa and IF_B <-> fb, fa and fb ports of the
+#                                           bridge br0 in NS_F (rules on fa's/fb's egress act on the frames
+#                                           towards A/B, like a switch's output port)
 #   netns_wait_up [NS] IF                   wait (at most 10 s) until IF has its carrier ("" = this namespace)
 #   netns_urxe_side NS IF OUT URXE SO "LINK OPTIONS" CMD...
 #                                           CMD in NS with its own mount namespace (tmpfs on /dev/infiniband,
@@ -134,6 +139,27 @@ netns_pair() {  # netns_pair NS_A NS_B IF_A IF_B ADDR_A ADDR_B
   ip -n "$1" link set lo up && ip -n "$2" link set lo up &&
     ip -n "$1" link set "$3" up && ip -n "$2" link set "$4" up || return 1
   netns_wait_up "$1" "$3" && netns_wait_up "$2" "$4"
+}
+
+netns_fabric() {  # netns_fabric NS_A NS_B NS_F IF_A IF_B ADDR_A ADDR_B
+  [ -n "$_netns_created" ] || netns_at_exit _netns_delete
+  for _ns in "$1" "$2" "$3"; do
+    ip netns add "$_ns" || return 1
+    _netns_created="$_netns_created $_ns"
+    ip -n "$_ns" link set lo up || return 1
+  done
+  ip -n "$3" link add br0 type bridge || return 1
+  ip -n "$3" link add fa type veth peer name "$4" netns "$1" || return 1
+  ip -n "$3" link add fb type veth peer name "$5" netns "$2" || return 1
+  for _p in fa fb; do
+    ip -n "$3" link set "$_p" mtu "${URXE_TEST_MTU:-1500}" master br0 up || return 1
+  done
+  ip -n "$3" link set br0 up || return 1
+  ip -n "$1" link set "$4" mtu "${URXE_TEST_MTU:-1500}"
+  ip -n "$2" link set "$5" mtu "${URXE_TEST_MTU:-1500}"
+  ip -n "$1" addr add "$6" dev "$4" && ip -n "$2" addr add "$7" dev "$5" || return 1
+  ip -n "$1" link set "$4" up && ip -n "$2" link set "$5" up || return 1
+  netns_wait_up "$1" "$4" && netns_wait_up "$2" "$5"
 }
 
 netns_wait_up() {  # netns_wait_up [NS] IF: `urxe link add` reads the port state from the interface
