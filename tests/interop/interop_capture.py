@@ -133,3 +133,34 @@ def check_capture(pcap, case, problems):
         if not stats[side]:
             problems.append(f"no RoCE frame from {side} in the capture")
     return stats
+
+
+def last_send_unacked(decode_path, victim):
+    """ibv_*_pingpong ends without a closing handshake: a side exits as soon as its own last SEND is acknowledged
+    and its last receive arrived. If the ACK of the *other* side's last SEND is then lost (netem), nobody is left
+    to answer its retransmissions: a urxe sender reports RETRY_EXC_ERR after retry_cnt retries (IBTA), an rxe
+    sender retransmits forever (rxe takes retry_cnt 7 as "infinite", like rnr_retry 7). Returns a sentence of
+    evidence from the capture when that is what happened to `victim` ("urxe" or "rxe"), else None: the PSN of
+    the victim's last request packet (LAST or ONLY of its final message, retransmitted at the end) and the ACK
+    of it, sent by the other side (urxe's frames are captured before the guest's netem, so a urxe ACK in the
+    capture was sent and then lost) or absent (rxe's frames are captured after netem: lost or never sent)."""
+    import json
+    mac = URXE_MAC if victim == "urxe" else PEER_MAC
+    try:
+        rows = [json.loads(l) for l in open(decode_path)]
+    except (OSError, ValueError):
+        return None
+    sends = [(i, r.get("psn")) for i, r in enumerate(rows)  # RC SEND LAST/LAST_IMM/ONLY/ONLY_IMM
+             if r.get("eth", {}).get("src") == mac and r.get("opcode") in (2, 3, 4, 5)]
+    if not sends:
+        return None
+    last_psn = sends[-1][1]
+    acks = [i for i, r in enumerate(rows) if r.get("eth", {}).get("src") != mac and r.get("opcode") == 17
+            and r.get("aeth", {}).get("type") == "ACK" and r.get("psn") == last_psn]
+    resent = [i for i, p in sends if p == last_psn]
+    if victim == "rxe" and acks and resent[-1] > acks[0]:
+        return (f"urxe sent the ACK of rxe's last SEND (PSN {last_psn}), and rxe still retransmitted it "
+                f"{sum(1 for i in resent if i > acks[0])} times")
+    if victim == "urxe" and not acks and len(resent) > 1:
+        return f"no ACK of urxe's last SEND (PSN {last_psn}) reached the host; urxe sent it {len(resent)} times"
+    return None

@@ -18,7 +18,7 @@ def pingpong(group, kind, size, iters, mtu=1500, fam="v4", path_mtu=None, netem=
         name = f"{kind}_pingpong_s{size}" + (f"_m{path_mtu}" if path_mtu else "") + \
             ("" if fam == "v4" else f"_{fam}") + ("_lossy" if netem else "") + f"_urxe_{role}"
         out.append({"name": name, "group": group, "tool": PINGPONG[kind], "kind": "pingpong", "args": args,
-                    "urxe_role": role, "mtu": mtu, "fam": fam, "netem": netem, "timeout": 120 if netem else 60,
+                    "urxe_role": role, "mtu": mtu, "fam": fam, "netem": netem, "timeout": 30 if netem else 60,
                     # ibv_*_pingpong prints "<n> iters in <t> seconds" on success, on both sides
                     "ok_pattern": rf"{iters} iters in"})
     return out
