@@ -456,8 +456,9 @@ bool Engine::progress() {
   return impl_->progress_round();
 }
 
-bool Engine::try_progress() {
+bool Engine::try_progress(bool* ran) {
   std::unique_lock<std::mutex> g(impl_->mu, std::try_to_lock);
+  if (ran) *ran = g.owns_lock();
   return g.owns_lock() && impl_->progress_round();
 }
 
@@ -609,9 +610,11 @@ void EngineImpl::schedule(Qp& q) {
   }
 }
 
-uint64_t Engine::next_deadline_ns() const {
+uint64_t Engine::next_deadline_ns(bool wait_for_lock) const {
   EngineImpl& e = *impl_;
-  std::lock_guard<std::mutex> g(e.mu);
+  std::unique_lock<std::mutex> g(e.mu, std::defer_lock);
+  if (!wait_for_lock && !g.try_lock()) return 0;
+  if (!g.owns_lock()) g.lock();
   if (!e.tx.empty()) return 0;
   for (const auto& w : e.active_words)
     if (w.load(std::memory_order_acquire)) return 0;

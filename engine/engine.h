@@ -361,10 +361,12 @@ class Engine {
   bool progress();
   // The same round, run only if no other thread holds the engine lock (false then): lets an application
   // thread that busy-polls its CQ do the NIC's work itself instead of waiting for the progress thread.
-  bool try_progress();
+  // `ran` (optional): whether the round ran, i.e. the lock was free.
+  bool try_progress(bool* ran = nullptr);
   // Clock time (ns) by which progress() must run again if nothing else happens: 0 when work is pending
-  // now, UINT64_MAX when only new packets or posts can create work.
-  uint64_t next_deadline_ns() const;
+  // now, UINT64_MAX when only new packets or posts can create work. wait_for_lock false: 0 when another
+  // thread holds the engine lock (it is working), instead of waiting for it.
+  uint64_t next_deadline_ns(bool wait_for_lock = true) const;
 
   uint64_t counter(Counter c) const;
   // One QP's share of the counters (num_counters values into out: what happened while the engine worked on

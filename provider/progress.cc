@@ -42,15 +42,25 @@ void ContextState::wait_fds(bool with_port, int port_fd, uint64_t wait_ns) {
 
 void ContextState::run() {
   const int port_fd = port->rx_wait_fd();
-  // How long to keep polling without work before sleeping ($URXE_IDLE_SPIN_US, default 20 us). Polling
-  // uses the pause instruction, not sched_yield: on a busy machine a yield hands the core to a spinning
-  // application thread for a whole time slice.
-  uint64_t spin_ns = 20000;
+  // How long to keep polling without work before sleeping: adaptive, up to $URXE_IDLE_SPIN_US (default
+  // 20 us). A spin pays off when frames come closer together than a wake-up costs (a stream: ~10-25 us per
+  // wake-up here); it costs when they do not, and on 2 cores it then also holds the core of the
+  // application it preempted (ib_write_lat: that app waited out every spin before it could see the data
+  // just written; 45 -> 23 us per message without it). So a spin that ends without work halves the next
+  // one, and a sleep that a frame ends sooner than half the maximum doubles it. Polling uses the pause
+  // instruction, not sched_yield: on a busy machine a yield hands the core to a spinning application
+  // thread for a whole time slice.
+  uint64_t max_spin_ns = 20000;
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
-    spin_ns = std::strtoull(e, nullptr, 10) * 1000;
+    max_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
+  uint64_t spin_ns = max_spin_ns;
   uint64_t idle_since = 0, idle_polls = 0;
+  // The thread never waits for the engine lock: an app thread holding it (poll_cq's inline round, a post's)
+  // is doing the work, and blocking on the mutex would cost two context switches per round on 2 cores (the
+  // app's unlock waking this thread, which then preempts the app it was waiting for). A round it cannot take
+  // counts as an idle one.
   while (!stop.load(std::memory_order_relaxed)) {
-    if (engine->progress()) {
+    if (engine->try_progress()) {
       ++n_rounds;
       if ((n_rounds & 1023) == 0 && gid_watch.due(clock.now_ns())) gid_update();  // busy: never sleeps
       idle_since = 0;
@@ -63,7 +73,7 @@ void ContextState::run() {
     }
     if (app_driving(idle_polls)) {
       sleep_mode.store(kNapping, std::memory_order_seq_cst);
-      const uint64_t deadline = engine->next_deadline_ns(), now = clock.now_ns();
+      const uint64_t deadline = engine->next_deadline_ns(false), now = clock.now_ns();
       uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
       // Re-check after announcing the nap: a req_notify_cq that armed a CQ before seeing kNapping must
       // not leave its app waiting for a nap to end (pairs with cq_armed).
@@ -84,21 +94,29 @@ void ContextState::run() {
       for (int i = 0; i < 32; ++i) __builtin_ia32_pause();
       continue;
     }
+    spin_ns = spin_ns < 1000 ? 0 : spin_ns / 2;  // spun for nothing
     port->rx_wait_arm(true);
+    sleep_until.store(0, std::memory_order_relaxed);
     sleep_mode.store(kSleeping, std::memory_order_seq_cst);
-    if (engine->progress() || stop.load() || app_driving(idle_polls)) {
+    if (engine->try_progress() || stop.load() || app_driving(idle_polls)) {
       sleep_mode.store(kAwake);
       port->rx_wait_arm(false);
       idle_since = 0;
       continue;
     }
-    const uint64_t deadline = engine->next_deadline_ns();
     const uint64_t now = clock.now_ns();
-    // Sleep until the engine's next deadline (forever if none); without a port fd, at most 20 us.
-    uint64_t wait_ns = deadline == UINT64_MAX ? UINT64_MAX : (deadline > now ? deadline - now : 0);
+    // Sleep until the engine's next deadline, at most kMaxSleepNs (posts compare their timers with it:
+    // doorbell); without a port fd, at most 20 us. A post made since the deadline was read either saw
+    // sleep_until 0 (and woke us) or compares with the value stored here.
+    const uint64_t deadline = std::min(engine->next_deadline_ns(false), now + kMaxSleepNs);
+    sleep_until.store(deadline, std::memory_order_seq_cst);
+    uint64_t wait_ns = deadline > now ? deadline - now : 0;
+    if (engine->next_deadline_ns(false) < deadline) wait_ns = 0;  // a post ran in between and left a timer
     if (port_fd < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);
     wait_fds(true, port_fd, wait_ns);
     ++n_sleeps;
+    if (clock.now_ns() - now < max_spin_ns / 2) spin_ns = std::min(max_spin_ns, 2 * spin_ns + 1000);
+    sleep_until.store(0, std::memory_order_relaxed);
     sleep_mode.store(kAwake);
     port->rx_wait_arm(false);
     idle_since = 0;

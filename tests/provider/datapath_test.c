@@ -1,8 +1,9 @@
 /* The data path as urxe promises it (provider/README.md, "Data path"): in steady state, on the app's thread,
  * ibv_post_send / ibv_post_recv / ibv_poll_cq allocate nothing (the malloc family is interposed and counted
  * on this thread) and the posts make no syscall (the kernel's raw_syscalls:sys_enter tracepoint, counted
- * for this thread by perf_event_open). The one syscall a post may make, the eventfd write that wakes a
- * sleeping progress thread, is kept out by running with URXE_IDLE_SPIN_US=1000000 (CMakeLists.txt). poll_cq
+ * for this thread by perf_event_open). The syscalls a post may make while the progress thread sleeps (it
+ * then runs the round itself: the port's transmit, rarely the eventfd that wakes the thread) are kept out
+ * by running with URXE_IDLE_SPIN_US=1000000, so that the thread does not sleep (CMakeLists.txt). poll_cq
  * runs the engine inline (receive, protocol, transmit), so it may make the port's transmit syscall; its
  * syscalls are printed per frame and bounded (2 per frame). Work: RC SEND 64 B, RDMA WRITE 4 KiB (4 packets
  * at MTU 1024), RDMA READ 4 KiB, FETCH_AND_ADD, and a UD SEND, between QPs of one context, classic verbs and
