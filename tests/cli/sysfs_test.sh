@@ -103,17 +103,9 @@ netns_wait_up va
 out=$("$U" run -- cat $port/state 2>&1); check "  up again: 4: ACTIVE" "^4: ACTIVE$" "$out"
 
 # --- counters/port_* after traffic: both sides of ibv_rc_pingpong on urxe0 (1000 x 4096 bytes each way)
-wait_listen() {
-  i=0
-  while [ $i -lt 400 ] && kill -0 "$1" 2>/dev/null; do
-    [ -n "$(ss -Hltn 'sport = :18515')" ] && return
-    sleep 0.05
-    i=$((i + 1))
-  done
-}
 timeout 60 "$U" run -- ibv_rc_pingpong -d urxe0 -g 1 >"$tmp/server" 2>&1 &
 srv=$!
-wait_listen $srv
+netns_wait_listen $srv
 timeout 60 "$U" run -- ibv_rc_pingpong -d urxe0 -g 1 10.71.0.1 >"$tmp/client" 2>&1
 expect_rc "ibv_rc_pingpong client" 0 $?
 wait $srv; expect_rc "ibv_rc_pingpong server" 0 $?

@@ -39,6 +39,9 @@
 #                                           the same in the run directory RUN_DIR, which stays: a later call
 #                                           on the same RUN_DIR (urxe0 already there) only makes CMD's /dev
 #                                           node, so apps one after the other share the device and counters
+#   netns_wait_listen PID [NS] [PORT]       wait (at most 20 s) until a TCP listener on PORT (default 18515,
+#                                           which ibverbs-utils and perftest use) exists in NS ("" or none =
+#                                           this namespace), or until process PID (the server) has exited
 #   netns_at_exit 'SHELL CODE'              run at exit (last registered runs first)
 
 _netns_exit=""
@@ -209,4 +212,18 @@ netns_urxe_side_in() {  # netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPT
   _rc=$?
   [ -z "$_fresh" ] || rm -rf "$_fresh"
   return $_rc
+}
+
+netns_wait_listen() {  # netns_wait_listen PID [NS] [PORT]
+  _wl_i=0
+  while [ $_wl_i -lt 400 ] && kill -0 "$1" 2>/dev/null; do
+    if [ -n "${2:-}" ]; then
+      [ -n "$(ip netns exec "$2" ss -Hltn "sport = :${3:-18515}")" ] && return 0
+    else
+      [ -n "$(ss -Hltn "sport = :${3:-18515}")" ] && return 0
+    fi
+    sleep 0.05
+    _wl_i=$((_wl_i + 1))
+  done
+  return 1
 }

@@ -14,15 +14,6 @@ netns_tmpdir tmp urxe-apps1 || exit 1
 export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so"
 "$devctl" link add urxe0 netdev va >/dev/null || exit 1
 eval "$("$devctl" env)"
-# The client starts once the server listens on the TCP port both ibverbs-utils and perftest use (18515).
-wait_listen() {  # wait_listen PID: at most 20 s, or until the server exits
-  i=0
-  while [ $i -lt 400 ] && kill -0 "$1" 2>/dev/null; do
-    [ -n "$(ss -Hltn 'sport = :18515')" ] && return
-    sleep 0.05
-    i=$((i + 1))
-  done
-}
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
@@ -33,7 +24,7 @@ for app in "$@"; do
   # shellcheck disable=SC2086
   timeout 60 $app >"$tmp/server" 2>&1 &
   srv=$!
-  wait_listen $srv
+  netns_wait_listen $srv  # the server listens on TCP 18515 (ibverbs-utils, perftest)
   # shellcheck disable=SC2086
   timeout 60 $app 10.89.0.1 >"$tmp/client" 2>&1
   crc=$?

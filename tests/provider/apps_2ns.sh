@@ -22,15 +22,6 @@ side() {  # side NS IFACE OUTFILE CMD...
   netns_urxe_side "$_sd_ns" "$_sd_if" "$_sd_out" "$devctl" "$so" "" "$@"
 }
 
-# The client starts once the server listens on the TCP port both ibverbs-utils and perftest use (18515).
-wait_listen() {  # wait_listen PID: at most 20 s, or until the server exits
-  i=0
-  while [ $i -lt 400 ] && kill -0 "$1" 2>/dev/null; do
-    [ -n "$(ip netns exec $a ss -Hltn 'sport = :18515')" ] && return
-    sleep 0.05
-    i=$((i + 1))
-  done
-}
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
@@ -41,7 +32,7 @@ for app in "$@"; do
   # shellcheck disable=SC2086
   side $a va "$tmp/server" $app &
   srv=$!
-  wait_listen $srv
+  netns_wait_listen $srv $a  # the server listens on TCP 18515 (ibverbs-utils, perftest)
   side $b vb "$tmp/client" $app 10.88.0.1 &
   cli=$!
   flap_missed=0

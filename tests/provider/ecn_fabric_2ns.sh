@@ -44,14 +44,6 @@ mark_off() {
 }
 marked() { ip netns exec $f nft list table netdev "$1" | sed -n 's/.*counter packets \([0-9]*\).*/\1/p'; }
 
-wait_listen() {  # wait_listen PID: at most 20 s, or until the server exits
-  i=0
-  while [ $i -lt 400 ] && kill -0 "$1" 2>/dev/null; do
-    [ -n "$(ip netns exec $a ss -Hltn 'sport = :18515')" ] && return
-    sleep 0.05
-    i=$((i + 1))
-  done
-}
 # run NAME APP...: server in A, client in B, each with its run directory $tmp/NAME.{a,b} kept for `urxe
 # stats`; sets rc (0 when both exited 0), bw (the client's average MB/s) and jain (fairness of the bytes
 # the client's QPs sent between 3 and 4 s after its start).
@@ -67,7 +59,7 @@ run() {
   done
   netns_urxe_side_in "$tmp/$_name.a" $a va "$tmp/$_name.server" "$urxe" "$so" "" "$@" &
   _srv=$!
-  wait_listen $_srv
+  netns_wait_listen $_srv $a
   netns_urxe_side_in "$tmp/$_name.b" $b vb "$tmp/$_name.client" "$urxe" "$so" "" "$@" 10.93.0.1 &
   _cli=$!
   sleep 3
