@@ -163,6 +163,10 @@ SendWqe* head_wqe(Qp& q) {
 
 }  // namespace
 
+void EngineImpl::restart_retransmit_timer(Qp& q) {
+  restart_timer(*this, q);
+}
+
 void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   if (q.type != QPT_RC) {
     count(Counter::rx_drop_opcode);

@@ -435,6 +435,7 @@ struct EngineImpl {
 
   // completer.cc
   bool completer_run(Qp& qp);  // in-order completions + timers
+  void restart_retransmit_timer(Qp& qp);  // from now, with the backoff and jitter of the retries spent
   void completer_rx(Qp& qp, const wire::Packet& pkt);
   // The completion a finished send WQE reports; false when it is unsignaled and successful.
   bool send_completion(const Qp& qp, const SendWqe& w, Wc& wc) const;

@@ -219,6 +219,12 @@ bool EngineImpl::requester_run(Qp& q) {
     budget--;
     q.req.noack_pkts = spec.bth.ack_req ? 0 : q.req.noack_pkts + 1;
     q.req.next_psn = wire::psn_add(psn, psn_used);
+    // The resend of the oldest unacknowledged packet restarts the retransmit timer: pacing can hold a
+    // go-back resend long after the timeout that asked for it, and the timer must not spend the next retry
+    // on frames that have not been resent yet.
+    if (q.type == QPT_RC && psn == q.comp.una_psn && q.comp.timer_deadline &&
+        !wire::psn_gt(q.req.next_psn, q.req.sent_end))
+      restart_retransmit_timer(q);
     if (wire::psn_gt(q.req.next_psn, q.req.sent_end)) {  // new PSNs, not a resend
       q.req.sent_end = q.req.next_psn;
       if (q.type == QPT_RC) {
