@@ -1,0 +1,392 @@
+// Shared-memory frame rings between urxe processes on one host (local_ring.h says why this shape).
+#include "dpdk/local_ring.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace urxe::dpdk {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x314c4f4345585255ull;  // "URXELOC1"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kLine = 64;
+
+// The segment: this header, then `lanes` Lane records, then the slots lane by lane. Everything the two
+// sides share is an atomic or written before a release store the other side acquires.
+struct Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t lanes;
+  uint32_t slots;
+  uint32_t slot_bytes;
+  uint64_t owner_id;
+  uint64_t size;  // bytes of the whole segment
+  alignas(kLine) std::atomic<uint32_t> sleeping;
+  std::atomic<uint32_t> closed;
+};
+struct Lane {
+  alignas(kLine) std::atomic<uint64_t> owner;  // 0 = free; else the sender's id
+  alignas(kLine) std::atomic<uint32_t> head;   // frames published (the sender's)
+  alignas(kLine) std::atomic<uint32_t> tail;   // frames returned (the receiver's)
+};
+struct Slot {
+  uint32_t len;
+  uint32_t reserved;
+  uint8_t data[8];  // slot_bytes in fact
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "the rings need address-free atomics");
+
+constexpr size_t round_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
+size_t slot_stride(uint32_t slot_bytes) {
+  return round_up(offsetof(Slot, data) + slot_bytes, kLine);
+}
+size_t lanes_offset() {
+  return round_up(sizeof(Header), kLine);
+}
+size_t slots_offset(uint32_t lanes) {
+  return lanes_offset() + round_up(size_t{lanes} * sizeof(Lane), kLine);
+}
+size_t segment_size(uint32_t lanes, uint32_t slots, uint32_t slot_bytes) {
+  return slots_offset(lanes) + size_t{lanes} * slots * slot_stride(slot_bytes);
+}
+bool params_ok(uint32_t lanes, uint32_t slots, uint32_t slot_bytes) {
+  return lanes >= 1 && lanes <= 64 && slots >= 2 && slots <= 4096 && (slots & (slots - 1)) == 0 &&
+         slot_bytes >= 64 && slot_bytes <= 16384;
+}
+
+// A socket address for PATH: the path itself when it fits sun_path, else through /proc/self/fd of an open
+// descriptor of its directory (kept in dir_fd), which any length of run directory fits.
+bool wake_address(const std::string& path, sockaddr_un& a, socklen_t& len, int& dir_fd) {
+  a = sockaddr_un{};
+  a.sun_family = AF_UNIX;
+  std::string p = path;
+  if (p.size() >= sizeof a.sun_path) {
+    const size_t slash = path.rfind('/');
+    if (dir_fd < 0) dir_fd = ::open(path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) return false;
+    p = "/proc/self/fd/" + std::to_string(dir_fd) + path.substr(slash);
+    if (p.size() >= sizeof a.sun_path) return false;
+  }
+  std::memcpy(a.sun_path, p.c_str(), p.size() + 1);
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + p.size() + 1);
+  return true;
+}
+
+}  // namespace
+
+struct Mapping {
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  Header* hdr = nullptr;
+  Lane* lanes = nullptr;
+  uint8_t* slots = nullptr;
+  size_t stride = 0;
+  std::vector<uint32_t> taken;  // receiver: frames handed out per lane (>= tail)
+  int dir_fd = -1;              // for wake_address
+  sockaddr_un wake{};           // sender: the receiver's wake socket
+  socklen_t wake_len = 0;
+
+  Slot* slot(uint32_t lane, uint32_t i) const {
+    const uint32_t n = hdr->slots;
+    return reinterpret_cast<Slot*>(slots + (size_t{lane} * n + (i & (n - 1))) * stride);
+  }
+  ~Mapping() {
+    if (base) ::munmap(base, size);
+    if (dir_fd >= 0) ::close(dir_fd);
+  }
+};
+
+namespace {
+
+// Maps an existing segment file and checks that its header describes exactly its size.
+Mapping* map_segment(const std::string& path, std::string& err) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    err = path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(Header)) {
+    ::close(fd);
+    err = path + ": not a segment (too short)";
+    return nullptr;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    err = path + ": mmap: " + std::strerror(errno);
+    return nullptr;
+  }
+  auto* m = new Mapping;
+  m->base = static_cast<uint8_t*>(p);
+  m->size = size;
+  m->hdr = reinterpret_cast<Header*>(m->base);
+  const Header& h = *m->hdr;
+  if (h.magic != kMagic || h.version != kVersion || !params_ok(h.lanes, h.slots, h.slot_bytes) ||
+      h.size != size || segment_size(h.lanes, h.slots, h.slot_bytes) != size) {
+    delete m;
+    err = path + ": not a urxe local segment of this version";
+    return nullptr;
+  }
+  m->lanes = reinterpret_cast<Lane*>(m->base + lanes_offset());
+  m->slots = m->base + slots_offset(h.lanes);
+  m->stride = slot_stride(h.slot_bytes);
+  return m;
+}
+
+}  // namespace
+
+// ---- receiver ----
+
+LocalReceiver::~LocalReceiver() {
+  close();
+}
+
+bool LocalReceiver::create(const std::string& dir, const std::string& name, uint64_t owner_id,
+                           const LocalRingParams& p, std::string& err) {
+  close();
+  if (!params_ok(p.lanes, p.slots, p.slot_bytes)) {
+    err = "bad ring parameters";
+    return false;
+  }
+  seg_path_ = dir + "/" + name + ".seg";
+  wake_path_ = dir + "/" + name + ".wake";
+  const std::string tmp = dir + "/." + name + ".tmp";
+  const size_t size = segment_size(p.lanes, p.slots, p.slot_bytes);
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    err = tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  void* mem = ::ftruncate(fd, static_cast<off_t>(size)) == 0
+                  ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+  ::close(fd);
+  if (mem == MAP_FAILED) {
+    err = tmp + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  m_ = new Mapping;
+  m_->base = static_cast<uint8_t*>(mem);
+  m_->size = size;
+  m_->hdr = new (m_->base) Header{};  // the file is zeroed: atomics start at 0
+  Header& h = *m_->hdr;
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.lanes = p.lanes;
+  h.slots = p.slots;
+  h.slot_bytes = p.slot_bytes;
+  h.owner_id = owner_id;
+  h.size = size;
+  m_->lanes = reinterpret_cast<Lane*>(m_->base + lanes_offset());
+  for (uint32_t i = 0; i < p.lanes; i++) new (&m_->lanes[i]) Lane{};
+  m_->slots = m_->base + slots_offset(p.lanes);
+  m_->stride = slot_stride(p.slot_bytes);
+  m_->taken.assign(p.lanes, 0);
+  // The wake socket first, then the segment appears (rename): a sender that finds the segment can wake us.
+  wake_rd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  socklen_t alen = 0;
+  ::unlink(wake_path_.c_str());
+  if (wake_rd_ < 0 || !wake_address(wake_path_, a, alen, m_->dir_fd) ||
+      ::bind(wake_rd_, reinterpret_cast<sockaddr*>(&a), alen) != 0) {
+    err = wake_path_ + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    close();
+    return false;
+  }
+  ::chmod(wake_path_.c_str(), 0600);
+  if (::rename(tmp.c_str(), seg_path_.c_str()) != 0) {
+    err = seg_path_ + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    close();
+    return false;
+  }
+  return true;
+}
+
+uint32_t LocalReceiver::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
+  if (!m_ || n == 0) return 0;
+  const uint32_t lanes = m_->hdr->lanes;
+  uint32_t got = 0;
+  for (uint32_t k = 0; k < lanes && got < n; k++) {
+    const uint32_t l = (next_lane_ + k) % lanes;
+    Lane& lane = m_->lanes[l];
+    if (lane.owner.load(std::memory_order_relaxed) == 0) continue;
+    const uint32_t head = lane.head.load(std::memory_order_acquire);
+    uint32_t& taken = m_->taken[l];
+    while (taken != head && got < n) {
+      Slot* s = m_->slot(l, taken);
+      bufs[got].data = s->data;
+      bufs[got].len = s->len <= m_->hdr->slot_bytes ? s->len : 0;  // a sender cannot make us read past it
+      bufs[got].opaque = reinterpret_cast<void*>(uintptr_t{l} + 1);
+      taken++;
+      got++;
+    }
+  }
+  next_lane_ = (next_lane_ + 1) % lanes;
+  return got;
+}
+
+void LocalReceiver::rx_free(engine::PacketBuf* bufs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    const auto l = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(bufs[i].opaque) - 1);
+    Lane& lane = m_->lanes[l];
+    lane.tail.store(lane.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+}
+
+void LocalReceiver::arm(bool armed) {
+  if (!m_) return;
+  if (armed) {
+    m_->hdr->sleeping.store(1, std::memory_order_seq_cst);
+    return;
+  }
+  m_->hdr->sleeping.store(0, std::memory_order_relaxed);
+  char b[64];
+  while (::recv(wake_rd_, b, sizeof b, MSG_DONTWAIT) > 0) {
+  }
+}
+
+uint32_t LocalReceiver::reap(const std::function<bool(uint64_t)>& alive) {
+  if (!m_) return 0;
+  uint32_t freed = 0;
+  for (uint32_t l = 0; l < m_->hdr->lanes; l++) {
+    Lane& lane = m_->lanes[l];
+    uint64_t owner = lane.owner.load(std::memory_order_acquire);
+    if (owner == 0 || lane.head.load(std::memory_order_acquire) != lane.tail.load(std::memory_order_relaxed))
+      continue;
+    if (!alive(owner) && lane.owner.compare_exchange_strong(owner, 0)) freed++;
+  }
+  return freed;
+}
+
+uint32_t LocalReceiver::lanes_in_use() const {
+  uint32_t n = 0;
+  if (m_)
+    for (uint32_t l = 0; l < m_->hdr->lanes; l++)
+      n += m_->lanes[l].owner.load(std::memory_order_relaxed) != 0;
+  return n;
+}
+
+void LocalReceiver::close() {
+  if (m_) {
+    m_->hdr->closed.store(1, std::memory_order_release);
+    ::unlink(seg_path_.c_str());
+    ::unlink(wake_path_.c_str());
+    delete m_;
+    m_ = nullptr;
+  }
+  if (wake_rd_ >= 0) ::close(wake_rd_);
+  wake_rd_ = -1;
+}
+
+// ---- sender ----
+
+LocalSender::~LocalSender() {
+  detach();
+}
+
+bool LocalSender::attach(const std::string& dir, const std::string& name, uint64_t owner_id,
+                         std::string& err) {
+  detach();
+  if (owner_id == 0) {
+    err = "owner id 0";
+    return false;
+  }
+  Mapping* m = map_segment(dir + "/" + name + ".seg", err);
+  if (!m) return false;
+  if (m->hdr->closed.load(std::memory_order_acquire)) {
+    delete m;
+    err = name + ": the receiver has closed";
+    return false;
+  }
+  for (uint32_t l = 0; l < m->hdr->lanes; l++) {
+    uint64_t expect = 0;
+    if (m->lanes[l].owner.compare_exchange_strong(expect, owner_id, std::memory_order_acq_rel)) {
+      m_ = m;
+      lane_ = l;
+      owner_ = owner_id;
+      wake_wr_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (!wake_address(dir + "/" + name + ".wake", m->wake, m->wake_len, m->dir_fd)) m->wake_len = 0;
+      return true;
+    }
+  }
+  delete m;
+  err = name + ": no free lane";
+  return false;
+}
+
+bool LocalSender::push(const uint8_t* frame, uint32_t len) {
+  if (!m_ || len > m_->hdr->slot_bytes || m_->hdr->closed.load(std::memory_order_relaxed)) return false;
+  Lane& lane = m_->lanes[lane_];
+  const uint32_t head = lane.head.load(std::memory_order_relaxed);
+  if (head - lane.tail.load(std::memory_order_acquire) >= m_->hdr->slots) return false;  // full
+  Slot* s = m_->slot(lane_, head);
+  s->len = len;
+  std::memcpy(s->data, frame, len);
+  lane.head.store(head + 1, std::memory_order_release);
+  return true;
+}
+
+void LocalSender::kick() {
+  if (!m_) return;
+  // Pairs with the receiver's arm(true) then last look: one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!m_->hdr->sleeping.load(std::memory_order_relaxed)) return;
+  if (wake_wr_ >= 0 && m_->wake_len)
+    ::sendto(wake_wr_, "w", 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&m_->wake),
+             m_->wake_len);
+}
+
+bool LocalSender::closed() const {
+  return !m_ || m_->hdr->closed.load(std::memory_order_relaxed);
+}
+
+uint32_t LocalSender::slot_bytes() const {
+  return m_ ? m_->hdr->slot_bytes : 0;
+}
+
+uint64_t LocalSender::receiver_id() const {
+  return m_ ? m_->hdr->owner_id : 0;
+}
+
+void LocalSender::detach() {
+  if (m_) {
+    Lane& lane = m_->lanes[lane_];
+    // Free the lane only when the receiver has everything; otherwise its reap() frees it later.
+    if (lane.head.load(std::memory_order_relaxed) == lane.tail.load(std::memory_order_acquire)) {
+      uint64_t me = owner_;
+      lane.owner.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
+    }
+    delete m_;
+    m_ = nullptr;
+  }
+  if (wake_wr_ >= 0) ::close(wake_wr_);
+  wake_wr_ = -1;
+}
+
+uint64_t local_segment_owner(const std::string& dir, const std::string& name) {
+  std::string err;
+  Mapping* m = map_segment(dir + "/" + name + ".seg", err);
+  if (!m) return 0;
+  const uint64_t id = m->hdr->closed.load(std::memory_order_acquire) ? 0 : m->hdr->owner_id;
+  delete m;
+  return id;
+}
+
+}  // namespace urxe::dpdk
