@@ -250,6 +250,10 @@ void LocalReceiver::rx_free(engine::PacketBuf* bufs, uint32_t n) {
   }
 }
 
+bool LocalReceiver::owns(const uint8_t* data) const {
+  return m_ && data >= m_->base && data < m_->base + m_->size;
+}
+
 void LocalReceiver::arm(bool armed) {
   if (!m_) return;
   if (armed) {
@@ -283,11 +287,16 @@ uint32_t LocalReceiver::lanes_in_use() const {
   return n;
 }
 
-void LocalReceiver::close() {
-  if (m_) {
-    m_->hdr->closed.store(1, std::memory_order_release);
+void LocalReceiver::unpublish() {
+  if (m_ && !m_->hdr->closed.exchange(1, std::memory_order_acq_rel)) {
     ::unlink(seg_path_.c_str());
     ::unlink(wake_path_.c_str());
+  }
+}
+
+void LocalReceiver::close() {
+  if (m_) {
+    unpublish();
     delete m_;
     m_ = nullptr;
   }

@@ -49,6 +49,8 @@ class LocalReceiver {
   uint32_t rx_burst(engine::PacketBuf* bufs, uint32_t n);
   // Returns frames rx_burst handed out, in the order it handed them out.
   void rx_free(engine::PacketBuf* bufs, uint32_t n);
+  // Whether `data` points into this segment (a frame rx_burst handed out).
+  bool owns(const uint8_t* data) const;
   // Sleep: arm(true) before the last look at the lanes, then poll wake_fd(); arm(false) after waking
   // (drains the FIFO).
   int wake_fd() const { return wake_rd_; }
@@ -57,7 +59,10 @@ class LocalReceiver {
   uint32_t reap(const std::function<bool(uint64_t)>& alive);
   // Claimed lanes now (for tests and statistics).
   uint32_t lanes_in_use() const;
-  // Marks the segment closed (senders stop pushing) and removes its files.
+  // Marks the segment closed (senders stop pushing) and removes its files, keeping the mapping (another
+  // thread may still be reading it): for exit().
+  void unpublish();
+  // unpublish(), then unmaps.
   void close();
 
  private:

@@ -17,6 +17,7 @@
 #include <random>
 #include <system_error>
 
+#include "dpdk/local_port.h"
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "provider/capture_port.h"
@@ -49,6 +50,12 @@ ContextState::~ContextState() {
   URXE_DEBUG("progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu",
              (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
              (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port);
+  if (const auto* local = dynamic_cast<const urxe::dpdk::LocalPathPort*>(port.get())) {
+    const urxe::dpdk::LocalPathStats& ls = local->stats();
+    URXE_DEBUG("same-host path: %llu frames sent, %llu received, %llu dropped for a peer that died",
+               (unsigned long long)ls.tx_local, (unsigned long long)ls.rx_local,
+               (unsigned long long)ls.tx_dropped_dead);
+  }
   if (debug_on() && engine) {
     std::string line;
     for (uint32_t c = 0; c < static_cast<uint32_t>(en::Counter::num_counters); ++c) {
@@ -256,7 +263,6 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
     req.attr.gids = st->gid_watch.open(dev->ibdev_path, st->config, st->netdev.ifindex);
     st->port = urxe::provider::make_port(st->config.port, req, err);
     if (!st->port) return fail(ENODEV, err);
-    st->capture = urxe::provider::open_capture(*st->port, st->config);
     st->set_log_name(st->config.name);
 
     en::EngineConfig ecfg;
@@ -271,6 +277,9 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
           dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
     }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
+    urxe::provider::add_local_path(st->port, dev->ibdev_path, static_cast<uint32_t>(block),
+                                   ecfg.device.max_qp);
+    st->capture = urxe::provider::open_capture(*st->port, st->config);  // over everything the engine moves
     // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
     // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).
     ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());

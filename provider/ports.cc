@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
+#include "dpdk/local_port.h"
 #include "dpdk/port_factory.h"
+#include "provider/internal.h"
 
 namespace urxe::provider {
 
@@ -33,6 +36,24 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
     }
   }
   return port;
+}
+
+void add_local_path(std::unique_ptr<engine::Port>& port, const std::string& ibdev_path, uint32_t block,
+                    uint32_t block_size) {
+  const char* e = std::getenv("URXE_LOCAL_PATH");
+  if (!e || std::string(e) != "1") return;
+  dpdk::LocalPathConfig cfg;
+  cfg.dir = ibdev_path + "/urxe.local";
+  cfg.block = block;
+  cfg.qpn_base0 = 0x11;
+  cfg.block_size = block_size;
+  cfg.blocks = ((1u << 24) - 0x11) / block_size;
+  std::string err;
+  if (auto local = dpdk::LocalPathPort::open(port, cfg, err)) {
+    port = std::move(local);
+  } else {
+    URXE_DEBUG("no same-host path: %s", err.c_str());
+  }
 }
 
 }  // namespace urxe::provider

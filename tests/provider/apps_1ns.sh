@@ -2,6 +2,10 @@
 # Both processes of each unmodified app in one network namespace on one urxe device (the first thing
 # users try): server and client share urxe0 on va; the client connects to va's own address.
 #   usage: apps_1ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]   (veth MTU: $URXE_TEST_MTU, default 1500)
+# URXE_TEST_LOCAL_PATH=1: with the same-host path (URXE_LOCAL_PATH=1: the two processes exchange frames
+# through shared memory), and each app must leave va's transmit counter (nearly) unchanged while its own
+# counters show the traffic; with URXE_TEST_PCAP=1 also both processes' captures, every frame passing
+# `urxe pcap decode --strict`.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
@@ -17,10 +21,20 @@ eval "$("$devctl" env)"
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
+[ "${URXE_TEST_LOCAL_PATH:-0}" = 1 ] && export URXE_LOCAL_PATH=1
+tx_packets() { awk -F'[: ]+' '$2 == "va" { print $12 }' /proc/net/dev; }  # this namespace's va
+sent_pkts() { "$devctl" stats urxe0 --json | sed -n 's/.*"sent_pkts":\([0-9]*\).*/\1/p' | head -1; }
+
 fail=0
 t_all=$(now)
 for app in "$@"; do
   t0=$(now)
+  tx0=$(tx_packets) sent0=$(sent_pkts)
+  if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
+    rm -rf "$tmp/pcap"
+    mkdir -p "$tmp/pcap"
+    export URXE_PCAP="$tmp/pcap"
+  fi
   # shellcheck disable=SC2086
   timeout 60 $app >"$tmp/server" 2>&1 &
   srv=$!
@@ -38,6 +52,34 @@ for app in "$@"; do
   else
     echo "ok: $app ($(elapsed "$t0"))"
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
+  fi
+  if [ "${URXE_TEST_LOCAL_PATH:-0}" = 1 ]; then
+    # The frames went through shared memory: the interface sent next to nothing (neighbour and router
+    # messages), while the device sent thousands.
+    dtx=$(($(tx_packets) - tx0)) dsent=$(($(sent_pkts) - sent0))
+    if [ $dsent -ge 100 ] && [ $((dtx * 10)) -lt $dsent ]; then
+      echo "  ok: same-host path: $dsent RoCE frames sent, va sent $dtx packets"
+    else
+      echo "  FAIL: same-host path: $dsent RoCE frames sent, va sent $dtx packets (want >= 100, and a tenth of that at most through va)"
+      fail=1
+    fi
+  fi
+  if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
+    unset URXE_PCAP
+    n=0
+    for f in "$tmp"/pcap/*.pcapng; do
+      [ -e "$f" ] || continue
+      n=$((n + 1))
+      if ! "$devctl" pcap decode --strict "$f" >"$tmp/decode" 2>&1; then
+        echo "  FAIL: urxe pcap decode --strict $(basename "$f")"
+        tail -3 "$tmp/decode" | sed 's/^/    /'
+        fail=1
+      fi
+    done
+    if [ $n -ge 2 ]; then echo "  ok: $n captures (a context each), every frame well-formed with a good ICRC"; else
+      echo "  FAIL: $n captures, want one per process at least"
+      fail=1
+    fi
   fi
 done
 echo "$# apps in $(elapsed "$t_all")"

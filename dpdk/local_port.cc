@@ -1,0 +1,275 @@
+// The same-host path for the processes of one device (local_port.h says what and why).
+#include "dpdk/local_port.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "wire/packet.h"
+
+namespace urxe::dpdk {
+
+namespace {
+
+constexpr uint64_t kRetryNs =
+    100'000'000;  // attach again, check a peer's file, reap lanes: at most this often
+
+uint64_t mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string ring_name(uint32_t block) {
+  return "b" + std::to_string(block);
+}
+
+// Rings of this process, unpublished at exit(): an application that exits without closing its device
+// (perftest after a failed completion) must not leave its ring for the next process to trip over.
+std::mutex live_mu;
+std::vector<LocalReceiver*>& live_rings() {
+  static std::vector<LocalReceiver*> v;
+  return v;
+}
+void unpublish_all() {
+  std::lock_guard g(live_mu);
+  for (LocalReceiver* r : live_rings()) r->unpublish();
+}
+
+// Removes the rings in dir whose process is gone (killed: nothing unpublished them).
+void sweep_dead(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string f = e.path().filename().string();
+    if (f.size() < 5 || f.compare(f.size() - 4, 4, ".seg") != 0) continue;
+    const std::string name = f.substr(0, f.size() - 4);
+    const uint64_t owner = local_segment_owner(dir, name);
+    if (owner != 0 && !local_owner_alive(owner)) {
+      ::unlink((dir + "/" + f).c_str());
+      ::unlink((dir + "/" + name + ".wake").c_str());
+    }
+  }
+}
+
+}  // namespace
+
+uint64_t local_owner_id(uint32_t block) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(::getpid())) << 32) | (block + 1u);
+}
+
+bool local_owner_alive(uint64_t id) {
+  const auto pid = static_cast<pid_t>(id >> 32);
+  return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
+}
+
+struct LocalPathPort::Peer {
+  LocalSender tx;
+  std::string name, seg_path, wake_path;  // built once, at open: the data path allocates nothing
+  ino_t ino = 0;                          // the segment file attached to
+  uint64_t next_try_ns = 0;               // no ring: when to look again
+  uint64_t check_ns = 0;                  // attached: when to check that the file is still the same
+  uint64_t full_since_ns = 0;             // its lane has been full since then (0: not full)
+  bool kicked = false;                    // pushed to in this burst
+};
+
+std::unique_ptr<LocalPathPort> LocalPathPort::open(std::unique_ptr<engine::Port>& inner,
+                                                   const LocalPathConfig& cfg, std::string& err) {
+  if (::mkdir(cfg.dir.c_str(), 01777) != 0 && errno != EEXIST) {
+    err = cfg.dir + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<LocalPathPort> p(new LocalPathPort);
+  p->cfg_ = cfg;
+  p->owner_id_ = local_owner_id(cfg.block);
+  sweep_dead(cfg.dir);
+  LocalRingParams rp;
+  rp.slot_bytes = (inner->attr().mtu + 14 + 4 + 63) / 64 * 64;  // Ethernet header and a VLAN tag
+  if (rp.slot_bytes < 2048) rp.slot_bytes = 2048;
+  if (!p->rx_.create(cfg.dir, ring_name(cfg.block), p->owner_id_, rp, err)) return nullptr;
+  p->peers_.reserve(cfg.blocks);
+  for (uint32_t b = 0; b < cfg.blocks; b++) {
+    auto peer = std::make_unique<Peer>();
+    peer->name = ring_name(b);
+    peer->seg_path = cfg.dir + "/" + peer->name + ".seg";
+    peer->wake_path = cfg.dir + "/" + peer->name + ".wake";
+    p->peers_.push_back(std::move(peer));
+  }
+  p->kicked_.reserve(cfg.blocks);
+  const int inner_fd = inner->rx_wait_fd();
+  if (inner_fd >= 0) {
+    p->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (p->epoll_fd_ < 0 || ::epoll_ctl(p->epoll_fd_, EPOLL_CTL_ADD, inner_fd, &ev) != 0 ||
+        ::epoll_ctl(p->epoll_fd_, EPOLL_CTL_ADD, p->rx_.wake_fd(), &ev) != 0) {
+      err = std::string("epoll: ") + std::strerror(errno);
+      return nullptr;
+    }
+  }
+  p->inner_ = std::move(inner);
+  {
+    static std::once_flag once;
+    // the list first: statics are destroyed in reverse order of construction, after this exit handler
+    std::call_once(once, [] {
+      live_rings();
+      std::atexit(unpublish_all);
+    });
+    std::lock_guard g(live_mu);
+    live_rings().push_back(&p->rx_);
+  }
+  return p;
+}
+
+LocalPathPort::~LocalPathPort() {
+  {
+    std::lock_guard g(live_mu);
+    auto& v = live_rings();
+    v.erase(std::remove(v.begin(), v.end(), &rx_), v.end());
+  }
+  for (auto& peer : peers_) peer->tx.detach();
+  rx_.close();
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+}
+
+// The peer whose ring takes this frame, or nullptr: not RoCE to our own MAC, a QPN outside the device's
+// blocks (QP1's CM MADs go to whoever serves them through the real port), or no ring there.
+LocalPathPort::Peer* LocalPathPort::peer_for(const uint8_t* frame, uint32_t len) {
+  const wire::MacAddr& mac = inner_->attr().mac;
+  if (len < 14 || std::memcmp(frame, mac.data(), 6) != 0) return nullptr;
+  wire::Packet pkt;
+  if (wire::parse_frame(wire::ByteSpan(frame, len), pkt, {false, false}) != wire::ParseError::ok)
+    return nullptr;
+  const uint32_t dqpn = pkt.bth.dqpn;
+  if (dqpn < cfg_.qpn_base0) return nullptr;
+  const uint32_t block = (dqpn - cfg_.qpn_base0) / cfg_.block_size;
+  if (block >= peers_.size()) return nullptr;
+  Peer& p = *peers_[block];
+  const uint64_t now = mono_ns();
+  if (p.tx.attached() && now >= p.check_ns) {
+    // The ring may have gone (its process closed it) or been replaced (a new process in that block).
+    p.check_ns = now + kRetryNs;
+    struct stat st {};
+    if (p.tx.closed() || ::stat(p.seg_path.c_str(), &st) != 0 || st.st_ino != p.ino) {
+      p.tx.detach();
+      p.next_try_ns = 0;
+    }
+  }
+  if (!p.tx.attached()) {
+    if (now < p.next_try_ns) return nullptr;
+    p.next_try_ns = now + kRetryNs;
+    struct stat st {};
+    if (::stat(p.seg_path.c_str(), &st) != 0) return nullptr;
+    std::string err;
+    if (!p.tx.attach(cfg_.dir, p.name, owner_id_, err)) return nullptr;
+    p.ino = st.st_ino;
+    p.check_ns = now + kRetryNs;
+    p.full_since_ns = 0;
+  }
+  return &p;
+}
+
+uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
+  return n ? inner_->tx_burst(bufs, n) : 0;
+}
+
+uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
+  uint32_t done = 0, run = 0;  // bufs[run, i) go to the real port, in order with the local ones
+  bool stop = false;
+  uint32_t i = 0;
+  for (; i < n && !stop; i++) {
+    Peer* p = peer_for(bufs[i].data, bufs[i].len);
+    if (!p) continue;
+    const uint32_t k = send_inner(bufs + run, i - run);
+    done += k;
+    if (k < i - run) return done;  // the real port pushes back: the rest stays the engine's, in order
+    run = i + 1;
+    if (p->tx.push(bufs[i].data, bufs[i].len)) {
+      p->full_since_ns = 0;
+      stats_.tx_local++;
+      inner_->tx_free(bufs[i]);
+      done++;
+      if (!p->kicked) {
+        p->kicked = true;
+        kicked_.push_back(p);  // (reserved for every peer at open: no allocation)
+      }
+      continue;
+    }
+    if (p->tx.closed()) {  // the receiver left: as the wire would, the frame goes out and finds nobody
+      p->tx.detach();
+      run = i;
+      continue;
+    }
+    // Full: a slow receiver holds us up (the engine keeps the frame and retries), a dead one must not.
+    const uint64_t now = mono_ns();
+    if (p->full_since_ns == 0) p->full_since_ns = now;
+    if (now - p->full_since_ns > kRetryNs && !local_owner_alive(p->tx.receiver_id())) {
+      // Its process died without closing the ring: remove what it left (if still that file), drop the
+      // frame as the wire would, and send the next ones the wire's way until a new process is there.
+      stats_.tx_dropped_dead++;
+      struct stat st {};
+      if (::stat(p->seg_path.c_str(), &st) == 0 && st.st_ino == p->ino) {
+        ::unlink(p->seg_path.c_str());
+        ::unlink(p->wake_path.c_str());
+      }
+      p->tx.detach();
+      p->next_try_ns = now + kRetryNs;
+      inner_->tx_free(bufs[i]);
+      done++;
+      continue;
+    }
+    stop = true;
+    run = i;  // bufs[i] is not taken
+  }
+  if (!stop) done += send_inner(bufs + run, n - run);
+  for (Peer* p : kicked_) {  // wake the receivers that sleep, once per burst
+    p->kicked = false;
+    p->tx.kick();
+  }
+  kicked_.clear();
+  return done;
+}
+
+uint32_t LocalPathPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
+  uint32_t k = rx_.rx_burst(bufs, n);
+  stats_.rx_local += k;
+  if (k < n) k += inner_->rx_burst(bufs + k, n - k);
+  return k;
+}
+
+void LocalPathPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
+  uint32_t i = 0;
+  while (i < n) {  // runs of the ring's frames and of the real port's
+    const bool local = rx_.owns(bufs[i].data);
+    uint32_t j = i + 1;
+    while (j < n && rx_.owns(bufs[j].data) == local) j++;
+    if (local) {
+      rx_.rx_free(bufs + i, j - i);
+    } else {
+      inner_->rx_free(bufs + i, j - i);
+    }
+    i = j;
+  }
+}
+
+void LocalPathPort::rx_wait_arm(bool armed) {
+  inner_->rx_wait_arm(armed);
+  rx_.arm(armed);
+  if (armed) {
+    const uint64_t now = mono_ns();
+    if (now - last_reap_ns_ > kRetryNs) {
+      last_reap_ns_ = now;
+      rx_.reap(local_owner_alive);
+    }
+  }
+}
+
+}  // namespace urxe::dpdk

@@ -1,0 +1,83 @@
+// The same-host path for the processes of one device: a Port that wraps the device's real port and carries
+// the frames one process sends to another process of the same device (its own MAC, a destination QPN in
+// the other's QPN block) through shared-memory rings (local_ring.h) instead of the kernel's loopback, which
+// costs a packet-socket send and a pass through the interface's qdisc per frame. Everything else, and a
+// frame for a block that has no ring (a process without the local path, one that just left), goes to the
+// real port as before. The frames are the same complete RoCEv2 frames: a capture wrapped around this port
+// records them, the engine counts them.
+//
+// Each context publishes its ring as DIR/bBLOCK (DIR: the device's urxe.local/ directory) and attaches to a
+// peer's ring the first time it sends to that block (again at most every 100 ms while there is none, or
+// when the peer's file was replaced). A peer that stays full for 100 ms and whose owner is gone is
+// dropped, so that a dead process cannot hold up the sender's other traffic.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dpdk/local_ring.h"
+#include "engine/port.h"
+
+namespace urxe::dpdk {
+
+struct LocalPathConfig {
+  std::string dir;              // shared by the device's processes; created if missing
+  uint32_t block = 0;           // this context's QPN block
+  uint32_t qpn_base0 = 0x11;    // QPN of block 0's first QP
+  uint32_t block_size = 65536;  // QPNs per block
+  uint32_t blocks = 255;        // blocks a device has (the rest of the QPN space is not routed locally)
+};
+
+struct LocalPathStats {
+  uint64_t tx_local = 0;         // frames pushed into a peer's (or our own) ring
+  uint64_t rx_local = 0;         // frames taken from our ring
+  uint64_t tx_dropped_dead = 0;  // frames for a peer found gone while its ring was full
+};
+
+class LocalPathPort final : public engine::Port {
+ public:
+  // nullptr with `err` when the ring cannot be published (the caller then uses `inner` as it is).
+  static std::unique_ptr<LocalPathPort> open(std::unique_ptr<engine::Port>& inner, const LocalPathConfig& cfg,
+                                             std::string& err);
+  ~LocalPathPort() override;
+
+  const engine::PortAttr& attr() const override { return inner_->attr(); }
+  bool tx_alloc(uint32_t size, engine::PacketBuf& buf) override { return inner_->tx_alloc(size, buf); }
+  uint32_t tx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void tx_free(engine::PacketBuf& buf) override { inner_->tx_free(buf); }
+  uint32_t rx_burst(engine::PacketBuf* bufs, uint32_t n) override;
+  void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
+  int rx_wait_fd() const override { return epoll_fd_; }
+  void rx_wait_arm(bool armed) override;
+  bool set_rx_qpn_range(uint32_t first, uint32_t end) override {
+    return inner_->set_rx_qpn_range(first, end);
+  }
+  engine::PortRxLoss rx_loss() override { return inner_->rx_loss(); }
+
+  const LocalPathStats& stats() const { return stats_; }
+  engine::Port& inner() { return *inner_; }
+
+ private:
+  LocalPathPort() = default;
+  struct Peer;
+  Peer* peer_for(const uint8_t* frame, uint32_t len);
+  uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
+
+  std::unique_ptr<engine::Port> inner_;
+  LocalPathConfig cfg_;
+  LocalReceiver rx_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by block
+  std::vector<Peer*> kicked_;                 // peers pushed to in this burst
+  uint64_t owner_id_ = 0;
+  int epoll_fd_ = -1;
+  uint64_t last_reap_ns_ = 0;
+  LocalPathStats stats_;
+};
+
+// The id a context writes into its ring and lanes: its pid and block, so a lane or ring left behind by a
+// process that died is recognised (local_owner_alive).
+uint64_t local_owner_id(uint32_t block);
+bool local_owner_alive(uint64_t id);
+
+}  // namespace urxe::dpdk
