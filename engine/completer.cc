@@ -47,6 +47,23 @@ uint64_t backoff_ns(EngineImpl& e, const Qp& q) {
   return spent == 0 ? d + ((d >> 2) * u >> 16) : d - ((d >> 3) * u >> 16);
 }
 
+// What a tail loss probe resends: the last packet, except for a READ, whose unanswered part is asked for
+// again from its first missing response. A request for a READ's tail alone would make kernel rxe replay
+// that tail and remember its address as the READ's start, after which it drops every request for the
+// READ that starts lower (the go-back that a gap in the responses causes): the QP would then exhaust its
+// retries against a live peer.
+uint32_t probe_psn(const Qp& q) {
+  const uint32_t last = wire::psn_sub(q.req.sent_end, 1);
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != prod; i++) {
+    const SendWqe& w = q.sq.at(i);
+    if (!w.started) break;
+    if (wire::psn_ge(last, w.first_psn) && wire::psn_le(last, w.last_psn))
+      return wr_info(w.opcode).is_read && wire::psn_le(w.resp_psn, last) ? w.resp_psn : last;
+  }
+  return last;
+}
+
 void restart_timer(EngineImpl& e, Qp& q) {
   q.comp.timer_deadline = (q.comp.una_psn != q.req.sent_end && q.attr.timeout) ? e.now + backoff_ns(e, q) : 0;
 }
@@ -366,7 +383,7 @@ bool EngineImpl::completer_run(Qp& q) {
         !(paced_until(q) && q.req.idx != q.sq.prod.load(std::memory_order_acquire))) {
       q.comp.probed = true;
       count(Counter::tail_loss_probes);
-      go_back(q, wire::psn_sub(q.req.sent_end, 1));
+      go_back(q, probe_psn(q));
       did = true;
     }
   }
