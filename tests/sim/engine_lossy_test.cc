@@ -271,35 +271,32 @@ TEST(EngineLossyTest, WindowHoldsPacketsInsideAMessage) {
   EXPECT_EQ(before_first_ack, 100u) << "request packets in flight before any acknowledgement";
 }
 
-// The last packet of a WRITE is lost and nothing follows it to provoke a NAK: a tail loss probe resends it
-// after about two round trips (at least 10 ms) instead of a retransmit timeout (67 ms at timeout 14), and
-// spends no retry. A probe of a packet that was not lost only costs a duplicate.
-TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
-  LinkConfig l;
-  l.latency_ns = 20'000;
-  Testbed tb(1, l, {}, 4200, 256);
-  QpParams p;
-  p.timeout = 14;
-  p.retry_cnt = 7;
+// Two hosts 20 us apart with one RC QP each (timeout 14, retry_cnt 7) and 64 KiB registered on both, for
+// the tail loss probe tests: one() posts a 16 KiB WRITE or READ from host 0 and runs until it completes.
+struct ProbeBed {
+  Testbed tb{1,
+             [] {
+               LinkConfig l;
+               l.latency_ns = 20'000;
+               return l;
+             }(),
+             {},
+             4200,
+             256};
   QpEnds q;
-  ASSERT_EQ(tb.connect(p, q), "");
   std::vector<uint8_t> mem[2];
   MrInfo mr[2];
-  ASSERT_NO_FATAL_FAILURE(register_both(tb, mem, mr, 64 * 1024));
-  bool dropped = false;
-  int writes_seen = 0;
-  tb.net.drop_if = [&](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
-    wire::Packet pkt;
-    if (from != 0 || wire::parse_frame(wire::ByteSpan(d, len), pkt) != wire::ParseError::ok) return false;
-    if (!pkt.info->is_last()) return false;
-    // the second WRITE's last packet, once (the first one measured the round trip)
-    if (++writes_seen == 2 && !dropped) return dropped = true;
-    return false;
-  };
-  auto write = [&](uint64_t id) {
+  void SetUp() {
+    QpParams p;
+    p.timeout = 14;
+    p.retry_cnt = 7;
+    ASSERT_EQ(tb.connect(p, q), "");
+    ASSERT_NO_FATAL_FAILURE(register_both(tb, mem, mr, 64 * 1024));
+  }
+  // Returns how long it took (virtual ns).
+  uint64_t one(WrOpcode op, uint64_t id) {
     Sge s{reinterpret_cast<uint64_t>(mem[0].data()), 16 * 1024, mr[0].lkey};
-    const SendWr w =
-        signaled_wr(WR_RDMA_WRITE, id, &s, reinterpret_cast<uint64_t>(mem[1].data()), mr[1].rkey);
+    const SendWr w = signaled_wr(op, id, &s, reinterpret_cast<uint64_t>(mem[1].data()), mr[1].rkey);
     const SendWr* bad = nullptr;
     EXPECT_EQ(tb.host[0].eng->post_send(q.qpn[0], &w, &bad), 0);
     Wc wc{};
@@ -310,16 +307,34 @@ TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
     EXPECT_EQ(n, 1);
     EXPECT_EQ(wc.status, WC_SUCCESS);
     return tb.net.clock().now_ns() - t0;
+  }
+};
+
+// The last packet of a WRITE is lost and nothing follows it to provoke a NAK: a tail loss probe resends it
+// after about two round trips (at least 10 ms) instead of a retransmit timeout (67 ms at timeout 14), and
+// spends no retry. A probe of a packet that was not lost only costs a duplicate.
+TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
+  ProbeBed b;
+  ASSERT_NO_FATAL_FAILURE(b.SetUp());
+  bool dropped = false;
+  int writes_seen = 0;
+  b.tb.net.drop_if = [&](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
+    wire::Packet pkt;
+    if (from != 0 || wire::parse_frame(wire::ByteSpan(d, len), pkt) != wire::ParseError::ok) return false;
+    if (!pkt.info->is_last()) return false;
+    // the second WRITE's last packet, once (the first one measured the round trip)
+    if (++writes_seen == 2 && !dropped) return dropped = true;
+    return false;
   };
-  write(1);
-  const uint64_t took = write(2);
+  b.one(WR_RDMA_WRITE, 1);
+  const uint64_t took = b.one(WR_RDMA_WRITE, 2);
   EXPECT_TRUE(dropped);
-  Engine& e = *tb.host[0].eng;
+  Engine& e = *b.tb.host[0].eng;
   EXPECT_EQ(e.counter(Counter::tail_loss_probes), 1u);
   EXPECT_EQ(e.counter(Counter::completer_retry_err), 0u) << "recovered by a timeout, not the probe";
   EXPECT_GE(took, 10'000'000u);  // not before the probe's 10 ms floor
   EXPECT_LT(took, 20'000'000u) << "a retransmit timeout is " << (uint64_t{4096} << 14) << " ns";
-  EXPECT_EQ(0, std::memcmp(mem[0].data(), mem[1].data(), 16 * 1024));
+  EXPECT_EQ(0, std::memcmp(b.mem[0].data(), b.mem[1].data(), 16 * 1024));
 }
 
 // The tail loss probe of a READ whose last responses are lost asks again for the whole unanswered part, from
@@ -328,21 +343,11 @@ TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
 // start address), so the go-back that the gap then causes would never be answered (seen live: retry exhausted
 // against a live rxe under netem loss).
 TEST(EngineLossyTest, AReadIsProbedFromItsFirstMissingResponse) {
-  LinkConfig l;
-  l.latency_ns = 20'000;
-  Testbed tb(1, l, {}, 4200, 256);
-  QpParams p;
-  p.timeout = 14;
-  p.retry_cnt = 7;
-  QpEnds q;
-  ASSERT_EQ(tb.connect(p, q), "");
-  std::vector<uint8_t> mem[2];
-  MrInfo mr[2];
-  ASSERT_NO_FATAL_FAILURE(register_both(tb, mem, mr, 64 * 1024));
-  for (size_t i = 0; i < mem[1].size(); i++) mem[1][i] = static_cast<uint8_t>(i * 7 + 3);
+  ProbeBed b;
+  ASSERT_NO_FATAL_FAILURE(b.SetUp());
   int reads_seen = 0, responses_of_second = 0;
   std::vector<std::pair<uint32_t, uint32_t>> requests;  // (PSN, DMA length) of the READ requests sent
-  tb.net.drop_if = [&](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
+  b.tb.net.drop_if = [&](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
     wire::Packet pkt;
     if (wire::parse_frame(wire::ByteSpan(d, len), pkt) != wire::ParseError::ok) return false;
     if (from == 0 && pkt.info->kind == wire::OpKind::rdma_read_request) {
@@ -355,24 +360,11 @@ TEST(EngineLossyTest, AReadIsProbedFromItsFirstMissingResponse) {
       return ++responses_of_second > 5;
     return false;
   };
-  auto read = [&](uint64_t id, WrOpcode op = WR_RDMA_READ) {
-    Sge s{reinterpret_cast<uint64_t>(mem[0].data()), 16 * 1024, mr[0].lkey};
-    const SendWr w = signaled_wr(op, id, &s, reinterpret_cast<uint64_t>(mem[1].data()), mr[1].rkey);
-    const SendWr* bad = nullptr;
-    EXPECT_EQ(tb.host[0].eng->post_send(q.qpn[0], &w, &bad), 0);
-    Wc wc{};
-    int n = 0;
-    const uint64_t t0 = tb.net.clock().now_ns();
-    tb.net.run_until([&] { return (n = tb.host[0].eng->poll_cq(q.send_cq[0], 1, &wc)) > 0; },
-                     t0 + 1'000'000'000ull);
-    EXPECT_EQ(n, 1);
-    EXPECT_EQ(wc.status, WC_SUCCESS);
-  };
-  read(1, WR_RDMA_WRITE);  // measures the round trip (READs give no sample)
-  for (size_t i = 0; i < mem[1].size(); i++) mem[1][i] = static_cast<uint8_t>(i * 7 + 3);
-  read(2);
-  read(3);
-  Engine& e = *tb.host[0].eng;
+  b.one(WR_RDMA_WRITE, 1);  // measures the round trip (READs give no sample)
+  for (size_t i = 0; i < b.mem[1].size(); i++) b.mem[1][i] = static_cast<uint8_t>(i * 7 + 3);
+  b.one(WR_RDMA_READ, 2);
+  b.one(WR_RDMA_READ, 3);
+  Engine& e = *b.tb.host[0].eng;
   EXPECT_EQ(e.counter(Counter::tail_loss_probes), 1u);
   EXPECT_EQ(e.counter(Counter::completer_retry_err), 0u) << "recovered by a timeout, not the probe";
   ASSERT_GE(requests.size(), 3u);
@@ -381,7 +373,7 @@ TEST(EngineLossyTest, AReadIsProbedFromItsFirstMissingResponse) {
   EXPECT_EQ(requests[2].first, wire::psn_add(first, 5))
       << "the probe must start at the first missing response";
   EXPECT_EQ(requests[2].second, 11u * 1024) << "and ask for all that is missing, not the last packet";
-  EXPECT_EQ(0, std::memcmp(mem[0].data(), mem[1].data(), 16 * 1024));
+  EXPECT_EQ(0, std::memcmp(b.mem[0].data(), b.mem[1].data(), 16 * 1024));
 }
 
 // A peer that never answers: retry_cnt 3 means 3 retransmissions (IBTA; rxe would treat only 7 as forever),
