@@ -174,7 +174,7 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const uint8_t* frame, uint32_t len)
     p.check_ns = now + kRetryNs;
     p.full_since_ns = 0;
   }
-  return &p;
+  return len <= p.tx.slot_bytes() ? &p : nullptr;  // (a larger frame than its slots: the wire's way)
 }
 
 uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
@@ -239,10 +239,13 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
 }
 
 uint32_t LocalPathPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
-  uint32_t k = rx_.rx_burst(bufs, n);
-  stats_.rx_local += k;
-  if (k < n) k += inner_->rx_burst(bufs + k, n - k);
-  return k;
+  // At most half a burst from the ring first, so that a busy local peer cannot starve the port's ring
+  // (which would then overflow); the rest of the room for either.
+  uint32_t k = rx_.rx_burst(bufs, n > 1 ? n / 2 : n);
+  k += inner_->rx_burst(bufs + k, n - k);
+  const uint32_t more = k < n ? rx_.rx_burst(bufs + k, n - k) : 0;
+  for (uint32_t i = 0; i < k + more; i++) stats_.rx_local += rx_.owns(bufs[i].data) ? 1 : 0;
+  return k + more;
 }
 
 void LocalPathPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
