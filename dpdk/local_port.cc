@@ -142,7 +142,7 @@ LocalPathPort::~LocalPathPort() {
 
 // The peer whose ring takes this frame, or nullptr: not RoCE to our own MAC, a QPN outside the device's
 // blocks (QP1's CM MADs go to whoever serves them through the real port), or no ring there.
-LocalPathPort::Peer* LocalPathPort::peer_for(const uint8_t* frame, uint32_t len) {
+LocalPathPort::Peer* LocalPathPort::peer_for(const uint8_t* frame, uint32_t len, uint64_t& now) {
   const wire::MacAddr& mac = inner_->attr().mac;
   if (len < 14 || std::memcmp(frame, mac.data(), 6) != 0) return nullptr;
   wire::Packet pkt;
@@ -153,7 +153,7 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const uint8_t* frame, uint32_t len)
   const uint32_t block = (dqpn - cfg_.qpn_base0) / cfg_.block_size;
   if (block >= peers_.size()) return nullptr;
   Peer& p = *peers_[block];
-  const uint64_t now = mono_ns();
+  if (now == 0) now = mono_ns();  // once per burst, and only for a burst with a local frame
   if (p.tx.attached() && now >= p.check_ns) {
     // The ring may have gone (its process closed it) or been replaced (a new process in that block).
     p.check_ns = now + kRetryNs;
@@ -184,9 +184,10 @@ uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
 uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   uint32_t done = 0, run = 0;  // bufs[run, i) go to the real port, in order with the local ones
   bool stop = false;
+  uint64_t now = 0;
   uint32_t i = 0;
   for (; i < n && !stop; i++) {
-    Peer* p = peer_for(bufs[i].data, bufs[i].len);
+    Peer* p = peer_for(bufs[i].data, bufs[i].len, now);
     if (!p) continue;
     const uint32_t k = send_inner(bufs + run, i - run);
     done += k;
@@ -209,7 +210,6 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
       continue;
     }
     // Full: a slow receiver holds us up (the engine keeps the frame and retries), a dead one must not.
-    const uint64_t now = mono_ns();
     if (p->full_since_ns == 0) p->full_since_ns = now;
     if (now - p->full_since_ns > kRetryNs && !local_owner_alive(p->tx.receiver_id())) {
       // Its process died without closing the ring: remove what it left (if still that file), drop the
@@ -241,10 +241,10 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
 uint32_t LocalPathPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   // At most half a burst from the ring first, so that a busy local peer cannot starve the port's ring
   // (which would then overflow); the rest of the room for either.
-  uint32_t k = rx_.rx_burst(bufs, n > 1 ? n / 2 : n);
-  k += inner_->rx_burst(bufs + k, n - k);
+  const uint32_t local = rx_.rx_burst(bufs, n > 1 ? n / 2 : n);
+  const uint32_t k = local + inner_->rx_burst(bufs + local, n - local);
   const uint32_t more = k < n ? rx_.rx_burst(bufs + k, n - k) : 0;
-  for (uint32_t i = 0; i < k + more; i++) stats_.rx_local += rx_.owns(bufs[i].data) ? 1 : 0;
+  stats_.rx_local += local + more;
   return k + more;
 }
 

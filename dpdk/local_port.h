@@ -61,7 +61,7 @@ class LocalPathPort final : public engine::Port {
  private:
   LocalPathPort() = default;
   struct Peer;
-  Peer* peer_for(const uint8_t* frame, uint32_t len);
+  Peer* peer_for(const uint8_t* frame, uint32_t len, uint64_t& now);
   uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
 
   std::unique_ptr<engine::Port> inner_;

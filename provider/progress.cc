@@ -106,12 +106,11 @@ void ContextState::run() {
     }
     const uint64_t now = clock.now_ns();
     // Sleep until the engine's next deadline, at most kMaxSleepNs (posts compare their timers with it:
-    // doorbell); without a port fd, at most 20 us. A post made since the deadline was read either saw
-    // sleep_until 0 (and woke us) or compares with the value stored here.
+    // doorbell); without a port fd, at most 20 us. A post whose round ran after the deadline was read
+    // either loads sleep_until before this store (0: it wakes us) or compares with the value stored here.
     const uint64_t deadline = std::min(engine->next_deadline_ns(false), now + kMaxSleepNs);
     sleep_until.store(deadline, std::memory_order_seq_cst);
     uint64_t wait_ns = deadline > now ? deadline - now : 0;
-    if (engine->next_deadline_ns(false) < deadline) wait_ns = 0;  // a post ran in between and left a timer
     if (port_fd < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);
     wait_fds(true, port_fd, wait_ns);
     ++n_sleeps;
