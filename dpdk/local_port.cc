@@ -1,4 +1,4 @@
-// The same-host path for the processes of one device (local_port.h says what and why).
+// The same-host path between urxe devices of one run directory (local_port.h says what and why).
 #include "dpdk/local_port.h"
 
 #include <signal.h>
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -62,6 +63,12 @@ void sweep_dead(const std::string& dir) {
 
 }  // namespace
 
+std::string local_mac_dir(const std::string& dir, const uint8_t* mac) {
+  char hex[13];
+  std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x%02x%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]);
+  return dir + "/" + hex;
+}
+
 uint64_t local_owner_id(uint32_t block) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(::getpid())) << 32) | (block + 1u);
 }
@@ -81,29 +88,58 @@ struct LocalPathPort::Peer {
   bool kicked = false;                    // pushed to in this burst
 };
 
+// A destination MAC: a urxe device of this run directory when its directory exists (looked for again at
+// most every 100 ms while it does not), else a frame to it goes to the real port.
+struct LocalPathPort::Dest {
+  wire::MacAddr mac{};
+  bool used = false;
+  bool present = false;
+  uint64_t next_try_ns = 0;
+  std::string dir;
+  std::vector<std::unique_ptr<Peer>> peers;  // by block; made the first time a frame goes there
+
+  bool busy() const {  // a peer attached (or pushed to in this burst): not to be replaced
+    for (const auto& p : peers)
+      if (p && (p->tx.attached() || p->kicked)) return true;
+    return false;
+  }
+  void assign(const uint8_t* m, const std::string& root) {
+    std::memcpy(mac.data(), m, 6);
+    used = true;
+    present = false;
+    next_try_ns = 0;
+    dir = local_mac_dir(root, m);
+    for (auto& p : peers) p.reset();
+  }
+};
+
 std::unique_ptr<LocalPathPort> LocalPathPort::open(std::unique_ptr<engine::Port>& inner,
                                                    const LocalPathConfig& cfg, std::string& err) {
-  if (::mkdir(cfg.dir.c_str(), 01777) != 0 && errno != EEXIST) {
-    err = cfg.dir + ": " + std::strerror(errno);
-    return nullptr;
+  const std::string own_dir = local_mac_dir(cfg.dir, inner->attr().mac.data());
+  for (const std::string& d : {cfg.dir, own_dir}) {
+    // 01777 as /tmp: every user's processes publish their rings there, and only remove their own.
+    if (::mkdir(d.c_str(), 01777) != 0 && errno != EEXIST) {
+      err = d + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    ::chmod(d.c_str(), 01777);  // (whatever the umask took away)
   }
   std::unique_ptr<LocalPathPort> p(new LocalPathPort);
   p->cfg_ = cfg;
   p->owner_id_ = local_owner_id(cfg.block);
-  sweep_dead(cfg.dir);
+  sweep_dead(own_dir);
   LocalRingParams rp;
   rp.slot_bytes = (inner->attr().mtu + 14 + 4 + 63) / 64 * 64;  // Ethernet header and a VLAN tag
   if (rp.slot_bytes < 2048) rp.slot_bytes = 2048;
-  if (!p->rx_.create(cfg.dir, ring_name(cfg.block), p->owner_id_, rp, err)) return nullptr;
-  p->peers_.reserve(cfg.blocks);
-  for (uint32_t b = 0; b < cfg.blocks; b++) {
-    auto peer = std::make_unique<Peer>();
-    peer->name = ring_name(b);
-    peer->seg_path = cfg.dir + "/" + peer->name + ".seg";
-    peer->wake_path = cfg.dir + "/" + peer->name + ".wake";
-    p->peers_.push_back(std::move(peer));
+  if (!p->rx_.create(own_dir, ring_name(cfg.block), p->owner_id_, rp, err)) return nullptr;
+  p->dests_.reserve(kMaxDests);
+  for (uint32_t i = 0; i < kMaxDests; i++) {
+    auto d = std::make_unique<Dest>();
+    d->peers.resize(cfg.blocks);
+    p->dests_.push_back(std::move(d));
   }
-  p->kicked_.reserve(cfg.blocks);
+  p->dests_[0]->assign(inner->attr().mac.data(), cfg.dir);  // our own device, never replaced
+  p->kicked_.reserve(static_cast<size_t>(kMaxDests) * cfg.blocks);
   const int inner_fd = inner->rx_wait_fd();
   if (inner_fd >= 0) {
     p->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -135,25 +171,63 @@ LocalPathPort::~LocalPathPort() {
     auto& v = live_rings();
     v.erase(std::remove(v.begin(), v.end(), &rx_), v.end());
   }
-  for (auto& peer : peers_) peer->tx.detach();
+  for (auto& d : dests_)
+    for (auto& peer : d->peers)
+      if (peer) peer->tx.detach();
   rx_.close();
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
-// The peer whose ring takes this frame, or nullptr: not RoCE to our own MAC, a QPN outside the device's
-// blocks (QP1's CM MADs go to whoever serves them through the real port), or no ring there.
+// The Dest of a destination MAC (taking a slot for a new one), or nullptr when every slot is busy.
+LocalPathPort::Dest* LocalPathPort::dest_for(const uint8_t* mac, uint64_t now) {
+  Dest* d = nullptr;
+  for (auto& x : dests_) {
+    if (x->used && std::memcmp(x->mac.data(), mac, 6) == 0) {
+      d = x.get();
+      break;
+    }
+  }
+  if (!d) {
+    // A MAC not seen yet (once per peer device, not per frame): a free slot, else one nothing is attached to.
+    for (uint32_t tries = 0; tries < kMaxDests && !d; tries++) {
+      next_victim_ = next_victim_ % (kMaxDests - 1) + 1;  // (slot 0 is our own device)
+      Dest* x = dests_[next_victim_].get();
+      if (!x->used || !x->busy()) d = x;
+    }
+    if (!d) return nullptr;
+    d->assign(mac, cfg_.dir);
+  }
+  if (!d->present && now >= d->next_try_ns) {
+    d->next_try_ns = now + kRetryNs;
+    struct stat st {};
+    d->present = ::stat(d->dir.c_str(), &st) == 0;
+  }
+  return d->present ? d : nullptr;
+}
+
+// The peer whose ring takes this frame, or nullptr: not RoCE to a urxe device of this run directory, a QPN
+// outside the device's blocks (QP1's CM MADs go to whoever serves them through the real port), or no ring
+// there.
 LocalPathPort::Peer* LocalPathPort::peer_for(const uint8_t* frame, uint32_t len, uint64_t& now) {
-  const wire::MacAddr& mac = inner_->attr().mac;
-  if (len < 14 || std::memcmp(frame, mac.data(), 6) != 0) return nullptr;
+  if (len < 14 || (frame[0] & 1)) return nullptr;  // (multicast and broadcast: the wire's way)
+  if (now == 0) now = mono_ns();                   // once per burst
+  Dest* d = dest_for(frame, now);
+  if (!d) return nullptr;
   wire::Packet pkt;
   if (wire::parse_frame(wire::ByteSpan(frame, len), pkt, {false, false}) != wire::ParseError::ok)
     return nullptr;
   const uint32_t dqpn = pkt.bth.dqpn;
   if (dqpn < cfg_.qpn_base0) return nullptr;
   const uint32_t block = (dqpn - cfg_.qpn_base0) / cfg_.block_size;
-  if (block >= peers_.size()) return nullptr;
-  Peer& p = *peers_[block];
-  if (now == 0) now = mono_ns();  // once per burst, and only for a burst with a local frame
+  if (block >= cfg_.blocks) return nullptr;
+  std::unique_ptr<Peer>& slot = d->peers[block];
+  if (!slot) {  // the first frame to this block of that device (not per frame)
+    slot = std::make_unique<Peer>();
+    slot->name = ring_name(block);
+    slot->seg_path = d->dir + "/" + slot->name + ".seg";
+    slot->wake_path = d->dir + "/" + slot->name + ".wake";
+  }
+  Peer& p = *slot;
   if (p.tx.attached() && now >= p.check_ns) {
     // The ring may have gone (its process closed it) or been replaced (a new process in that block).
     p.check_ns = now + kRetryNs;
@@ -169,7 +243,7 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const uint8_t* frame, uint32_t len,
     struct stat st {};
     if (::stat(p.seg_path.c_str(), &st) != 0) return nullptr;
     std::string err;
-    if (!p.tx.attach(cfg_.dir, p.name, owner_id_, err)) return nullptr;
+    if (!p.tx.attach(d->dir, p.name, owner_id_, err)) return nullptr;
     p.ino = st.st_ino;
     p.check_ns = now + kRetryNs;
     p.full_since_ns = 0;

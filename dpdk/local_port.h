@@ -1,15 +1,16 @@
-// The same-host path for the processes of one device: a Port that wraps the device's real port and carries
-// the frames one process sends to another process of the same device (its own MAC, a destination QPN in
-// the other's QPN block) through shared-memory rings (local_ring.h) instead of the kernel's loopback, which
-// costs a packet-socket send and a pass through the interface's qdisc per frame. Everything else, and a
-// frame for a block that has no ring (a process without the local path, one that just left), goes to the
-// real port as before. The frames are the same complete RoCEv2 frames: a capture wrapped around this port
-// records them, the engine counts them.
+// The same-host path: a Port that wraps a device's real port and carries the frames it sends to another urxe
+// device of the same run directory (another process of the same device, or a device in another network
+// namespace of this host) through shared-memory rings (local_ring.h) instead of the kernel, which costs a
+// packet-socket send, a pass through the interface's qdisc and a wake-up per frame. A frame goes that way
+// when its destination MAC is a device that publishes rings here and its destination QPN falls in a block
+// with a ring; everything else (a remote peer, QP1's CM MADs, a block without a ring: a process without
+// the path or one that just left) goes to the real port as before. The frames are the same complete RoCEv2
+// frames: a capture wrapped around this port records them, the engine counts them.
 //
-// Each context publishes its ring as DIR/bBLOCK (DIR: the device's urxe.local/ directory) and attaches to a
-// peer's ring the first time it sends to that block (again at most every 100 ms while there is none, or
-// when the peer's file was replaced). A peer that stays full for 100 ms and whose owner is gone is
-// dropped, so that a dead process cannot hold up the sender's other traffic.
+// Layout: DIR/<MAC>/bBLOCK.{seg,wake} (DIR: the run directory's local/, MAC: 12 hex digits), one ring per
+// context. A context attaches to a peer's ring the first time it sends to that block (again at most every
+// 100 ms while there is none, or when the peer's file was replaced). A peer that stays full for 100 ms and
+// whose owner is gone is dropped, so that a dead process cannot hold up the sender's other traffic.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -22,7 +23,7 @@
 namespace urxe::dpdk {
 
 struct LocalPathConfig {
-  std::string dir;              // shared by the device's processes; created if missing
+  std::string dir;              // shared by every device of the run directory; created if missing
   uint32_t block = 0;           // this context's QPN block
   uint32_t qpn_base0 = 0x11;    // QPN of block 0's first QP
   uint32_t block_size = 65536;  // QPNs per block
@@ -61,19 +62,26 @@ class LocalPathPort final : public engine::Port {
  private:
   LocalPathPort() = default;
   struct Peer;
+  struct Dest;
+  Dest* dest_for(const uint8_t* mac, uint64_t now);
   Peer* peer_for(const uint8_t* frame, uint32_t len, uint64_t& now);
   uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
 
   std::unique_ptr<engine::Port> inner_;
   LocalPathConfig cfg_;
   LocalReceiver rx_;
-  std::vector<std::unique_ptr<Peer>> peers_;  // by block
+  static constexpr uint32_t kMaxDests = 16;   // destination MACs remembered (local or not)
+  std::vector<std::unique_ptr<Dest>> dests_;  // kMaxDests, made at open
+  uint32_t next_victim_ = 0;                  // the Dest a new MAC replaces when all are taken
   std::vector<Peer*> kicked_;                 // peers pushed to in this burst
   uint64_t owner_id_ = 0;
   int epoll_fd_ = -1;
   uint64_t last_reap_ns_ = 0;
   LocalPathStats stats_;
 };
+
+// The directory of a device's rings: DIR/<MAC as 12 hex digits>.
+std::string local_mac_dir(const std::string& dir, const uint8_t* mac);
 
 // The id a context writes into its ring and lanes: its pid and block, so a lane or ring left behind by a
 // process that died is recognised (local_owner_alive).

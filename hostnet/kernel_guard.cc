@@ -117,11 +117,13 @@ bool run_nft_script(const std::string& script, std::string* err) {
 
 bool install_ingress_drop(const std::string& ifname, std::string* err) {
   std::string t = "urxe_" + ifname;
-  // "add table; delete table; table {...}" makes the install idempotent in one transaction.
+  // "add table; delete table; table {...}" makes the install idempotent in one transaction. The counter says
+  // how many RoCE frames came in through the interface (`nft list table netdev urxe_IFACE`): none between
+  // devices on the same-host path.
   std::string script = "add table netdev " + t + "\ndelete table netdev " + t + "\ntable netdev " + t +
                        " {\n chain ingress {\n  type filter hook ingress device \"" + ifname +
                        "\" priority -500; policy accept;\n  udp dport " + std::to_string(wire::kRoceV2Port) +
-                       " drop\n }\n}\n";
+                       " counter drop\n }\n}\n";
   return run_nft_script(script, err);
 }
 

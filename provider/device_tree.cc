@@ -119,6 +119,7 @@ std::string config_text(const DeviceConfig& c) {
   o << "name=" << c.name << "\nnetdev=" << c.netdev << "\ndpdk=" << c.dpdk << "\nmtu=" << c.mtu
     << "\nport=" << c.port << "\ngid_tbl_len=" << c.gid_tbl_len << "\nuverbs=" << c.uverbs << "\n";
   if (!c.netns.empty()) o << "netns=" << c.netns << "\n";
+  if (!c.local_path) o << "local_path=0\n";
   if (!c.pcap.empty())
     o << "pcap=" << c.pcap << "\npcap_size=" << c.pcap_size_mb << "\npcap_files=" << c.pcap_files << "\n";
   return o.str();
@@ -451,6 +452,8 @@ bool load_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
       cfg.pcap_files = static_cast<uint32_t>(std::strtoul(v.c_str(), &end, 10));
     } else if (k == "netns") {
       cfg.netns = v;
+    } else if (k == "local_path") {
+      cfg.local_path = v != "0";
     }
   }
   return have_name && !cfg.netdev.empty() && cfg.gid_tbl_len > 0;

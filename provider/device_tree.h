@@ -50,6 +50,10 @@ struct DeviceConfig {
   // to it, as an rdma link belongs to its netdev's namespace in the kernel's exclusive mode. "" = every
   // namespace (trees made before it was recorded).
   std::string netns;
+  // The same-host path (dpdk/local_port.h): frames to another urxe device of this run directory go through
+  // shared memory instead of the interface. Off for a device whose interface must see every frame (netem, a
+  // firewall, a capture on the veth): `urxe link add ... --no-local-path`.
+  bool local_path = true;
 };
 
 enum class GidType { roce_v1, roce_v2 };

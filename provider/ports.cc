@@ -38,12 +38,19 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
   return port;
 }
 
-void add_local_path(std::unique_ptr<engine::Port>& port, const std::string& ibdev_path, uint32_t block,
-                    uint32_t block_size) {
-  const char* e = std::getenv("URXE_LOCAL_PATH");
-  if (!e || std::string(e) != "1") return;
+void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config,
+                    const std::string& ibdev_path, uint32_t block, uint32_t block_size) {
+  bool on = config.local_path && config.port != "loop" && config.port != "null";
+  if (const char* e = std::getenv("URXE_LOCAL_PATH"); e && *e) on = std::string(e) != "0";
+  if (!on) return;
+  // The run directory's local/ (ibdev_path is RUN_DIR/sys/class/infiniband/NAME): shared by the devices
+  // of every network namespace that uses this run directory.
+  const std::string tail = "/sys/class/infiniband/" + config.name;
+  const bool in_tree = ibdev_path.size() > tail.size() &&
+                       ibdev_path.compare(ibdev_path.size() - tail.size(), tail.size(), tail) == 0;
   dpdk::LocalPathConfig cfg;
-  cfg.dir = ibdev_path + "/urxe.local";
+  cfg.dir =
+      in_tree ? ibdev_path.substr(0, ibdev_path.size() - tail.size()) + "/local" : ibdev_path + "/urxe.local";
   cfg.block = block;
   cfg.qpn_base0 = 0x11;
   cfg.block_size = block_size;

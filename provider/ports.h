@@ -19,10 +19,11 @@ struct PortRequest {
 // Returns nullptr with a message in err when the kind is unknown or cannot start.
 std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortRequest& req, std::string& err);
 
-// With $URXE_LOCAL_PATH=1, wraps `port` in the same-host path for the device's processes (dpdk/local_port.h:
-// frames to another process of the device through shared memory, ring in IBDEV/urxe.local/); the port
-// stays as it is, with a debug line, when the ring cannot be published.
-void add_local_path(std::unique_ptr<engine::Port>& port, const std::string& ibdev_path, uint32_t block,
-                    uint32_t block_size);
+// Wraps `port` in the same-host path (dpdk/local_port.h: frames to another urxe device or process of this
+// run directory through shared memory, rings in RUN_DIR/local/) unless the device was made with
+// --no-local-path or its port is loop/null; $URXE_LOCAL_PATH=0/1 overrides that for one run. The port stays
+// as it is, with a debug line, when the ring cannot be published.
+void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config,
+                    const std::string& ibdev_path, uint32_t block, uint32_t block_size);
 
 }  // namespace urxe::provider

@@ -31,6 +31,7 @@ namespace prov = urxe::provider;
 constexpr char kAddUsage[] =
     "usage: urxe link add NAME netdev IFACE [--dpdk 'EAL/vdev ARGS'] [--mtu N] [--port KIND] [--gids N]\n"
     "                     [--pcap DIR [--pcap-size MB] [--pcap-files N]] [--no-filter]\n"
+    "                     [--no-local-path]\n"
     "Create the RDMA device NAME (e.g. urxe0) on the Ethernet interface IFACE of this network namespace:\n"
     "a sysfs-like tree under $URXE_RUN_DIR (default /run/urxe), /dev/infiniband/uverbsN, and the device's\n"
     "config. GIDs are built from IFACE's IPv4/IPv6 addresses in the kernel's RoCE order ('urxe link "
@@ -52,6 +53,10 @@ constexpr char kAddUsage[] =
     "                one-line notice), dpdk, socket, loop (in-process only, for tests), null (drops all)\n"
     "  --gids N      GID table size, 2..1024 (default 16)\n"
     "  --no-filter   do not install the nftables ingress drop described below\n"
+    "  --no-local-path  send every frame through IFACE, also to another urxe device (or process) of this\n"
+    "                run directory, which is otherwise reached through shared memory (the same-host path):\n"
+    "                for an IFACE whose traffic must pass the kernel (netem, a firewall, tcpdump on it).\n"
+    "                URXE_LOCAL_PATH=0 turns the path off for one run\n"
     "  --pcap DIR    capture every frame the device sends and receives, in every process that opens it, as\n"
     "                pcapng files in DIR (Wireshark/tshark open them): one ring of files per process,\n"
     "                DIR/NAME_PID_COMM_NNNNN_YYYYmmddHHMMSS.pcapng; inbound/outbound in each packet's\n"
@@ -197,10 +202,15 @@ std::string permission_hint(const std::string& msg) {
 }
 
 // The options after NAME netdev IFACE.
-constexpr Option kAddOptions[] = {{"dpdk", Option::required},       {"mtu", Option::required},
-                                  {"port", Option::required},       {"gids", Option::required},
-                                  {"pcap", Option::required},       {"pcap-size", Option::required},
-                                  {"pcap-files", Option::required}, {"no-filter"}};
+constexpr Option kAddOptions[] = {{"dpdk", Option::required},
+                                  {"mtu", Option::required},
+                                  {"port", Option::required},
+                                  {"gids", Option::required},
+                                  {"pcap", Option::required},
+                                  {"pcap-size", Option::required},
+                                  {"pcap-files", Option::required},
+                                  {"no-filter"},
+                                  {"no-local-path"}};
 
 int add_main(Args args) {
   OptionParser opts(args, kAddOptions, {.leading = 3});
@@ -229,6 +239,10 @@ int add_main(Args args) {
     const std::string k = "--" + std::string(t.opt->name);
     if (k == "--no-filter") {
       filter = false;
+      continue;
+    }
+    if (k == "--no-local-path") {
+      cfg.local_path = false;
       continue;
     }
     const std::string_view v = *t.value;
@@ -403,6 +417,9 @@ int link_show(const prov::Paths& paths, const std::string& only) {
     if (!d.config.pcap.empty())
       std::printf(" pcap %s pcap-size %u pcap-files %u", d.config.pcap.c_str(), d.config.pcap_size_mb,
                   d.config.pcap_files);
+    // The same-host path (dpdk/README.md): loop and null ports have none.
+    const bool local = d.config.local_path && d.config.port != "loop" && d.config.port != "null";
+    std::printf(" local-path %s", local ? "on" : "off");
     std::printf(" dev %s%s", d.uverbs_name.c_str(), d.dev_node_ok ? "" : " (no /dev node)");
     if (d.other_netns)
       std::printf(" netns %s (another network namespace)", d.config.netns.c_str());

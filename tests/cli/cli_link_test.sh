@@ -46,7 +46,7 @@ check "  reports the uverbs node" "^urxe0: uverbs0 on va" "$out"
 if [ $has_nft = 1 ]; then
   rules=$(nft list table netdev urxe_va 2>&1)
   check "nftables ingress drop of UDP/4791 on va" "hook ingress device \"?va\"?.*" "$rules"
-  check "  drops udp dport 4791" "udp dport 4791 drop" "$rules"
+  check "  drops udp dport 4791, counting" "udp dport 4791 counter packets [0-9]+ bytes [0-9]+ drop" "$rules"
 fi
 out=$("$U" link add urxe0 netdev va 2>&1); expect_rc "adding urxe0 twice fails" 1 $?
 check "  saying how to fix it" "already exists.*urxe link del urxe0" "$out"
@@ -54,8 +54,16 @@ out=$("$U" link add urxe1 netdev vb --port loop 2>&1); expect_rc "a second devic
 out=$("$U" link show 2>&1); rc=$?
 expect_rc "link show" 0 $rc
 check "link show: urxe0 like rdma link show" "^link urxe0/1 state ACTIVE physical_state LINK_UP netdev va" "$out"
+check "link show: urxe0 with the same-host path" "^link urxe0/1 .* local-path on dev uverbs0" "$out"
 check "link show: urxe0's IPv4 GID" "gid 10\.66\.0\.1" "$out"
-check "link show: urxe1 on vb" "^link urxe1/1 state ACTIVE .*netdev vb port loop dev uverbs1" "$out"
+check "link show: urxe1 on vb" "^link urxe1/1 state ACTIVE .*netdev vb port loop local-path off dev uverbs1" "$out"
+"$U" link del urxe1 >/dev/null 2>&1
+out=$("$U" link add urxe1 netdev vb --no-local-path 2>&1); expect_rc "link add urxe1 --no-local-path" 0 $?
+out=$("$U" link show urxe1 2>&1)
+check "  link show: local-path off" "^link urxe1/1 state ACTIVE .*netdev vb port auto local-path off dev uverbs1" "$out"
+check "  kept in urxe.conf" "^local_path=0$" "$(cat "$URXE_RUN_DIR/sys/class/infiniband/urxe1/urxe.conf")"
+"$U" link del urxe1 >/dev/null 2>&1
+out=$("$U" link add urxe1 netdev vb --port loop 2>&1); expect_rc "urxe1 again (loop port)" 0 $?
 out=$("$U" link 2>&1); check "bare 'urxe link' shows too" "^link urxe0/1" "$out"
 
 # --- env / run

@@ -52,9 +52,9 @@ check "  /sys/class/net is A's (va)" "^va$" "$out"
 check_not "  not B's (vb)" "^vb$" "$out"
 # The run directory's owner still sees every device, the other namespace's marked as such.
 out=$(in_a "$U" link show 2>&1); expect_rc "A: link show" 0 $?
-check "  lists urxe0 as here" "^link urxe0/1 state ACTIVE .*netdev va port loop dev uverbs0$" "$out"
+check "  lists urxe0 as here" "^link urxe0/1 state ACTIVE .*netdev va port loop local-path off dev uverbs0$" "$out"
 check "  and urxe1 as another namespace's, with its state there" \
-  "^link urxe1/1 state ACTIVE .*netdev vb port loop dev uverbs1 netns [0-9]+:[0-9]+ \(another network namespace\)$" "$out"
+  "^link urxe1/1 state ACTIVE .*netdev vb port loop local-path off dev uverbs1 netns [0-9]+:[0-9]+ \(another network namespace\)$" "$out"
 out=$(in_a "$U" link add urxe1 netdev vc --port loop 2>&1); expect_rc "A: urxe1's name is still taken" 1 $?
 check "  saying where it is" "device 'urxe1' already exists \(on vb" "$out"
 

@@ -38,7 +38,9 @@
 #   netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPTIONS" CMD...
 #                                           the same in the run directory RUN_DIR, which stays: a later call
 #                                           on the same RUN_DIR (urxe0 already there) only makes CMD's /dev
-#                                           node, so apps one after the other share the device and counters
+#                                           node, so apps one after the other share the device and counters.
+#                                           $NETNS_URXE_DEV names the device instead of urxe0 (two namespaces
+#                                           sharing one RUN_DIR need two names)
 #   netns_wait_listen PID [NS] [PORT]       wait (at most 20 s) until a TCP listener on PORT (default 18515,
 #                                           which ibverbs-utils and perftest use) exists in NS ("" or none =
 #                                           this namespace), or until process PID (the server) has exited
@@ -200,15 +202,16 @@ netns_urxe_side_in() {  # netns_urxe_side_in RUN_DIR NS IF OUT URXE SO "LINK OPT
   ip netns exec "$_ns" unshare --mount --propagation private sh -c '
     mount -t tmpfs urxe-test /dev/infiniband || exit 1
     export URXE_RUN_DIR="$1" URXE_PROVIDER="$2"
-    if [ -e "$1/sys/class/infiniband/urxe0" ]; then  # a later app on the same device: its node only
-      mknod -m 666 /dev/infiniband/uverbs0 c 1 3 || exit 1
+    if [ -e "$1/sys/class/infiniband/$6" ]; then  # a later app on the same device: its node only
+      n=$("$3" link show "$6" | sed -n "s/.* dev uverbs\([0-9]*\).*/\1/p")
+      mknod -m 666 "/dev/infiniband/uverbs${n:-0}" c 1 3 || exit 1
     else
       # shellcheck disable=SC2086
-      "$3" link add urxe0 netdev "$4" $5 >/dev/null || exit 1
+      "$3" link add "$6" netdev "$4" $5 >/dev/null || exit 1
     fi
     eval "$("$3" env)"
-    shift 5
-    timeout 60 "$@"' side "$_run" "$_so" "$_urxe" "$_if" "$_opts" "$@" >"$_out" 2>&1
+    shift 6
+    timeout 60 "$@"' side "$_run" "$_so" "$_urxe" "$_if" "$_opts" "${NETNS_URXE_DEV:-urxe0}" "$@" >"$_out" 2>&1
   _rc=$?
   [ -z "$_fresh" ] || rm -rf "$_fresh"
   return $_rc

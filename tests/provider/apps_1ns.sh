@@ -2,9 +2,10 @@
 # Both processes of each unmodified app in one network namespace on one urxe device (the first thing
 # users try): server and client share urxe0 on va; the client connects to va's own address.
 #   usage: apps_1ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]   (veth MTU: $URXE_TEST_MTU, default 1500)
-# URXE_TEST_LOCAL_PATH=1: with the same-host path (URXE_LOCAL_PATH=1: the two processes exchange frames
-# through shared memory), and each app must leave va's transmit counter (nearly) unchanged while its own
-# counters show the traffic; with URXE_TEST_PCAP=1 also both processes' captures, every frame passing
+# The two processes exchange their frames through the same-host path (shared memory, on by default): each
+# app must leave va's transmit counter (nearly) unchanged while the device's counters show the traffic.
+# URXE_TEST_LOCAL_PATH=0: the device made with --no-local-path instead, and va must carry every frame (the
+# fall-back to the port). URXE_TEST_PCAP=1: also both processes' captures, every frame passing
 # `urxe pcap decode --strict`.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
@@ -16,12 +17,16 @@ netns_veth va vb 10.89.0.1/24 || exit 1
 netns_wait_up va
 netns_tmpdir tmp urxe-apps1 || exit 1
 export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so"
-"$devctl" link add urxe0 netdev va >/dev/null || exit 1
+local_path=${URXE_TEST_LOCAL_PATH:-1}
+unset URXE_LOCAL_PATH
+opts=""
+[ "$local_path" = 1 ] || opts=--no-local-path
+# shellcheck disable=SC2086
+"$devctl" link add urxe0 netdev va $opts >/dev/null || exit 1
 eval "$("$devctl" env)"
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
-[ "${URXE_TEST_LOCAL_PATH:-0}" = 1 ] && export URXE_LOCAL_PATH=1
 tx_packets() { awk -F'[: ]+' '$2 == "va" { print $12 }' /proc/net/dev; }  # this namespace's va
 sent_pkts() { "$devctl" stats urxe0 --json | sed -n 's/.*"sent_pkts":\([0-9]*\).*/\1/p' | head -1; }
 
@@ -53,16 +58,21 @@ for app in "$@"; do
     echo "ok: $app ($(elapsed "$t0"))"
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
   fi
-  if [ "${URXE_TEST_LOCAL_PATH:-0}" = 1 ]; then
+  dtx=$(($(tx_packets) - tx0)) dsent=$(($(sent_pkts) - sent0))
+  if [ "$local_path" = 1 ]; then
     # The frames went through shared memory: the interface sent next to nothing (neighbour and router
     # messages), while the device sent thousands.
-    dtx=$(($(tx_packets) - tx0)) dsent=$(($(sent_pkts) - sent0))
     if [ $dsent -ge 100 ] && [ $((dtx * 10)) -lt $dsent ]; then
       echo "  ok: same-host path: $dsent RoCE frames sent, va sent $dtx packets"
     else
       echo "  FAIL: same-host path: $dsent RoCE frames sent, va sent $dtx packets (want >= 100, and a tenth of that at most through va)"
       fail=1
     fi
+  elif [ $dsent -ge 100 ] && [ $dtx -ge $dsent ]; then
+    echo "  ok: --no-local-path: $dsent RoCE frames sent, va sent $dtx packets"
+  else
+    echo "  FAIL: --no-local-path: $dsent RoCE frames sent, va sent $dtx packets (want >= 100, all through va)"
+    fail=1
   fi
   if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
     unset URXE_PCAP

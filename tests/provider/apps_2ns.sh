@@ -7,6 +7,14 @@
 # URXE_TEST_FLAP=SECS: 1.5 s into each client run, the client's interface goes down for SECS (its carrier
 # and the server's); the flap must fall inside the run. URXE_TEST_CLIENT_FAILS=REGEX: the client must fail
 # instead, printing REGEX (e.g. a completion error), and the server may fail too.
+# URXE_TEST_SHARED_RUN=1: both sides share one run directory (as two namespaces of a host using the default
+# /run/urxe do), the server's device urxe0 on va and the client's urxe1 on vb (the client's command and
+# $UCX_NET_DEVICES with urxe0 renamed), so the frames between them take the same-host path: each app
+# must send at most a tenth of its frames through the veth (RoCE frames counted by the nftables ingress
+# rule `urxe link add` installs on each end) while the devices' counters show the traffic. UCT tests
+# (ucx_perftest -d) are skipped there: ucx_perftest hands the client's device name to the server, and
+# the two devices cannot share a name in one run directory (the 1ns matrix runs them on the path).
+# URXE_TEST_LINK_OPTS: more `urxe link add` options for both devices.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
@@ -16,10 +24,25 @@ a=urxeA$$; b=urxeB$$
 netns_tmpdir tmp urxe-apps || exit 1
 netns_pair $a $b va vb 10.88.0.1/24 10.88.0.2/24 || exit 1
 
+shared=${URXE_TEST_SHARED_RUN:-0}
+run=""
+if [ "$shared" = 1 ]; then
+  run="$tmp/run"
+  mkdir -p "$run"
+fi
 side() {  # side NS IFACE OUTFILE CMD...
   _sd_ns=$1 _sd_if=$2 _sd_out=$3
   shift 3
-  netns_urxe_side "$_sd_ns" "$_sd_if" "$_sd_out" "$devctl" "$so" "" "$@"
+  netns_urxe_side_in "$run" "$_sd_ns" "$_sd_if" "$_sd_out" "$devctl" "$so" "${URXE_TEST_LINK_OPTS:-}" "$@"
+}
+roce_in() {  # roce_in NS IFACE: RoCE frames that came in through IFACE (the ingress drop's counter)
+  _ri=$(ip netns exec "$1" nft list table netdev "urxe_$2" 2>/dev/null |
+    sed -n 's/.*counter packets \([0-9]*\).*/\1/p' | head -1)
+  echo "${_ri:-0}"
+}
+sent_pkts() {  # sent_pkts NS DEV
+  ip netns exec "$1" env URXE_RUN_DIR="$run" "$devctl" stats "$2" --json |
+    sed -n 's/.*"sent_pkts":\([0-9]*\).*/\1/p' | head -1
 }
 
 now() { date +%s.%N; }
@@ -29,11 +52,30 @@ fail=0
 t_all=$(now)
 for app in "$@"; do
   t0=$(now)
+  capp=$app
+  if [ "$shared" = 1 ]; then
+    case $app in
+      "ucx_perftest "*" -d "*)
+        echo "skip: $app (a UCT test: the two devices would need one name)"
+        continue ;;
+    esac
+    capp=$(echo "$app" | sed 's/urxe0/urxe1/g')
+    if [ -e "$run/sys/class/infiniband/urxe1" ]; then
+      ina0=$(roce_in $a va) inb0=$(roce_in $b vb) sa0=$(sent_pkts $a urxe0) sb0=$(sent_pkts $b urxe1)
+    else
+      ina0=0 inb0=0 sa0=0 sb0=0
+    fi
+  fi
   # shellcheck disable=SC2086
   side $a va "$tmp/server" $app &
   srv=$!
   netns_wait_listen $srv $a  # the server listens on TCP 18515 (ibverbs-utils, perftest)
-  side $b vb "$tmp/client" $app 10.88.0.1 &
+  (
+    export NETNS_URXE_DEV=urxe$shared
+    [ -z "${UCX_NET_DEVICES:-}" ] || export UCX_NET_DEVICES="$(echo "$UCX_NET_DEVICES" | sed "s/urxe0/urxe$shared/")"
+    # shellcheck disable=SC2086
+    side $b vb "$tmp/client" $capp 10.88.0.1
+  ) &
   cli=$!
   flap_missed=0
   if [ -n "${URXE_TEST_FLAP:-}" ]; then
@@ -71,6 +113,17 @@ for app in "$@"; do
   else
     echo "ok: $app ($(elapsed "$t0"))"
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
+  fi
+  if [ "$shared" = 1 ]; then
+    # Through shared memory: next to no RoCE frame crossed the veth, while the devices sent thousands.
+    din=$(($(roce_in $a va) - ina0 + $(roce_in $b vb) - inb0))
+    dsent=$(($(sent_pkts $a urxe0) - sa0 + $(sent_pkts $b urxe1) - sb0))
+    if [ $dsent -ge 100 ] && [ $((din * 10)) -lt $dsent ]; then
+      echo "  ok: same-host path: $dsent RoCE frames sent, $din of them through the veth"
+    else
+      echo "  FAIL: same-host path: $dsent RoCE frames sent, $din of them through the veth (want >= 100, and a tenth of that at most through the veth)"
+      fail=1
+    fi
   fi
 done
 echo "$# apps in $(elapsed "$t_all")"

@@ -1,9 +1,9 @@
 #!/bin/sh
-# The same-host path when a process dies: two processes on urxe0 in one namespace (URXE_LOCAL_PATH=1),
+# The same-host path when a process dies: two processes on urxe0 in one namespace (the path is on by default),
 # ib_write_bw between them; the server is killed (SIGKILL) two seconds in. The client must end as it does
 # over the wire, with its WRITEs failing IBV_WC_RETRY_EXC_ERR (status 12), within the retry budget
 # (timeout 14 = 67 ms, 7 retries, growing to 4x: a few seconds); and the dead server's ring must be gone
-# from the device's urxe.local/ afterwards (the client removes what a dead process left), as must the
+# from the device's directory of rings (RUN_DIR/local/MAC/) afterwards (the client removes what a dead process left), as must the
 # client's own once it exited.
 #   usage: local_path_kill.sh DEVCTL PROVIDER_SO
 set -u
@@ -15,10 +15,11 @@ netns_devfs || exit 1
 netns_veth va vb 10.89.0.1/24 || exit 1
 netns_wait_up va
 netns_tmpdir tmp urxe-local-kill || exit 1
-export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so" URXE_LOCAL_PATH=1
+export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so"
+unset URXE_LOCAL_PATH
 "$devctl" link add urxe0 netdev va >/dev/null || exit 1
 eval "$("$devctl" env)"
-dir="$URXE_RUN_DIR/sys/class/infiniband/urxe0/urxe.local"
+dir="$URXE_RUN_DIR/local/$(ip -o link show va | sed -n 's/.*link\/ether \([0-9a-f:]*\).*/\1/p' | tr -d :)"
 fail=0
 app="ib_write_bw -d urxe0 -x 1 -s 65536 -D 20"
 # shellcheck disable=SC2086
@@ -47,6 +48,6 @@ else
   fail=1
 fi
 left=$(ls "$dir" 2>/dev/null | tr '\n' ' ')
-if [ -z "$left" ]; then echo "ok: no ring left in urxe.local/"; else
-  echo "FAIL: left in urxe.local/: $left"; fail=1; fi
+if [ -z "$left" ]; then echo "ok: no ring left in $dir"; else
+  echo "FAIL: left in $dir: $left"; fail=1; fi
 exit $fail
