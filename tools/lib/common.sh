@@ -10,11 +10,14 @@ URXE_JOBS=${URXE_JOBS:-2}
 say() { printf '\n== %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# Installs the packages of tools/apt-packages.txt that are missing; does nothing (no apt-get update) when
-# everything is there, so reruns are fast.
-install_missing_packages() {
+# Installs the packages of tools/apt-packages.txt (or the PKGs named) that are missing; does nothing (no
+# apt-get update) when everything is there, so reruns are fast.
+install_missing_packages() {  # install_missing_packages [PKG...]
   local list=$URXE_TOP/tools/apt-packages.txt missing=() p
   command -v dpkg-query >/dev/null || { echo "dpkg-query not found: not Debian? skipping package check"; return 0; }
+  if [ $# -gt 0 ]; then
+    list=<(printf '%s\n' "$@")
+  fi
   while read -r p; do
     p=${p%%#*}
     p=${p//[[:space:]]/}
