@@ -1,0 +1,154 @@
+// The same-host path's routing (dpdk/local_port.h): between two devices (two MACs) of one run directory, a
+// frame to the other device's MAC and to a QPN block with a ring arrives through that ring, not through
+// the port; a frame to a MAC that is no device there, to a block without a ring or to a device that has
+// closed goes through the port (here a loop port, which hands a frame back to its own sender, so the
+// sender's rx_burst sees what went the wire's way).
+#include "dpdk/local_port.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "dpdk/memory_port.h"
+#include "wire/opcode.h"
+#include "wire/packet.h"
+
+namespace urxe::dpdk {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint32_t kBlock = 65536, kBase0 = 0x11;
+
+struct Device {
+  std::unique_ptr<LocalPathPort> port;
+  wire::MacAddr mac{};
+  Device(const std::string& dir, uint8_t last, uint32_t block) {
+    engine::PortAttr attr;
+    attr.mac = {0x02, 0, 0, 0, 0, last};
+    mac = attr.mac;
+    // A bus of its own per device: what goes out through the port comes back to the same device only.
+    auto inner = open_memory_port(attr, "local_port_test-" + std::to_string(::getpid()) + "-" +
+                                            std::to_string(last) + "-" + std::to_string(block));
+    LocalPathConfig cfg;
+    cfg.dir = dir;
+    cfg.block = block;
+    cfg.qpn_base0 = kBase0;
+    cfg.block_size = kBlock;
+    cfg.blocks = 255;
+    std::string err;
+    port = LocalPathPort::open(inner, cfg, err);
+    EXPECT_TRUE(port) << err;
+  }
+  // Sends one RoCE frame (a SEND ONLY to dqpn, `tag` in its PSN) to dst_mac; true when the port took it.
+  bool send(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag) {
+    wire::FrameSpec spec;
+    spec.dst_mac = dst_mac;
+    spec.src_mac = mac;
+    spec.src_ip[10] = spec.src_ip[11] = spec.dst_ip[10] = spec.dst_ip[11] = 0xff;
+    spec.bth.opcode = wire::op::kRc | wire::op::send_only;
+    spec.bth.dqpn = dqpn;
+    spec.bth.psn = tag;
+    const uint8_t payload[64] = {};
+    engine::PacketBuf buf{};
+    if (!port->tx_alloc(2048, buf)) return false;
+    buf.len = wire::build_frame(wire::MutByteSpan(buf.data, 2048), spec, wire::ByteSpan(payload, 64));
+    return buf.len > 0 && port->tx_burst(&buf, 1) == 1;
+  }
+  // PSNs of the frames received now; `local` counts those that came through the ring.
+  std::vector<uint32_t> receive(uint64_t* local = nullptr) {
+    std::vector<uint32_t> psns;
+    const uint64_t before = port->stats().rx_local;
+    engine::PacketBuf bufs[16];
+    const uint32_t n = port->rx_burst(bufs, 16);
+    for (uint32_t i = 0; i < n; i++) {
+      wire::Packet pkt;
+      if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt) == wire::ParseError::ok)
+        psns.push_back(pkt.bth.psn);
+    }
+    port->rx_free(bufs, n);
+    if (local) *local = port->stats().rx_local - before;
+    return psns;
+  }
+};
+
+struct TmpDir {
+  std::string path;
+  TmpDir() {
+    char t[] = "/tmp/urxe-local-port.XXXXXX";
+    path = ::mkdtemp(t);
+  }
+  ~TmpDir() { fs::remove_all(path); }
+};
+
+TEST(LocalPath, RoutesByDestinationMacAndBlock) {
+  TmpDir dir;
+  Device a(dir.path, 0xa, 0), b(dir.path, 0xb, 3);
+  ASSERT_TRUE(a.port && b.port);
+  EXPECT_TRUE(fs::exists(local_mac_dir(dir.path, b.mac.data()) + "/b3.seg"));
+
+  // To B's MAC and B's block: through B's ring; A's port carried nothing.
+  ASSERT_TRUE(a.send(b.mac, kBase0 + 3 * kBlock + 5, 101));
+  uint64_t local = 0;
+  EXPECT_EQ(b.receive(&local), std::vector<uint32_t>{101});
+  EXPECT_EQ(local, 1u);
+  EXPECT_TRUE(a.receive().empty());
+  EXPECT_EQ(a.port->stats().tx_local, 1u);
+
+  // To B's MAC but a block nobody has a ring for: the port's way (back to A on its own bus), not to B.
+  ASSERT_TRUE(a.send(b.mac, kBase0 + 4 * kBlock, 102));
+  EXPECT_EQ(a.receive(&local), std::vector<uint32_t>{102});
+  EXPECT_EQ(local, 0u);
+  EXPECT_TRUE(b.receive().empty());
+
+  // To a MAC that is no device of this run directory: the port's way.
+  ASSERT_TRUE(a.send(wire::MacAddr{0x02, 0, 0, 0, 0, 0xc}, kBase0 + 3 * kBlock, 103));
+  EXPECT_EQ(a.receive(&local), std::vector<uint32_t>{103});
+  EXPECT_EQ(local, 0u);
+  // QP1 (CM MADs, below the first block): the port's way, even to B.
+  ASSERT_TRUE(a.send(b.mac, 1, 104));
+  EXPECT_EQ(a.receive(), std::vector<uint32_t>{104});
+
+  // B answers A (its own block 0): through A's ring.
+  ASSERT_TRUE(b.send(a.mac, kBase0 + 7, 201));
+  EXPECT_EQ(a.receive(&local), std::vector<uint32_t>{201});
+  EXPECT_EQ(local, 1u);
+
+  // Another context of A's device (block 1): A reaches it through its ring, by A's own MAC.
+  Device a2(dir.path, 0xa, 1);
+  ASSERT_TRUE(a2.port);
+  ASSERT_TRUE(a.send(a.mac, kBase0 + kBlock + 9, 301));
+  EXPECT_EQ(a2.receive(&local), std::vector<uint32_t>{301});
+  EXPECT_EQ(local, 1u);
+
+  // B closes: its ring is gone, and A's next frame to it goes the port's way at once.
+  b.port.reset();
+  EXPECT_FALSE(fs::exists(local_mac_dir(dir.path, b.mac.data()) + "/b3.seg"));
+  ASSERT_TRUE(a.send(b.mac, kBase0 + 3 * kBlock + 5, 105));
+  EXPECT_EQ(a.receive(&local), std::vector<uint32_t>{105});
+  EXPECT_EQ(local, 0u);
+}
+
+// More destination MACs than the table remembers (16): frames to each still go the right way, the ones
+// that are devices through their rings.
+TEST(LocalPath, ManyDestinationMacs) {
+  TmpDir dir;
+  Device a(dir.path, 0xa, 0), b(dir.path, 0xb, 0);
+  ASSERT_TRUE(a.port && b.port);
+  for (uint32_t round = 0; round < 3; round++) {
+    for (uint8_t m = 0x20; m < 0x40; m++) {
+      ASSERT_TRUE(a.send(wire::MacAddr{0x02, 0, 0, 0, 1, m}, kBase0, m));
+      EXPECT_EQ(a.receive(), std::vector<uint32_t>{m});
+    }
+    ASSERT_TRUE(a.send(b.mac, kBase0 + 1, 1000 + round));
+    uint64_t local = 0;
+    EXPECT_EQ(b.receive(&local), std::vector<uint32_t>{1000 + round});
+    EXPECT_EQ(local, 1u);
+  }
+}
+
+}  // namespace
+}  // namespace urxe::dpdk
