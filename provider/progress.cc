@@ -74,7 +74,10 @@ void ContextState::run() {
     if (app_driving(idle_polls)) {
       sleep_mode.store(kNapping, std::memory_order_seq_cst);
       const uint64_t deadline = engine->next_deadline_ns(false), now = clock.now_ns();
-      uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
+      // Deadline 0: work is pending or an app thread holds the engine (its poll is doing the work). The
+      // app drives either way, so nap the full time rather than return at once: a zero-length nap would
+      // arm and disarm the port's wake-up per loop, and a local peer pays a wake-up datagram for each.
+      uint64_t wait_ns = deadline == 0 ? kNapNs : deadline > now ? std::min(deadline - now, kNapNs) : 0;
       // Re-check after announcing the nap: a req_notify_cq that armed a CQ before seeing kNapping must
       // not leave its app waiting for a nap to end (pairs with cq_armed).
       if (armed_cqs.load(std::memory_order_seq_cst) != 0) wait_ns = 0;
@@ -83,7 +86,9 @@ void ContextState::run() {
         // A frame still wakes the nap: an app may spin on memory a peer WRITEs (ib_write_lat) and
         // make no poll that would run the engine for it.
         port->rx_wait_arm(true);
-        wait_fds(true, port_fd, wait_ns);
+        // One more round after arming: a frame that came in between the last round and the arming found
+        // no sleeper to wake (the same-host path's rings wake only an armed receiver).
+        if (!engine->try_progress()) wait_fds(true, port_fd, wait_ns);
         port->rx_wait_arm(false);
       }
       sleep_mode.store(kAwake, std::memory_order_relaxed);
@@ -95,6 +100,12 @@ void ContextState::run() {
       continue;
     }
     spin_ns = spin_ns < 1000 ? 0 : spin_ns / 2;  // spun for nothing
+    if (engine->next_deadline_ns(false) == 0) {
+      // Work pending, or an app thread is in the engine: no time to sleep, and not a new idle period
+      // either (idle_since stays, so an app that keeps polling is seen driving and the thread naps).
+      for (int i = 0; i < 32; ++i) __builtin_ia32_pause();
+      continue;
+    }
     port->rx_wait_arm(true);
     sleep_until.store(0, std::memory_order_relaxed);
     sleep_mode.store(kSleeping, std::memory_order_seq_cst);
