@@ -13,11 +13,14 @@
 #include <vector>
 
 #include "dpdk/memory_port.h"
+#include "tests/port/tmp_dir.h"
 #include "wire/opcode.h"
 #include "wire/packet.h"
 
 namespace urxe::dpdk {
 namespace {
+
+using TmpDir = urxe::test::TmpDir;
 
 namespace fs = std::filesystem;
 
@@ -75,17 +78,8 @@ struct Device {
   }
 };
 
-struct TmpDir {
-  std::string path;
-  TmpDir() {
-    char t[] = "/tmp/urxe-local-port.XXXXXX";
-    path = ::mkdtemp(t);
-  }
-  ~TmpDir() { fs::remove_all(path); }
-};
-
 TEST(LocalPath, RoutesByDestinationMacAndBlock) {
-  TmpDir dir;
+  TmpDir dir("urxe-local-port");
   Device a(dir.path, 0xa, 0), b(dir.path, 0xb, 3);
   ASSERT_TRUE(a.port && b.port);
   EXPECT_TRUE(fs::exists(local_mac_dir(dir.path, b.mac.data()) + "/b3.seg"));
@@ -135,7 +129,7 @@ TEST(LocalPath, RoutesByDestinationMacAndBlock) {
 // More destination MACs than the table remembers (16): frames to each still go the right way, the ones
 // that are devices through their rings.
 TEST(LocalPath, ManyDestinationMacs) {
-  TmpDir dir;
+  TmpDir dir("urxe-local-port");
   Device a(dir.path, 0xa, 0), b(dir.path, 0xb, 0);
   ASSERT_TRUE(a.port && b.port);
   for (uint32_t round = 0; round < 3; round++) {

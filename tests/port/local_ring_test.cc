@@ -3,6 +3,7 @@
 // through its socket and a busy one costs no wake-up; lanes of senders that are gone are reclaimed once
 // drained; a closed receiver or a file that is no segment is refused.
 #include "dpdk/local_ring.h"
+#include "tests/port/tmp_dir.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -22,16 +23,9 @@
 namespace urxe::dpdk {
 namespace {
 
-namespace fs = std::filesystem;
+using TmpDir = urxe::test::TmpDir;
 
-struct TmpDir {
-  std::string path;
-  TmpDir() {
-    char t[] = "/tmp/urxe-local-ring.XXXXXX";
-    path = ::mkdtemp(t);
-  }
-  ~TmpDir() { fs::remove_all(path); }
-};
+namespace fs = std::filesystem;
 
 // Frame i of a sender: 4 bytes of sender id, 4 of sequence number, then a pattern; sizes vary 60..1500.
 uint32_t frame_len(uint32_t seq) {
@@ -80,7 +74,7 @@ uint64_t receive_all(LocalReceiver& rx, uint32_t senders, uint32_t count, int se
 }
 
 TEST(LocalRing, FramesArriveWholeInOrderAndTheLaneFillsUp) {
-  TmpDir d;
+  TmpDir d("urxe-local-ring");
   LocalReceiver rx;
   std::string err;
   LocalRingParams p;
@@ -123,7 +117,7 @@ TEST(LocalRing, FramesArriveWholeInOrderAndTheLaneFillsUp) {
 }
 
 TEST(LocalRing, TwoProcessesStreamIntactFrames) {
-  TmpDir d;
+  TmpDir d("urxe-local-ring");
   LocalReceiver rx;
   std::string err;
   ASSERT_TRUE(rx.create(d.path, "r", 1, LocalRingParams{}, err)) << err;
@@ -168,7 +162,7 @@ TEST(LocalRing, TwoProcessesStreamIntactFrames) {
 }
 
 TEST(LocalRing, ASleepingReceiverIsWokenAndABusyOneIsNot) {
-  TmpDir d;
+  TmpDir d("urxe-local-ring");
   LocalReceiver rx;
   std::string err;
   ASSERT_TRUE(rx.create(d.path, "sleepy", 1, LocalRingParams{}, err)) << err;
@@ -212,7 +206,7 @@ TEST(LocalRing, ASleepingReceiverIsWokenAndABusyOneIsNot) {
 }
 
 TEST(LocalRing, LanesOfGoneSendersAreReclaimedOnlyOnceDrained) {
-  TmpDir d;
+  TmpDir d("urxe-local-ring");
   LocalReceiver rx;
   std::string err;
   LocalRingParams p;
@@ -244,7 +238,7 @@ TEST(LocalRing, LanesOfGoneSendersAreReclaimedOnlyOnceDrained) {
 }
 
 TEST(LocalRing, AClosedReceiverOrAForeignFileIsRefused) {
-  TmpDir d;
+  TmpDir d("urxe-local-ring");
   std::string err;
   {
     LocalReceiver rx;
@@ -270,7 +264,7 @@ TEST(LocalRing, AClosedReceiverOrAForeignFileIsRefused) {
 }
 
 TEST(LocalRing, ALongRunDirectoryStillHasAWakeSocket) {
-  TmpDir d;
+  TmpDir d("urxe-local-ring");
   std::string dir = d.path;
   for (int i = 0; i < 6; i++) dir += "/a-rather-long-directory-name";
   fs::create_directories(dir);
