@@ -2,6 +2,7 @@
 
 #include <linux/ethtool.h>
 #include <linux/if_link.h>
+#include <linux/pkt_sched.h>
 #include <linux/rtnetlink.h>
 #include <linux/sockios.h>
 #include <net/if.h>
@@ -161,6 +162,37 @@ uint32_t link_speed_mbps(const std::string& name) {
   }
   ::close(s);
   return mbps;
+}
+
+namespace {
+struct QdiscDump {
+  int ifindex;
+  std::string kind;
+};
+int qdisc_cb(const nlmsghdr* nlh, void* data) {
+  auto& d = *static_cast<QdiscDump*>(data);
+  if (nlh->nlmsg_type != RTM_NEWQDISC) return MNL_CB_OK;
+  const auto* tcm = static_cast<const tcmsg*>(mnl_nlmsg_get_payload(nlh));
+  if (tcm->tcm_ifindex != d.ifindex || tcm->tcm_parent != TC_H_INGRESS) return MNL_CB_OK;
+  netlink::for_each_attr(nlh, sizeof(tcmsg), [&](const nlattr* a) {
+    if (mnl_attr_get_type(a) == TCA_KIND && mnl_attr_validate(a, MNL_TYPE_STRING) >= 0)
+      d.kind = mnl_attr_get_str(a);
+  });
+  return MNL_CB_OK;
+}
+}  // namespace
+
+std::string ingress_qdisc(int ifindex) {
+  alignas(nlmsghdr) char buf[netlink::kRequestSize];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = RTM_GETQDISC;
+  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  auto* tcm = static_cast<tcmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(tcmsg)));
+  tcm->tcm_family = AF_UNSPEC;
+  tcm->tcm_ifindex = ifindex;
+  QdiscDump d{ifindex, {}};
+  netlink::request(nlh, qdisc_cb, &d);
+  return d.kind;
 }
 
 std::string interface_names() {

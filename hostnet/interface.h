@@ -48,4 +48,8 @@ uint32_t link_speed_mbps(const std::string& name);
 // The interfaces of this network namespace, "lo, eth0, ..." (for "no such interface" errors).
 std::string interface_names();
 
+// The kind of the qdisc on the interface's ingress side ("ingress" or "clsact": tc filters may police,
+// redirect or delay what comes in, e.g. through an ifb with netem), "" when there is none.
+std::string ingress_qdisc(int ifindex);
+
 }  // namespace urxe::hostnet

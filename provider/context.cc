@@ -277,8 +277,8 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
           dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
     }
     ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
-    urxe::provider::add_local_path(st->port, st->config, dev->ibdev_path, static_cast<uint32_t>(block),
-                                   ecfg.device.max_qp);
+    urxe::provider::add_local_path(st->port, st->config, st->netdev.ifindex, dev->ibdev_path,
+                                   static_cast<uint32_t>(block), ecfg.device.max_qp);
     st->capture = urxe::provider::open_capture(*st->port, st->config);  // over everything the engine moves
     // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
     // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).

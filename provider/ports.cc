@@ -8,9 +8,22 @@
 
 #include "dpdk/local_port.h"
 #include "dpdk/port_factory.h"
+#include "hostnet/interface.h"
 #include "provider/internal.h"
 
 namespace urxe::provider {
+
+namespace {
+// Prints `text` on stderr the first time `key` is seen in this process (one line per process and device).
+void notice_once(const std::string& key, const std::string& text) {
+  static std::mutex mu;
+  static std::vector<std::string> seen;
+  std::lock_guard g(mu);
+  if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
+  seen.push_back(key);
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
+}  // namespace
 
 std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortRequest& req, std::string& err) {
   dpdk::PortOptions opt;
@@ -26,23 +39,25 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
   std::string notice;
   auto port = dpdk::open_port(opt, &notice, &err);
   // One line per process and device, the first time a port is opened (stderr, as rdma-core warns).
-  static std::mutex notice_mu;
-  static std::vector<std::string> noticed;
-  if (port && !notice.empty()) {
-    std::lock_guard g(notice_mu);
-    if (std::find(noticed.begin(), noticed.end(), req.config.name) == noticed.end()) {
-      noticed.push_back(req.config.name);
-      std::fprintf(stderr, "%s\n", notice.c_str());
-    }
-  }
+  if (port && !notice.empty()) notice_once(req.config.name + " port", notice);
   return port;
 }
 
-void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config,
+void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config, int ifindex,
                     const std::string& ibdev_path, uint32_t block, uint32_t block_size) {
   bool on = config.local_path && config.port != "loop" && config.port != "null";
-  if (const char* e = std::getenv("URXE_LOCAL_PATH"); e && *e) on = std::string(e) != "0";
+  const char* e = std::getenv("URXE_LOCAL_PATH");
+  if (e && *e) on = std::string(e) != "0";
   if (!on) return;
+  if (const std::string q = hostnet::ingress_qdisc(ifindex); !q.empty() && !(e && *e)) {
+    // tc filters on what comes in (policing, netem through an ifb): frames must keep crossing them.
+    notice_once(config.name + " local", "urxe: " + config.netdev + ": tc qdisc " + q +
+                                            " on its ingress: frames to other urxe devices "
+                                            "of this host go through " +
+                                            config.netdev +
+                                            ", not shared memory (URXE_LOCAL_PATH=1 overrides)");
+    return;
+  }
   // The run directory's local/ (ibdev_path is RUN_DIR/sys/class/infiniband/NAME): shared by the devices
   // of every network namespace that uses this run directory.
   const std::string tail = "/sys/class/infiniband/" + config.name;

@@ -21,9 +21,10 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
 
 // Wraps `port` in the same-host path (dpdk/local_port.h: frames to another urxe device or process of this
 // run directory through shared memory, rings in RUN_DIR/local/) unless the device was made with
-// --no-local-path or its port is loop/null; $URXE_LOCAL_PATH=0/1 overrides that for one run. The port stays
-// as it is, with a debug line, when the ring cannot be published.
-void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config,
+// --no-local-path, its port is loop/null, or its interface (ifindex) has an ingress qdisc (tc filters that
+// frames must keep crossing; a one-line notice says so); $URXE_LOCAL_PATH=0/1 overrides all that for one
+// run. The port stays as it is, with a debug line, when the ring cannot be published.
+void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config, int ifindex,
                     const std::string& ibdev_path, uint32_t block, uint32_t block_size);
 
 }  // namespace urxe::provider

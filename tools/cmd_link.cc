@@ -419,7 +419,11 @@ int link_show(const prov::Paths& paths, const std::string& only) {
                   d.config.pcap_files);
     // The same-host path (dpdk/README.md): loop and null ports have none.
     const bool local = d.config.local_path && d.config.port != "loop" && d.config.port != "null";
-    std::printf(" local-path %s", local ? "on" : "off");
+    const std::string qdisc = local && present && !d.other_netns ? hostnet::ingress_qdisc(nd.ifindex) : "";
+    if (!qdisc.empty())
+      std::printf(" local-path off (ingress qdisc %s)", qdisc.c_str());
+    else
+      std::printf(" local-path %s", local ? "on" : "off");
     std::printf(" dev %s%s", d.uverbs_name.c_str(), d.dev_node_ok ? "" : " (no /dev node)");
     if (d.other_netns)
       std::printf(" netns %s (another network namespace)", d.config.netns.c_str());

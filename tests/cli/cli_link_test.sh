@@ -55,6 +55,12 @@ out=$("$U" link show 2>&1); rc=$?
 expect_rc "link show" 0 $rc
 check "link show: urxe0 like rdma link show" "^link urxe0/1 state ACTIVE physical_state LINK_UP netdev va" "$out"
 check "link show: urxe0 with the same-host path" "^link urxe0/1 .* local-path on dev uverbs0" "$out"
+if tc qdisc add dev va clsact 2>/dev/null; then
+  out=$("$U" link show urxe0 2>&1)
+  check "  off while va has an ingress qdisc" "^link urxe0/1 .* local-path off \(ingress qdisc clsact\) dev uverbs0" "$out"
+  tc qdisc del dev va clsact
+  out=$("$U" link show 2>&1)
+fi
 check "link show: urxe0's IPv4 GID" "gid 10\.66\.0\.1" "$out"
 check "link show: urxe1 on vb" "^link urxe1/1 state ACTIVE .*netdev vb port loop local-path off dev uverbs1" "$out"
 "$U" link del urxe1 >/dev/null 2>&1

@@ -5,7 +5,8 @@
 # The two processes exchange their frames through the same-host path (shared memory, on by default): each
 # app must leave va's transmit counter (nearly) unchanged while the device's counters show the traffic.
 # URXE_TEST_LOCAL_PATH=0: the device made with --no-local-path instead, and va must carry every frame (the
-# fall-back to the port). URXE_TEST_PCAP=1: also both processes' captures, every frame passing
+# fall-back to the port); URXE_TEST_LOCAL_PATH=qdisc: the same because va has a tc ingress qdisc (clsact),
+# whose filters the frames must keep crossing. URXE_TEST_PCAP=1: also both processes' captures, every frame passing
 # `urxe pcap decode --strict`.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
@@ -20,7 +21,10 @@ export URXE_RUN_DIR="$tmp/run" URXE_PROVIDER="$so"
 local_path=${URXE_TEST_LOCAL_PATH:-1}
 unset URXE_LOCAL_PATH
 opts=""
-[ "$local_path" = 1 ] || opts=--no-local-path
+[ "$local_path" = 0 ] && opts=--no-local-path
+if [ "$local_path" = qdisc ]; then
+  tc qdisc add dev va clsact || exit 1
+fi
 # shellcheck disable=SC2086
 "$devctl" link add urxe0 netdev va $opts >/dev/null || exit 1
 eval "$("$devctl" env)"
@@ -69,9 +73,9 @@ for app in "$@"; do
       fail=1
     fi
   elif [ $dsent -ge 100 ] && [ $dtx -ge $dsent ]; then
-    echo "  ok: --no-local-path: $dsent RoCE frames sent, va sent $dtx packets"
+    echo "  ok: same-host path off ($local_path): $dsent RoCE frames sent, va sent $dtx packets"
   else
-    echo "  FAIL: --no-local-path: $dsent RoCE frames sent, va sent $dtx packets (want >= 100, all through va)"
+    echo "  FAIL: same-host path off ($local_path): $dsent RoCE frames sent, va sent $dtx packets (want >= 100, all through va)"
     fail=1
   fi
   if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
