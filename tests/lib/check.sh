@@ -1,4 +1,4 @@
-# Sourced by the tests/cli and tests/install scripts: one line per check on stdout ("ok: ..." or
+# Sourced by the tests/cli, tests/install and tests/provider scripts: one line per check on stdout ("ok: ..." or
 # "FAIL: ..."); any failure sets fail=1, which the script exits with.
 fail=0
 ok() { echo "ok: $1"; }
@@ -11,4 +11,17 @@ check_not() {  # check_not DESCRIPTION PATTERN TEXT
 }
 expect_rc() {  # expect_rc DESCRIPTION WANT GOT
   if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else bad "$1: exit $3, want $2"; fi
+}
+check_captures() {  # check_captures URXE DIR MIN: at least MIN pcapng files in DIR, each passing decode --strict
+  _cc_n=0
+  for _cc_f in "$2"/*.pcapng; do
+    [ -e "$_cc_f" ] || continue
+    _cc_n=$((_cc_n + 1))
+    if ! _cc_out=$("$1" pcap decode --strict "$_cc_f" 2>&1); then
+      bad "urxe pcap decode --strict $(basename "$_cc_f")"
+      printf '%s\n' "$_cc_out" | tail -3 | sed 's/^/    /'
+    fi
+  done
+  if [ $_cc_n -ge "$3" ]; then ok "$_cc_n captures (a context each), every frame well-formed with a good ICRC"
+  else bad "$_cc_n captures, want $3 at least"; fi
 }

@@ -10,6 +10,7 @@
 # `urxe pcap decode --strict`.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
+. "$(dirname "$0")/../lib/check.sh"
 netns_require_root
 netns_private "$0" "$@"
 devctl=$1; so=$2; shift 2
@@ -80,20 +81,8 @@ for app in "$@"; do
   fi
   if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
     unset URXE_PCAP
-    n=0
-    for f in "$tmp"/pcap/*.pcapng; do
-      [ -e "$f" ] || continue
-      n=$((n + 1))
-      if ! "$devctl" pcap decode --strict "$f" >"$tmp/decode" 2>&1; then
-        echo "  FAIL: urxe pcap decode --strict $(basename "$f")"
-        tail -3 "$tmp/decode" | sed 's/^/    /'
-        fail=1
-      fi
-    done
-    if [ $n -ge 2 ]; then echo "  ok: $n captures (a context each), every frame well-formed with a good ICRC"; else
-      echo "  FAIL: $n captures, want one per process at least"
-      fail=1
-    fi
+    check_captures "$devctl" "$tmp/pcap" 2 >"$tmp/captures"
+    sed 's/^/  /' "$tmp/captures"
   fi
 done
 echo "$# apps in $(elapsed "$t_all")"

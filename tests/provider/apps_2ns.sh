@@ -14,9 +14,11 @@
 # rule `urxe link add` installs on each end) while the devices' counters show the traffic. UCT tests
 # (ucx_perftest -d) are skipped there: ucx_perftest hands the client's device name to the server, and
 # the two devices cannot share a name in one run directory (the 1ns matrix runs them on the path).
-# URXE_TEST_LINK_OPTS: more `urxe link add` options for both devices.
+# URXE_TEST_LINK_OPTS: more `urxe link add` options for both devices. URXE_TEST_PCAP=1: both processes
+# capture (URXE_PCAP), every frame passing `urxe pcap decode --strict`.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
+. "$(dirname "$0")/../lib/check.sh"
 netns_require_root
 devctl=$1; so=$2; shift 2
 mkdir -p /dev/infiniband
@@ -66,6 +68,12 @@ for app in "$@"; do
       ina0=0 inb0=0 sa0=0 sb0=0
     fi
   fi
+  if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
+    rm -rf "$tmp/pcap"
+    mkdir -p "$tmp/pcap"
+    chmod 777 "$tmp/pcap"
+    export URXE_PCAP="$tmp/pcap"
+  fi
   # shellcheck disable=SC2086
   side $a va "$tmp/server" $app &
   srv=$!
@@ -113,6 +121,11 @@ for app in "$@"; do
   else
     echo "ok: $app ($(elapsed "$t0"))"
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
+  fi
+  if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
+    unset URXE_PCAP
+    check_captures "$devctl" "$tmp/pcap" 2 >"$tmp/captures"
+    sed 's/^/  /' "$tmp/captures"
   fi
   if [ "$shared" = 1 ]; then
     # Through shared memory: next to no RoCE frame crossed the veth, while the devices sent thousands.
