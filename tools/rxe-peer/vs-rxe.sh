@@ -41,7 +41,9 @@ srv_ip=$(peer_ip 1)
 
 tmp=$(mktemp -d /tmp/urxe-vs-rxe.XXXXXX)
 booted=0
+client=
 cleanup() {
+  if [[ -n $client ]]; then kill "$client" 2>/dev/null || true; fi
   if ((booted)); then "$HERE/stop-peer.sh" 1 2 --teardown >&2 || true; fi
   if [[ ${URXE_VS_RXE_KEEP:-0} == 1 ]]; then echo "outputs kept in $tmp"; else rm -rf "$tmp"; fi
 }
@@ -51,6 +53,13 @@ say() { printf '\n== %s\n' "$*"; }
 # px N 'commands': peer-exec.sh, bounded; the agent reads one line, so a multi-line script goes base64-encoded
 px() { timeout "${PX_TIMEOUT:-60}" "$HERE/peer-exec.sh" "$1" "echo $(printf '%s' "$2" | base64 -w0) | base64 -d | sh"; }
 
+for n in 1 2; do  # start-peer.sh would take a running peer as ready: never share (or stop) another run's
+  if peer_pid "$n" >/dev/null; then
+    echo "vs-rxe: peer $n of $RUN_DIR is already running (another vs-rxe run?); stop it with" \
+      "NETNS=$NETNS RUN_DIR=$RUN_DIR $HERE/stop-peer.sh --all --teardown" >&2
+    exit 1
+  fi
+done
 say "guest (build-guest.sh) and urxe for it (urxe-cpio.sh)"
 "$HERE/build-guest.sh"
 "$HERE/urxe-cpio.sh" "$urxe" "$prov" "$tmp/urxe.cpio"
@@ -98,7 +107,11 @@ run_pair() {
     px 1 "cat /tmp/srv.log; kill $spid" >&2 || true
     return 1
   fi
-  PX_TIMEOUT=330 px 2 "$prefix timeout 300 $args $srv_ip" >"$tmp/$half.$name.client" 2>&1 || crc=$?
+  # in the background: a signal's trap runs during `wait`, not only once a foreground command ended
+  PX_TIMEOUT=330 px 2 "$prefix timeout 300 $args $srv_ip" >"$tmp/$half.$name.client" 2>&1 &
+  client=$!
+  wait "$client" || crc=$?
+  client=
   # the server ends by itself once the client is done
   px 1 "i=0; while [ \$i -lt 300 ] && [ ! -s /tmp/srv.rc ]; do sleep 0.1; i=\$((i+1)); done
     cat /tmp/srv.log; [ -s /tmp/srv.rc ] || { kill -9 -$spid 2>/dev/null; echo server killed; exit 1; }
