@@ -44,7 +44,10 @@ booted=0
 client=
 cleanup() {
   if [[ -n $client ]]; then kill "$client" 2>/dev/null || true; fi
-  if ((booted)); then "$HERE/stop-peer.sh" 1 2 --teardown >&2 || true; fi
+  if ((booted)); then
+    "$HERE/stop-peer.sh" 1 2 --teardown >&2 || true
+    rm -f "$RUN_DIR"/peer[12]/initrd.img  # start-peer.sh's concatenation, 50 MB each
+  fi
   if [[ ${URXE_VS_RXE_KEEP:-0} == 1 ]]; then echo "outputs kept in $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
