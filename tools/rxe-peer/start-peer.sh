@@ -15,11 +15,15 @@
 #
 # Prints one READY block per peer (IP, MAC and GIDs) with the boot-to-ready time; exits 0 only when every
 # requested peer is ready. Settings: see rxe-env.sh (MTU, MEM, SMP, ACCEL, NETNS, BOOT_TIMEOUT, ...).
+# EXTRA_INITRD=FILE (optional): a newc cpio archive unpacked after the guest's own (the kernel unpacks
+# concatenated initramfs archives in order), e.g. urxe from urxe-cpio.sh; the guest itself is unchanged.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/rxe-env.sh"
 [[ $# -ge 1 ]] || { echo "usage: $0 N [N...]" >&2; exit 2; }
 [[ -f $GUEST_DIR/vmlinuz && -f $GUEST_DIR/initrd.img ]] || { echo "no guest in $GUEST_DIR: run build-guest.sh first" >&2; exit 1; }
+EXTRA_INITRD=${EXTRA_INITRD:-}
+[[ -z $EXTRA_INITRD || -f $EXTRA_INITRD ]] || { echo "EXTRA_INITRD $EXTRA_INITRD not found" >&2; exit 1; }
 command -v qemu-system-x86_64 >/dev/null || { echo "qemu-system-x86_64 not found (apt-get install qemu-system-x86)" >&2; exit 1; }
 for n in "$@"; do
   [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 200 ]] || { echo "bad peer number $n" >&2; exit 2; }
@@ -50,13 +54,18 @@ launch() {  # launch N: tap + QEMU (daemonized); under the lock
   ip -n "$NETNS" tuntap add dev "$tap" mode tap
   ip -n "$NETNS" link set "$tap" mtu "$MTU" master "$BRIDGE" up
   peer_port "$n" >"$d/ctl.port"
+  local initrd=$GUEST_DIR/initrd.img
+  if [[ -n $EXTRA_INITRD ]]; then  # the guest's archive, then the extra one (both uncompressed newc)
+    initrd=$d/initrd.img
+    cat "$GUEST_DIR/initrd.img" "$EXTRA_INITRD" >"$initrd"
+  fi
   # csum=off,guest_csum=off: no checksum/segmentation offload on the virtual NIC,
   # so what the host sees on the tap is exactly what a real wire would carry.
   nsx qemu-system-x86_64 \
     -name "rxe-peer$n" -accel "$ACCEL" -cpu max -smp "$SMP" -m "$MEM" \
     -M pc -nodefaults -no-user-config -display none -no-reboot \
     -daemonize -pidfile "$d/qemu.pid" \
-    -kernel "$GUEST_DIR/vmlinuz" -initrd "$GUEST_DIR/initrd.img" \
+    -kernel "$GUEST_DIR/vmlinuz" -initrd "$initrd" \
     -append "console=ttyS0 quiet loglevel=3 panic=-1 rxe.name=peer$n rxe.ip=$(peer_ip "$n")/24 rxe.ip6=$(peer_ip6 "$n")/64 rxe.mac=$(peer_mac "$n") rxe.ctlmac=$(peer_ctlmac "$n") rxe.mtu=$MTU" \
     -serial "file:$d/console.log" \
     -qmp "unix:$d/qmp.sock,server=on,wait=off" \
