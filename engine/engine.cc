@@ -610,10 +610,12 @@ void EngineImpl::schedule(Qp& q) {
   }
 }
 
-uint64_t Engine::next_deadline_ns(bool wait_for_lock) const {
+uint64_t Engine::next_deadline_ns(bool wait_for_lock, bool* lock_busy) const {
   EngineImpl& e = *impl_;
   std::unique_lock<std::mutex> g(e.mu, std::defer_lock);
-  if (!wait_for_lock && !g.try_lock()) return 0;
+  const bool busy = !wait_for_lock && !g.try_lock();
+  if (lock_busy) *lock_busy = busy;
+  if (busy) return 0;
   if (!g.owns_lock()) g.lock();
   if (!e.tx.empty()) return 0;
   for (const auto& w : e.active_words)

@@ -365,8 +365,9 @@ class Engine {
   bool try_progress(bool* ran = nullptr);
   // Clock time (ns) by which progress() must run again if nothing else happens: 0 when work is pending
   // now, UINT64_MAX when only new packets or posts can create work. wait_for_lock false: 0 when another
-  // thread holds the engine lock (it is working), instead of waiting for it.
-  uint64_t next_deadline_ns(bool wait_for_lock = true) const;
+  // thread holds the engine lock (it is working), instead of waiting for it; `lock_busy` (optional) then
+  // says which of the two a 0 means.
+  uint64_t next_deadline_ns(bool wait_for_lock = true, bool* lock_busy = nullptr) const;
 
   uint64_t counter(Counter c) const;
   // One QP's share of the counters (num_counters values into out: what happened while the engine worked on

@@ -3,6 +3,8 @@
 // that keeps processes sharing a device from handing out the same QPN.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -42,6 +44,8 @@ void ContextState::wait_fds(bool with_port, int port_fd, uint64_t wait_ns) {
 
 void ContextState::run() {
   const int port_fd = port->rx_wait_fd();
+  // Short sleeps (kBusyNapNs) as asked, not stretched by the default 50 us timer slack.
+  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   // How long to keep polling without work before sleeping: adaptive, up to $URXE_IDLE_SPIN_US (default
   // 20 us). A spin pays off when frames come closer together than a wake-up costs (a stream: ~10-25 us per
   // wake-up here); it costs when they do not, and on 2 cores it then also holds the core of the
@@ -50,11 +54,16 @@ void ContextState::run() {
   // one, and a sleep that a frame ends sooner than half the maximum doubles it. Polling uses the pause
   // instruction, not sched_yield: on a busy machine a yield hands the core to a spinning application
   // thread for a whole time slice.
+  // On a single CPU (a 1-vCPU guest, a container pinned to one core) a spin only keeps the app, which is
+  // what would bring the work, off the CPU: no spin there.
   uint64_t max_spin_ns = 20000;
+  if (cpu_set_t cpus; ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) == 1)
+    max_spin_ns = 0;
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
     max_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
   uint64_t spin_ns = max_spin_ns;
   uint64_t idle_since = 0, idle_polls = 0;
+  bool app_in_engine = false;  // the last look found an app thread in the engine: it drives, nap
   // The thread never waits for the engine lock: an app thread holding it (poll_cq's inline round, a post's)
   // is doing the work, and blocking on the mutex would cost two context switches per round on 2 cores (the
   // app's unlock waking this thread, which then preempts the app it was waiting for). A round it cannot take
@@ -71,13 +80,22 @@ void ContextState::run() {
       idle_since = t;
       idle_polls = app_polls.load(std::memory_order_relaxed);
     }
-    if (app_driving(idle_polls)) {
+    if (app_in_engine || app_driving(idle_polls)) {
+      app_in_engine = false;
       sleep_mode.store(kNapping, std::memory_order_seq_cst);
-      const uint64_t deadline = engine->next_deadline_ns(false), now = clock.now_ns();
-      // Deadline 0: work is pending or an app thread holds the engine (its poll is doing the work). The
-      // app drives either way, so nap the full time rather than return at once: a zero-length nap would
-      // arm and disarm the port's wake-up per loop, and a local peer pays a wake-up datagram for each.
-      uint64_t wait_ns = deadline == 0 ? kNapNs : deadline > now ? std::min(deadline - now, kNapNs) : 0;
+      bool busy = false;
+      const uint64_t deadline = engine->next_deadline_ns(false, &busy), now = clock.now_ns();
+      if (busy && armed_cqs.load(std::memory_order_seq_cst) == 0) {
+        // An app thread is in the engine, doing the work: step aside for a moment (sleeping, so that the
+        // app has the CPU, also if it was preempted in the engine) without being woken by its frames,
+        // which it reads itself; a spin here would hold a core the apps need, and a nap that each frame
+        // ends would cost a wake-up per frame (and a local peer a datagram).
+        wait_fds(false, port_fd, kBusyNapNs);
+        sleep_mode.store(kAwake, std::memory_order_relaxed);
+        idle_since = 0;
+        continue;
+      }
+      uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
       // Re-check after announcing the nap: a req_notify_cq that armed a CQ before seeing kNapping must
       // not leave its app waiting for a nap to end (pairs with cq_armed).
       if (armed_cqs.load(std::memory_order_seq_cst) != 0) wait_ns = 0;
@@ -100,10 +118,11 @@ void ContextState::run() {
       continue;
     }
     spin_ns = spin_ns < 1000 ? 0 : spin_ns / 2;  // spun for nothing
-    if (engine->next_deadline_ns(false) == 0) {
-      // Work pending, or an app thread is in the engine: no time to sleep, and not a new idle period
-      // either (idle_since stays, so an app that keeps polling is seen driving and the thread naps).
-      for (int i = 0; i < 32; ++i) __builtin_ia32_pause();
+    if (bool busy = false; engine->next_deadline_ns(false, &busy) == 0) {
+      // An app thread is in the engine: it drives, so nap (sleeping, which also lets that thread have
+      // this CPU back if it was preempted while in the engine) instead of spinning on the lock. Work
+      // pending: a round at once.
+      app_in_engine = busy && armed_cqs.load(std::memory_order_relaxed) == 0;
       continue;
     }
     port->rx_wait_arm(true);
