@@ -64,12 +64,16 @@ void ContextState::run() {
   uint64_t spin_ns = max_spin_ns;
   uint64_t idle_since = 0, idle_polls = 0;
   bool app_in_engine = false;  // the last look found an app thread in the engine: it drives, nap
+  uint64_t busy_nap_ns = kBusyNapNs;
   // The thread never waits for the engine lock: an app thread holding it (poll_cq's inline round, a post's)
   // is doing the work, and blocking on the mutex would cost two context switches per round on 2 cores (the
   // app's unlock waking this thread, which then preempts the app it was waiting for). A round it cannot take
   // counts as an idle one.
   while (!stop.load(std::memory_order_relaxed)) {
-    if (engine->try_progress()) {
+    bool ran = false;
+    const bool worked = engine->try_progress(&ran);
+    if (ran) busy_nap_ns = kBusyNapNs;  // the engine was free
+    if (worked) {
       ++n_rounds;
       if ((n_rounds & 1023) == 0 && gid_watch.due(clock.now_ns())) gid_update();  // busy: never sleeps
       idle_since = 0;
@@ -90,11 +94,15 @@ void ContextState::run() {
         // app has the CPU, also if it was preempted in the engine) without being woken by its frames,
         // which it reads itself; a spin here would hold a core the apps need, and a nap that each frame
         // ends would cost a wake-up per frame (and a local peer a datagram).
-        wait_fds(false, port_fd, kBusyNapNs);
+        // Found there again and again (an app that polls without pause): longer steps, fewer preemptions
+        // of the apps by this thread's timer; reset once the engine is found free.
+        wait_fds(false, port_fd, busy_nap_ns);
+        busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
       }
+      busy_nap_ns = kBusyNapNs;
       uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
       // Re-check after announcing the nap: a req_notify_cq that armed a CQ before seeing kNapping must
       // not leave its app waiting for a nap to end (pairs with cq_armed).
