@@ -247,10 +247,10 @@ struct ContextState final : urxe::provider::LoggingSink {
   // doorbell.
   enum SleepMode : int { kAwake = 0, kSleeping = 1, kNapping = 2 };
   static constexpr uint64_t kNapNs = 1000000;
-  // An app thread is in the engine: step aside this long. Shorter costs the apps a preemption by this
-  // thread's timer more often (ib_send_lat 64 B over a veth: 6.1 us typical at 50 us, 15-20 at 20 us);
-  // longer keeps a memory-polling app that just left the engine waiting for its frames (ib_write_lat on
-  // the same-host path: 36 us at 50, 62 at 100, 259 at 500).
+  // An app thread is in the engine: step aside this long at first (doubling up to kNapNs while that goes
+  // on). Shorter costs the apps a preemption by this thread's timer more often (ib_send_lat 64 B over a
+  // veth: 15-20 us typical with a fixed 20 us); longer keeps a memory-polling app that just left the
+  // engine waiting for its frames (ib_write_lat on the same-host path: 36 us at 50, 62 at 100, 259 at 500).
   static constexpr uint64_t kBusyNapNs = 50000;
   std::atomic<int> sleep_mode{kAwake};
   std::atomic<uint64_t> app_polls{0};  // poll_cq calls (changes = an app thread is polling)
