@@ -1,6 +1,7 @@
-// Opens the right Port for a device. Real I/O: DPDK when it can start (the user passed DPDK arguments, or
-// the process has CAP_NET_ADMIN and CAP_NET_RAW for the default af_packet vdev), else the kernel-socket
-// port, with a one-line notice saying which and why. In-process: the loop and null ports (memory_port.h).
+// Opens the right Port for a device. Real I/O: the kernel-socket port, or DPDK when the user passed DPDK
+// arguments (or asked for it: PortKind::dpdk, its af_packet vdev by default), falling back to the socket
+// port if DPDK cannot start; a one-line notice says which and why. In-process: the loop and null ports
+// (memory_port.h).
 #pragma once
 #include <memory>
 #include <string>
