@@ -54,6 +54,8 @@ struct DeviceConfig {
   // shared memory instead of the interface. Off for a device whose interface must see every frame (netem, a
   // firewall, a capture on the veth): `urxe link add ... --no-local-path`.
   bool local_path = true;
+  // Whether the device takes the same-host path: asked for, and a port with an interface (not loop/null).
+  bool uses_local_path() const { return local_path && port != "loop" && port != "null"; }
 };
 
 enum class GidType { roce_v1, roce_v2 };

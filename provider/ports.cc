@@ -45,7 +45,7 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
 
 void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config, int ifindex,
                     const std::string& ibdev_path, uint32_t block, uint32_t block_size) {
-  bool on = config.local_path && config.port != "loop" && config.port != "null";
+  bool on = config.uses_local_path();
   const char* e = std::getenv("URXE_LOCAL_PATH");
   if (e && *e) on = std::string(e) != "0";
   if (!on) return;

@@ -419,8 +419,8 @@ int link_show(const prov::Paths& paths, const std::string& only) {
     if (!d.config.pcap.empty())
       std::printf(" pcap %s pcap-size %u pcap-files %u", d.config.pcap.c_str(), d.config.pcap_size_mb,
                   d.config.pcap_files);
-    // The same-host path (dpdk/README.md): loop and null ports have none.
-    const bool local = d.config.local_path && d.config.port != "loop" && d.config.port != "null";
+    // The same-host path (dpdk/README.md).
+    const bool local = d.config.uses_local_path();
     const std::string qdisc = local && present && !d.other_netns ? hostnet::ingress_qdisc(nd.ifindex) : "";
     if (!qdisc.empty())
       std::printf(" local-path off (ingress qdisc %s)", qdisc.c_str());
