@@ -223,6 +223,36 @@ def cm_block_dropped():
     return int(m.group(1)) if m else -1
 
 
+# A urxe client's CM REQ (QP1, CM class 0x07, attribute ID 0x0010) coming into the guest; the host kernel has
+# no netem, so the guest delays it: redirected from eth0's ingress to ifb0, whose netem holds it.
+REQ_DELAY_FILTER = ("protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff "
+                    "match u32 0x00000001 0x00ffffff at 32 match u8 0x07 0xff at 49 "
+                    "match u16 0x0010 0xffff at 64 action mirred egress redirect dev ifb0")
+
+
+def req_delay_on(ms):
+    """perftest -R (4.5-0.17) connects twice, and its server only listens for the second connection after
+    the first has carried its parameter exchange; a client that sends its REQ sooner than the server gets to
+    rdma_listen is rejected (REJ 8, invalid service ID), and perftest's own retry then uses the cm_ids it
+    has just destroyed (the client dies of SIGSEGV). The rxe server in the TCG guest needs a few ms for that
+    listen; a urxe client sends its REQ 1 ms after the last handshake message. Delaying each REQ from urxe
+    by ms gives the server that time, as a farther client would."""
+    r = peer_exec("ip link add ifb0 type ifb 2>/dev/null; ip link set ifb0 up && "
+                  f"tc qdisc replace dev ifb0 root netem delay {ms}ms && "
+                  "tc qdisc replace dev eth0 handle ffff: ingress && "
+                  f"tc filter replace dev eth0 parent ffff: {REQ_DELAY_FILTER}", timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError("req_delay: " + r.stdout)
+
+
+def req_delay_off():
+    """Removes the delay; returns how many REQs it delayed (the netem qdisc's packet count)."""
+    r = peer_exec("tc -s qdisc show dev ifb0; tc qdisc del dev eth0 ingress; tc qdisc del dev ifb0 root; true",
+                  timeout=30)
+    m = re.search(r"qdisc netem .*?Sent \d+ bytes (\d+) pkt", r.stdout, re.S)
+    return int(m.group(1)) if m else -1
+
+
 # The guest's CM DREQ (GSI QP1, CM class 0x07, attribute ID 0x0015), IPv4 and IPv6. The kernel sends it once
 # when the app destroys its id right after rdma_disconnect, as rping does (cm_destroy_id cancels the MAD in
 # DREQ_SENT): lost, it leaves the other side's server, rxe's own as well, waiting forever for a DISCONNECTED.
@@ -337,6 +367,8 @@ def run_case(case, st):
                           "i=$((i+1)); done", timeout=30)
             if case.get("cm_block"):
                 cm_block(case["cm_block"])
+            if case.get("req_delay_ms"):
+                req_delay_on(case["req_delay_ms"])
             t_client = time.monotonic()
             urxe = UrxeProc(urxe_cmd, urxe_addr, os.path.join(d, "urxe.log"), d)
             urxe_rc = urxe.wait(case["timeout"])
@@ -364,6 +396,11 @@ def run_case(case, st):
             stop_urxe_cm(urxe)
         if case["netem"]:
             netem_stats = netem_off()
+        if case.get("req_delay_ms") and case["urxe_role"] == "client":
+            delayed = req_delay_off()
+            notes.append(f"REQs from urxe delayed {case['req_delay_ms']} ms: {delayed}")
+            if delayed < 2:  # perftest -R connects twice
+                problems.append(f"the REQ delay caught {delayed} REQs, not one per connection (2)")
         dropped = cap.stop()
     open(os.path.join(d, "rxe.log"), "w").write(f"$ {peer_cmd}\n{peer_out}")
     if netem_stats:

@@ -165,11 +165,18 @@ def cm_cases():
     m += rdmacm("cm", "rdma_server", "", "-s {addr}", r"rdma_client: end 0", name="rdma_server_client",
                 client_tool="rdma_client",
                 server_pattern=r"rdma_server: end 0")
-    m += rdmacm("cm", "ib_write_bw", "-R -F -n 50 -s 65536", "-R -F -n 50 -s 65536 {addr}", r"#bytes",
-                name="ib_write_bw_R_n50_s65536", timeout=90)
+    # perftest -R: the rxe server listens for its second connection only after the first has carried the
+    # parameter exchange; a urxe client's REQs are delayed 200 ms on their way in so that it is listening
+    # (req_delay_on in interop.py)
+    perftest_r = rdmacm("cm", "ib_write_bw", "-R -F -n 50 -s 65536", "-R -F -n 50 -s 65536 {addr}", r"#bytes",
+                        name="ib_write_bw_R_n50_s65536", timeout=90)
     # in the READ latency test only the client prints the table
-    m += rdmacm("cm", "ib_read_lat", "-R -F -n 50", "-R -F -n 50 {addr}", r"#bytes", name="ib_read_lat_R_n50",
-                server_pattern=r"remote address", timeout=90)
+    perftest_r += rdmacm("cm", "ib_read_lat", "-R -F -n 50", "-R -F -n 50 {addr}", r"#bytes",
+                         name="ib_read_lat_R_n50", server_pattern=r"remote address", timeout=90)
+    for c in perftest_r:
+        if c["urxe_role"] == "client":
+            c["req_delay_ms"] = 200
+    m += perftest_r
     # a lost REQ, REP, RTU, DREP or urxe's DREQ is retransmitted after ~4.6 s; rxe's RC retransmit timer is ~2 s.
     # rxe's DREQ is sent once and so spared from netem (GUEST_DREQ_FILTERS in interop.py).
     m += rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 10 -V -v", "-c -a {addr} -C 10 -V -v", r"ping data",
