@@ -89,24 +89,30 @@ void ContextState::run() {
       sleep_mode.store(kNapping, std::memory_order_seq_cst);
       bool busy = false;
       const uint64_t deadline = engine->next_deadline_ns(false, &busy), now = clock.now_ns();
-      if (busy && armed_cqs.load(std::memory_order_seq_cst) == 0) {
+      if (busy) {
         // An app thread is in the engine, doing the work: step aside for a moment (sleeping, so that the
         // app has the CPU, also if it was preempted in the engine) without being woken by its frames,
         // which it reads itself; a spin here would hold a core the apps need, and a nap that each frame
-        // ends would cost a wake-up per frame (and a local peer a datagram).
+        // ends would cost a wake-up per frame (and a local peer a datagram). Also with a CQ armed: that
+        // thread's round signals the channel itself. (Looping here instead, as the thread once did when a
+        // CQ was armed, held the core of an app preempted in the engine for whole 4 ms ticks: Open MPI
+        // over UCX, which arms its CQs, had 8-byte round trips of 2-12 ms, ~1 in 250.)
         // Found there again and again (an app that polls without pause): longer steps, fewer preemptions
-        // of the apps by this thread's timer; reset once the engine is found free.
+        // of the apps by this thread's timer; reset once the engine is found free. Not longer while a CQ
+        // is armed: an app blocked on its channel needs this thread back soon after that round.
         wait_fds(false, port_fd, busy_nap_ns);
-        busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
+        if (armed_cqs.load(std::memory_order_relaxed) == 0) busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
       }
       busy_nap_ns = kBusyNapNs;
       uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
-      // Re-check after announcing the nap: a req_notify_cq that armed a CQ before seeing kNapping must
-      // not leave its app waiting for a nap to end (pairs with cq_armed).
-      if (armed_cqs.load(std::memory_order_seq_cst) != 0) wait_ns = 0;
+      // An app that armed a CQ may block on its channel (a req_notify_cq after kNapping wakes the nap:
+      // cq_armed). The frames that would complete its work end the nap (below); a port without a wait fd
+      // cannot end it, so naps stay short there while a CQ is armed.
+      if (port_fd < 0 && armed_cqs.load(std::memory_order_seq_cst) != 0)
+        wait_ns = std::min<uint64_t>(wait_ns, 20000);
       if (wait_ns) {
         ++n_naps;
         // A frame still wakes the nap: an app may spin on memory a peer WRITEs (ib_write_lat) and
@@ -130,7 +136,7 @@ void ContextState::run() {
       // An app thread is in the engine: it drives, so nap (sleeping, which also lets that thread have
       // this CPU back if it was preempted while in the engine) instead of spinning on the lock. Work
       // pending: a round at once.
-      app_in_engine = busy && armed_cqs.load(std::memory_order_relaxed) == 0;
+      app_in_engine = busy;
       continue;
     }
     port->rx_wait_arm(true);
