@@ -13,17 +13,20 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # Installs the packages of tools/apt-packages.txt (or the PKGs named) that are missing; does nothing (no
 # apt-get update) when everything is there, so reruns are fast.
 install_missing_packages() {  # install_missing_packages [PKG...]
-  local list=$URXE_TOP/tools/apt-packages.txt missing=() p
+  local missing=() p pkgs=("$@")
   command -v dpkg-query >/dev/null || { echo "dpkg-query not found: not Debian? skipping package check"; return 0; }
-  if [ $# -gt 0 ]; then
-    list=<(printf '%s\n' "$@")
+  # the list file's lines, less comments and blanks (a process substitution here lost its /dev/fd path
+  # in a script run from nohup)
+  if [ $# -eq 0 ]; then
+    while read -r p; do
+      p=${p%%#*}
+      p=${p//[[:space:]]/}
+      [ -n "$p" ] && pkgs+=("$p")
+    done <"$URXE_TOP/tools/apt-packages.txt"
   fi
-  while read -r p; do
-    p=${p%%#*}
-    p=${p//[[:space:]]/}
-    [ -n "$p" ] || continue
+  for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done <"$list"
+  done
   [ ${#missing[@]} -eq 0 ] && return 0
   say "installing missing packages: ${missing[*]}"
   local sudo=()
