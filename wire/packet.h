@@ -55,6 +55,9 @@ struct Packet {
 struct ParseOptions {
   bool verify_icrc = true;
   bool verify_checksums = true;  // IPv4 header checksum; UDP checksum when non-zero
+  // Stop once the BTH is read (ok: a RoCEv2 frame up to its BTH): for routing by destination QP, which
+  // needs nothing past it. The opcode, extension headers, payload and ICRC are not looked at.
+  bool bth_only = false;
 };
 
 // Fills `out` as far as parsing got, even on error (so a decoder can show the fields), and returns the
@@ -66,7 +69,7 @@ struct FrameSpec {
   bool has_vlan = false;
   uint16_t vlan_tci = 0;
   uint8_t ip_version = 4;
-  Gid src_ip{}, dst_ip{};  // IPv4 as IPv4-mapped (::ffff:a.b.c.d); the last 4 bytes are used
+  Gid src_ip{}, dst_ip{};     // IPv4 as IPv4-mapped (::ffff:a.b.c.d); the last 4 bytes are used
   uint8_t traffic_class = 0;  // IPv4 TOS / IPv6 traffic class
   uint8_t ttl = 64;           // TTL / hop limit
   uint16_t ip_id = 0;

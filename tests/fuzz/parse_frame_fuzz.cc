@@ -4,6 +4,7 @@
 //  - on ok, every offset/length lies inside the input, the payload span inside the frame, the ICRC is the
 //    stored one, and the layout adds up (headers + payload + pad + ICRC == frame_len);
 //  - switching verification off only removes bad_icrc / bad_checksum, never adds an error;
+//  - stopping at the BTH (bth_only) is ok with the same BTH wherever the whole parse is;
 //  - a frame that parses structurally, once its IPv4/UDP checksums and ICRC are repaired, parses ok;
 //  - an ok frame rebuilt with build_frame from its parsed fields parses to the same fields, and for
 //    canonical frames (what build_frame itself emits) reproduces the input byte for byte;
@@ -232,6 +233,17 @@ void run(const uint8_t* data, size_t size) {
   if (e1 == ParseError::ok) {
     check_ok(data, size, p1);
     check_rebuild(data, p1);
+  }
+  // Stopping at the BTH (the same-host path's routing) agrees with the whole parse (`lax`: checksums off) on
+  // every frame that parses: ok, and the same BTH and header offsets.
+  Packet head;
+  const ParseError e_head =
+      parse_frame(in, head, ParseOptions{.verify_icrc = false, .verify_checksums = false, .bth_only = true});
+  check_bounds(data, size, head);
+  if (no_csum == ParseError::ok || no_csum == ParseError::bad_icrc) {
+    INVARIANT(e_head == ParseError::ok);
+    INVARIANT(head.bth.dqpn == lax.bth.dqpn && head.bth.opcode == lax.bth.opcode);
+    INVARIANT(head.bth_offset == lax.bth_offset && head.l3_offset == lax.l3_offset);
   }
 
   // Repair checksums and ICRC so mutated headers reach the ok path, which random bytes almost never do.
