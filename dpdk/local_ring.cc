@@ -223,8 +223,9 @@ uint32_t LocalReceiver::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   if (!m_ || n == 0) return 0;
   const uint32_t lanes = m_->hdr->lanes;
   uint32_t got = 0;
-  for (uint32_t k = 0; k < lanes && got < n; k++) {
-    const uint32_t l = (next_lane_ + k) % lanes;
+  // lanes in turn from next_lane_, wrapping without a division (this runs on every poll)
+  uint32_t l = next_lane_ < lanes ? next_lane_ : 0;
+  for (uint32_t k = 0; k < lanes && got < n; k++, l = l + 1 == lanes ? 0 : l + 1) {
     Lane& lane = m_->lanes[l];
     if (lane.owner.load(std::memory_order_relaxed) == 0) continue;
     const uint32_t head = lane.head.load(std::memory_order_acquire);
@@ -238,7 +239,7 @@ uint32_t LocalReceiver::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       got++;
     }
   }
-  next_lane_ = (next_lane_ + 1) % lanes;
+  next_lane_ = next_lane_ + 1 >= lanes ? 0 : next_lane_ + 1;
   return got;
 }
 
