@@ -47,11 +47,9 @@ ContextState::~ContextState() {
   stop.store(true);
   wake();
   if (progress_thread.joinable()) progress_thread.join();
-  URXE_DEBUG(
-      "progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu; "
-      "%u CQs left armed",
-      (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
-      (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port, armed_cqs.load());
+  URXE_DEBUG("progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu",
+             (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
+             (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port);
   if (const auto* local = dynamic_cast<const urxe::dpdk::LocalPathPort*>(port.get())) {
     const urxe::dpdk::LocalPathStats& ls = local->stats();
     URXE_DEBUG("same-host path: %llu frames sent, %llu received, %llu dropped for a peer that died",

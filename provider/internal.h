@@ -293,8 +293,8 @@ struct ContextState final : urxe::provider::LoggingSink {
   // Whether the app is busy-polling: at least kDrivingPolls poll_cq calls since `since` (the start of
   // this idle spell, at most the spin time ago). An app that polls only now and then does not count: the
   // thread then serves the port itself. An armed CQ does not stop it counting: a poll of any CQ runs the
-  // whole engine, and UCX leaves a CQ it no longer uses armed for good (its UD transport's, after wire-up)
-  // while it busy-polls the others; a nap still ends on a frame, so an app blocked on a channel is served.
+  // whole engine, and UCX keeps CQs armed while it busy-polls (Open MPI over UCX); a nap still ends on a
+  // frame, so an app blocked on a channel is served.
   static constexpr uint64_t kDrivingPolls = 4;
   bool app_driving(uint64_t since) const {
     return app_polls.load(std::memory_order_relaxed) - since >= kDrivingPolls;

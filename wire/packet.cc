@@ -36,34 +36,21 @@ uint16_t udp_sum(uint8_t ip_version, const uint8_t* ip, const uint8_t* udp, uint
 
 std::string_view to_string(ParseError e) {
   switch (e) {
-    case ParseError::ok:
-      return "ok";
-    case ParseError::truncated:
-      return "truncated";
-    case ParseError::not_roce:
-      return "not RoCE";
-    case ParseError::bad_version:
-      return "bad version";
-    case ParseError::bad_length:
-      return "bad length";
-    case ParseError::bad_checksum:
-      return "bad checksum";
-    case ParseError::unknown_opcode:
-      return "unknown opcode";
-    case ParseError::bad_pad:
-      return "bad pad";
-    case ParseError::bad_icrc:
-      return "bad ICRC";
+    case ParseError::ok: return "ok";
+    case ParseError::truncated: return "truncated";
+    case ParseError::not_roce: return "not RoCE";
+    case ParseError::bad_version: return "bad version";
+    case ParseError::bad_length: return "bad length";
+    case ParseError::bad_checksum: return "bad checksum";
+    case ParseError::unknown_opcode: return "unknown opcode";
+    case ParseError::bad_pad: return "bad pad";
+    case ParseError::bad_icrc: return "bad ICRC";
   }
   return "?";
 }
 
-Gid Packet::src_gid() const {
-  return ip_version == 4 ? gid_from_ipv4(ip4.src) : ip6.src;
-}
-Gid Packet::dst_gid() const {
-  return ip_version == 4 ? gid_from_ipv4(ip4.dst) : ip6.dst;
-}
+Gid Packet::src_gid() const { return ip_version == 4 ? gid_from_ipv4(ip4.src) : ip6.src; }
+Gid Packet::dst_gid() const { return ip_version == 4 ? gid_from_ipv4(ip4.dst) : ip6.dst; }
 
 ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
   out = Packet{};
@@ -186,8 +173,8 @@ uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len) {
   const OpcodeInfo& info = opcode_info(spec.bth.opcode);
   uint32_t pad = info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0;
   if (!info.has_payload) payload_len = 0;
-  return kEthLen + (spec.has_vlan ? kVlanLen : 0) + (spec.ip_version == 4 ? kIpv4MinLen : kIpv6Len) +
-         kUdpLen + kBthLen + info.ext_len + payload_len + pad + kIcrcLen;
+  return kEthLen + (spec.has_vlan ? kVlanLen : 0) + (spec.ip_version == 4 ? kIpv4MinLen : kIpv6Len) + kUdpLen +
+         kBthLen + info.ext_len + payload_len + pad + kIcrcLen;
 }
 
 bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout) {
