@@ -98,10 +98,16 @@ void ContextState::run() {
         // CQ was armed, held the core of an app preempted in the engine for whole 4 ms ticks: Open MPI
         // over UCX, which arms its CQs, had 8-byte round trips of 2-12 ms, ~1 in 250.)
         // Found there again and again (an app that polls without pause): longer steps, fewer preemptions
-        // of the apps by this thread's timer; reset once the engine is found free. Not longer while a CQ
-        // is armed: an app blocked on its channel needs this thread back soon after that round.
+        // of the apps by this thread's timer; reset once the engine is found free. While a CQ is armed,
+        // only if the app polled on through the step: an app that arms, polls once more and blocks on
+        // its channel (rdma-core's pattern) needs this thread back soon, but a CQ armed long ago by an
+        // app that goes on polling (UCX: Open MPI's ranks kept one armed all along) must not hold the
+        // step at its shortest, whose timer preempted the ranks every 50 us (8-byte one-way average
+        // 6.1-8.5 -> 2.1-2.7 us on the same-host path, 13.3-15.5 -> 7.1-7.5 through the veth).
+        const uint64_t polls_before = app_polls.load(std::memory_order_relaxed);
         wait_fds(false, port_fd, busy_nap_ns);
-        if (armed_cqs.load(std::memory_order_relaxed) == 0) busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
+        if (armed_cqs.load(std::memory_order_relaxed) == 0 || app_driving(polls_before))
+          busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
