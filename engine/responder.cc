@@ -2,8 +2,9 @@
 // PSN-sequence NAK per gap), opcode sequence, rkey/PD/access/bounds/alignment checks, SEND into receive
 // WQEs (RNR NAK when none), RDMA WRITE, READ and atomics through responder resources that also answer
 // duplicates (READ re-executed, atomic replayed from the saved original value), MSN, and ACK coalescing
-// (ACK on AckReq, on the last packet of a message, and at least every ack_every_n packets). Responses are
-// sent in PSN order by responder_tx: READ responses and atomic ACKs first, then the newest ACK/NAK.
+// (an ACK owed on AckReq and on the last packet of a message, sent once per round or at once after
+// ack_every_n packets). Responses are sent in PSN order by responder_tx: READ responses and atomic ACKs
+// first, then the newest ACK/NAK.
 // UC: no responses; a gap drops the rest of that message. UD: Q_Key check, GRH into the receive buffer.
 #include "engine/internal.h"
 
@@ -19,6 +20,7 @@ uint64_t recv_capacity(const Qp& q) {
 
 // One ACK/NAK frame, sent now.
 void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn) {
+  q.resp.pkts_since_ack = 0;
   wire::FrameSpec spec = q.spec;
   spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::acknowledge);
   spec.bth.psn = psn;
@@ -26,11 +28,15 @@ void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn
   if (e.begin_frame(spec, 0)) e.finish_frame();
 }
 
-// An ACK/NAK goes out at once unless READ responses or atomic ACKs are still owed: those come first (PSN
-// order), and then only the newest owed ACK/NAK is sent, since it implies the older ones.
+// An ACK/NAK is owed. It goes out in the QP's visit later in this same round (responder_tx; rx_frame
+// activated the QP), after the READ responses and atomic ACKs still owed (PSN order), and only the newest
+// owed one, since it implies the older ones: the requests of one round's received frames share an ACK (an
+// ACK acknowledges every request before its PSN, so one may stand for several: coalesced ACKs), and a
+// stream of small WRITEs costs both ends an ACK frame per round instead of one per message. Once
+// ack_every_n packets went unacknowledged it goes out at once, so a long burst still moves the requester's
+// window as it arrives.
 void queue_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn) {
-  q.resp.pkts_since_ack = 0;
-  if (!res_pending(q)) {
+  if (q.resp.pkts_since_ack >= e.config.ack_every_n && !res_pending(q)) {
     q.resp.ack_pending = false;
     emit_ack(e, q, syndrome, psn, q.resp.msn);
     return;
@@ -39,7 +45,6 @@ void queue_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn) {
   q.resp.ack_syndrome = syndrome;
   q.resp.ack_psn = psn;
   q.resp.ack_msn = q.resp.msn;
-  q.resp.pkts_since_ack = 0;
 }
 
 constexpr uint8_t kAckSyndrome = wire::make_syndrome(wire::AethType::ack, wire::kCreditInvalid);

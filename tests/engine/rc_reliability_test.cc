@@ -448,7 +448,9 @@ TEST(RcAck, LongMessageAgainstAPeerThatAcksOnlyOnAckReq) {
 }
 
 TEST(RcAck, CumulativeAckCompletesSeveralWrs) {
-  Loopback lb;
+  EngineConfig cfg;
+  cfg.ack_every_n = 1;  // an ACK per WRITE (else the three, read in one round, share one)
+  Loopback lb(cfg);
   auto [qa, qb] = lb.connect(QPT_RC);
   // drop the ACKs of the first two WRITEs: the third ACK completes all three, in order
   int acks = 0;
@@ -473,6 +475,36 @@ TEST(RcAck, CumulativeAckCompletesSeveralWrs) {
     EXPECT_EQ(wa[i].status, WC_SUCCESS);
   }
   EXPECT_EQ(lb.a().eng->counter(Counter::completer_retry_err), 0u);  // no timeout was needed
+}
+
+TEST(RcAck, WritesReadInOneRoundShareAnAck) {
+  Loopback lb;  // ack_every_n 16 by default
+  auto [qa, qb] = lb.connect(QPT_RC);
+  constexpr int kWrites = 8;
+  std::vector<Sge> sges(kWrites);
+  std::vector<SendWr> wrs(kWrites);
+  for (int i = 0; i < kWrites; i++) {
+    sges[i] = {lb.a().addr(64 * static_cast<uint64_t>(i)), 64, lb.a().mr.lkey};
+    lb.a().mem[64 * static_cast<size_t>(i)] = static_cast<uint8_t>(i + 1);
+    wrs[i] = make_wr(WR_RDMA_WRITE, &sges[i], 1, static_cast<uint64_t>(i + 1));
+    wrs[i].rdma.remote_addr = lb.b().addr(64 * static_cast<uint64_t>(i));
+    wrs[i].rdma.rkey = lb.b().mr.rkey;
+    if (i) wrs[i - 1].next = &wrs[i];
+  }
+  post(lb.a(), qa, wrs[0]);  // one post: the eight frames leave in one burst, so B reads them in one round
+  auto wa = lb.poll(lb.a(), kWrites);
+  ASSERT_EQ(wa.size(), static_cast<size_t>(kWrites));
+  for (int i = 0; i < kWrites; i++) {
+    EXPECT_EQ(wa[i].wr_id, static_cast<uint64_t>(i + 1));  // in order, each completed by the shared ACK
+    EXPECT_EQ(wa[i].status, WC_SUCCESS);
+    EXPECT_EQ(lb.b().mem[64 * static_cast<size_t>(i)], i + 1);
+  }
+  std::vector<uint32_t> ack_psns;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 1 && p.bth.opcode == wire::op::acknowledge) ack_psns.push_back(p.bth.psn);
+  EXPECT_EQ(ack_psns, (std::vector<uint32_t>{0x107}));  // the last WRITE's PSN (the first is 0x100)
+  EXPECT_EQ(lb.b().eng->counter(Counter::completer_retry_err) + lb.a().eng->counter(Counter::completer_retry_err),
+            0u);
 }
 
 TEST(RcWire, CorruptedFramesFailIcrcAndAreRecovered) {
