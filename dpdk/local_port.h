@@ -51,6 +51,10 @@ class LocalPathPort final : public engine::Port {
   void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
   int rx_wait_fd() const override { return epoll_fd_; }
   void rx_wait_arm(bool armed) override;
+  uint64_t rx_wait_event_ns() const override {
+    const uint64_t t = rx_.last_kick_ns();
+    return t ? t : inner_->rx_wait_event_ns();
+  }
   bool set_rx_qpn_range(uint32_t first, uint32_t end) override {
     return inner_->set_rx_qpn_range(first, end);
   }

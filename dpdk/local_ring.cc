@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,6 +33,9 @@ struct Header {
   uint64_t size;  // bytes of the whole segment
   alignas(kLine) std::atomic<uint32_t> sleeping;
   std::atomic<uint32_t> closed;
+  // CLOCK_MONOTONIC ns of the first kick since the receiver last armed (0: none): when the frames that woke
+  // it came, which its wake-up time is not (that adds the wake-up's own latency, tens of us on a VM).
+  std::atomic<uint64_t> kick_ns;
 };
 struct Lane {
   alignas(kLine) std::atomic<uint64_t> owner;  // 0 = free; else the sender's id
@@ -258,10 +262,12 @@ bool LocalReceiver::owns(const uint8_t* data) const {
 void LocalReceiver::arm(bool armed) {
   if (!m_) return;
   if (armed) {
+    m_->hdr->kick_ns.store(0, std::memory_order_relaxed);
     m_->hdr->sleeping.store(1, std::memory_order_seq_cst);
     return;
   }
   m_->hdr->sleeping.store(0, std::memory_order_relaxed);
+  last_kick_ns_ = m_->hdr->kick_ns.exchange(0, std::memory_order_relaxed);
   char b[64];
   while (::recv(wake_rd_, b, sizeof b, MSG_DONTWAIT) > 0) {
   }
@@ -358,6 +364,12 @@ void LocalSender::kick() {
   // Pairs with the receiver's arm(true) then last look: one of the two sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!m_->hdr->sleeping.load(std::memory_order_relaxed)) return;
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // (beside a system call: the receiver sleeps)
+  uint64_t none = 0;
+  m_->hdr->kick_ns.compare_exchange_strong(
+      none, static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec),
+      std::memory_order_relaxed);
   if (wake_wr_ >= 0 && m_->wake_len)
     ::sendto(wake_wr_, "w", 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&m_->wake),
              m_->wake_len);

@@ -55,6 +55,8 @@ class LocalReceiver {
   // (drains the FIFO).
   int wake_fd() const { return wake_rd_; }
   void arm(bool armed);
+  // After arm(false): when the first sender kicked during the sleep (CLOCK_MONOTONIC ns), 0 if none did.
+  uint64_t last_kick_ns() const { return last_kick_ns_; }
   // Frees the lanes whose owner is gone (alive(owner) false) and that hold no frame. Returns how many.
   uint32_t reap(const std::function<bool(uint64_t)>& alive);
   // Claimed lanes now (for tests and statistics).
@@ -70,6 +72,7 @@ class LocalReceiver {
   std::string seg_path_, wake_path_;
   int wake_rd_ = -1;
   uint32_t next_lane_ = 0;  // where rx_burst starts (turns between lanes)
+  uint64_t last_kick_ns_ = 0;
 };
 
 // A sender's lane in one receiver's segment.

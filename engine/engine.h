@@ -276,8 +276,8 @@ class EventSink {
   // An armed CQ (req_notify_cq) received a completion that matches the arming; it is now disarmed.
   virtual void comp_event(uint32_t cq) = 0;
   // Called on the posting thread after post_send/post_recv/post_srq_recv queued work, so a sleeping
-  // progress thread can be woken (eventfd). Default: nothing.
-  virtual void doorbell() {}
+  // progress thread can be woken (eventfd); `send` for post_send (work that makes frames). Default: nothing.
+  virtual void doorbell(bool /*send*/) {}
   // One line worth logging (a QP going to the error state and why), never one per packet in normal
   // operation. No trailing newline. Default: nothing (the engine does no I/O).
   virtual void log(LogLevel /*level*/, const char* /*line*/) {}

@@ -50,6 +50,10 @@ class Port {
   // means the port has nothing to sleep on: sleep briefly (tens of microseconds) instead.
   virtual int rx_wait_fd() const { return -1; }
   virtual void rx_wait_arm(bool /*armed*/) {}
+  // After rx_wait_arm(false): when the event that ended the wait happened (CLOCK_MONOTONIC ns), if the port
+  // knows; 0 if it does not or nothing did. A progress thread's idle spin learns from it how soon work came
+  // after it slept, which its own wake-up time overstates by the wake-up's latency.
+  virtual uint64_t rx_wait_event_ns() const { return 0; }
 
   // This process owns destination QPNs [first, end) only (the provider's urxe.qpn blocks): a port with a
   // receive filter then drops other processes' frames on the same device before they cost a wakeup. False

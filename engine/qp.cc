@@ -628,7 +628,7 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
   if (rc && bad_wr) *bad_wr = wr;
   if (posted) {
     e.activate(q);  // after prod is stored: the visit that takes the bit sees the WQEs
-    if (e.sink) e.sink->doorbell();
+    if (e.sink) e.sink->doorbell(true);
   }
   return rc;
 }
@@ -670,7 +670,7 @@ int EngineImpl::post_recv_wrs(RecvQueue& rq, const RecvWr* wr, const RecvWr** ba
     }
   }
   if (rc && bad_wr) *bad_wr = wr;
-  if (posted && sink) sink->doorbell();
+  if (posted && sink) sink->doorbell(false);
   return rc;
 }
 

@@ -249,6 +249,7 @@ class CapturePort final : public en::Port {
   void rx_free(en::PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
   int rx_wait_fd() const override { return inner_.rx_wait_fd(); }
   void rx_wait_arm(bool armed) override { inner_.rx_wait_arm(armed); }
+  uint64_t rx_wait_event_ns() const override { return inner_.rx_wait_event_ns(); }
   en::PortRxLoss rx_loss() override { return inner_.rx_loss(); }
 
   // Frames are copied before the inner port takes them (it may free them at once); the records of frames it

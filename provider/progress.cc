@@ -51,8 +51,8 @@ void ContextState::run() {
   // wake-up here); it costs when they do not, and on 2 cores it then also holds the core of the
   // application it preempted (ib_write_lat: that app waited out every spin before it could see the data
   // just written; 45 -> 23 us per message without it). So a spin that ends without work halves the next
-  // one, and a sleep that a frame ends sooner than half the maximum doubles it. Polling uses the pause
-  // instruction, not sched_yield: on a busy machine a yield hands the core to a spinning application
+  // one, and a sleep that a stream ends sooner than half the maximum doubles it (below). Polling uses the
+  // pause instruction, not sched_yield: on a busy machine a yield hands the core to a spinning application
   // thread for a whole time slice.
   // On a single CPU (a 1-vCPU guest, a container pinned to one core) a spin only keeps the app, which is
   // what would bring the work, off the CPU: no spin there.
@@ -62,6 +62,15 @@ void ContextState::run() {
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
     max_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
   uint64_t spin_ns = max_spin_ns;
+  // Where the port tells when the frame that woke a sleep was sent, the spin grows when that was soon after
+  // the sleep began (a spin would have caught it: `grow_spin`) and the work was a stream, at least
+  // kStreamFrames frames before the next idle look (a 64 B WRITE stream from a peer that sends every 16
+  // posts: 16 per wake-up), not a single exchange (ib_write_lat: one ACK a few us after the thread slept;
+  // spinning for it took the core of an app spinning on memory, average 39-44 -> 45-51 us, p99 80-240 ->
+  // up to 550).
+  constexpr uint64_t kStreamFrames = 8;
+  bool grow_spin = false;
+  uint64_t rcvd_at_wake = 0;  // the engine's received frames when the last sleep ended
   uint64_t idle_since = 0, idle_polls = 0;
   bool app_in_engine = false;  // the last look found an app thread in the engine: it drives, nap
   uint64_t busy_nap_ns = kBusyNapNs;
@@ -83,6 +92,9 @@ void ContextState::run() {
     if (idle_since == 0) {
       idle_since = t;
       idle_polls = app_polls.load(std::memory_order_relaxed);
+      if (grow_spin && engine->counter(en::Counter::rcvd_pkts) - rcvd_at_wake >= kStreamFrames)
+        spin_ns = std::min(max_spin_ns, 2 * spin_ns + 1000);
+      grow_spin = false;
     }
     if (app_in_engine || app_driving(idle_polls)) {
       app_in_engine = false;
@@ -164,10 +176,25 @@ void ContextState::run() {
     if (port_fd < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);
     wait_fds(true, port_fd, wait_ns);
     ++n_sleeps;
-    if (clock.now_ns() - now < max_spin_ns / 2) spin_ns = std::min(max_spin_ns, 2 * spin_ns + 1000);
+    const uint64_t woke = clock.now_ns();
     sleep_until.store(0, std::memory_order_relaxed);
     sleep_mode.store(kAwake);
     port->rx_wait_arm(false);
+    // How soon work came. Where the port knows when the frame that woke us was sent (the same-host path's
+    // kick), that time: had we spun that long, we would have caught it; the spin then grows at the next
+    // idle look if that was a stream (kStreamFrames). Else when we woke, which adds the wake-up's latency
+    // (20-40 us for an idle vCPU here): a sleep shorter than half the spin grows it at once. (On the
+    // same-host path the wake-up time alone never grew a 20 us spin again once a pause had shrunk it: a
+    // 64 B WRITE stream between two processes stalled on a wake-up every ~90 frames. Through the veth the
+    // stream condition cost ib_write_bw 64 KiB 275-311 -> 208-218 MB/s: there a wake-up that comes that
+    // soon is rare and worth a spin.)
+    const uint64_t event = port->rx_wait_event_ns();
+    if (event != 0 && event < woke) {
+      grow_spin = std::max(event, now) - now < max_spin_ns / 2;
+      rcvd_at_wake = engine->counter(en::Counter::rcvd_pkts);
+    } else if (woke - now < max_spin_ns / 2) {
+      spin_ns = std::min(max_spin_ns, 2 * spin_ns + 1000);
+    }
     idle_since = 0;
   }
 }
