@@ -68,7 +68,7 @@ class LocalPathPort final : public engine::Port {
   struct Peer;
   struct Dest;
   Dest* dest_for(const uint8_t* mac, uint64_t now);
-  Peer* peer_for(const uint8_t* frame, uint32_t len, uint64_t& now);
+  Peer* peer_for(const engine::PacketBuf& buf, uint64_t& now);
   uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
 
   std::unique_ptr<engine::Port> inner_;

@@ -111,7 +111,7 @@ class MemoryPort final : public engine::Port {
   void deliver(const engine::PacketBuf& frame) {
     std::lock_guard g(mu_);
     if (free_.empty() || frame.len > kFrameSize) return;
-    engine::PacketBuf b{free_.back(), frame.len, nullptr};
+    engine::PacketBuf b{.data = free_.back(), .len = frame.len, .opaque = nullptr};
     free_.pop_back();
     b.opaque = b.data;
     std::memcpy(b.data, frame.data, frame.len);

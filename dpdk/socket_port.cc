@@ -283,7 +283,7 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       len += 4;
     }
     rx_held_[slot] = 1;
-    bufs[got++] = engine::PacketBuf{data, len, h};
+    bufs[got++] = engine::PacketBuf{.data = data, .len = len, .opaque = h};
   }
   stats_.rx_frames += got;
   return got;

@@ -263,6 +263,7 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
 void EngineImpl::finish_frame() {
   wire::seal_frame(wire::MutByteSpan(cur_buf.data, cur_layout.frame_len), cur_layout);
   cur_buf.len = cur_layout.frame_len;
+  cur_buf.bth_offset = cur_layout.l3_offset + cur_layout.ip_hdr_len + wire::kUdpLen;
   tx.push_back(cur_buf);
   count(Counter::sent_pkts);
   count(Counter::sent_bytes, cur_buf.len);

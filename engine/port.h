@@ -13,6 +13,9 @@ namespace urxe::engine {
 struct PacketBuf {
   uint8_t* data = nullptr;
   uint32_t len = 0;  // frame length (rx: as received; tx: set by the engine before tx_burst)
+  // tx: where the BTH starts in a frame the engine built (a port that routes by QPN reads it there instead
+  // of parsing the headers again); 0: unknown, parse.
+  uint32_t bth_offset = 0;
   void* opaque = nullptr;
 };
 

@@ -75,7 +75,7 @@ class ReplayPort : public Port {
   const PortAttr& attr() const override { return attr_; }
   bool tx_alloc(uint32_t size, PacketBuf& buf) override {
     auto* v = new Bytes(size);
-    buf = PacketBuf{v->data(), size, v};
+    buf = PacketBuf{.data = v->data(), .len = size, .opaque = v};
     return true;
   }
   uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
@@ -93,7 +93,7 @@ class ReplayPort : public Port {
     for (; k < n && !inbox.empty(); k++) {
       auto* v = new Bytes(std::move(inbox.front()));
       inbox.pop_front();
-      bufs[k] = PacketBuf{v->data(), static_cast<uint32_t>(v->size()), v};
+      bufs[k] = PacketBuf{.data = v->data(), .len = static_cast<uint32_t>(v->size()), .opaque = v};
     }
     return k;
   }
