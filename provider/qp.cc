@@ -417,12 +417,12 @@ int urxe_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   en::Engine& eng = *qp->ctx->engine;
   try {
     while (wr) {
-      en::SendWr ew[kWrChunk];
+      WrChunk<en::SendWr> chunk;
+      en::SendWr* ew = chunk.w;
       ibv_send_wr* src[kWrChunk];
       int n = 0;
       for (ibv_send_wr* w = wr; w && n < kWrChunk; w = w->next, ++n) {
-        en::SendWr& e = ew[n];
-        e = en::SendWr{};
+        en::SendWr& e = *new (&ew[n]) en::SendWr{};
         src[n] = w;
         e.wr_id = w->wr_id;
         e.sg_list = reinterpret_cast<const en::Sge*>(w->sg_list);
