@@ -290,10 +290,7 @@ struct ContextState final : urxe::provider::LoggingSink {
       // the peer idle (asleep) meanwhile, so every kPostsPerRound post_send calls the post runs a round
       // (64 B ib_write_bw between two processes on one device: 1.1-1.2 Mpps without, 2.6-2.7 with the
       // spin rule in progress.cc). Through the veth (64 B and 64 KiB) it changes nothing measurable.
-      // Not fewer: ibv_srq_pingpong (16 QPs) posts up to 16 sends between two polls, its last ones
-      // beyond its count; the peer answers those if they reach it before it exits, and then fails on
-      // the answers nobody takes (a race of the app that a NIC sending at each doorbell has too; with
-      // a round every 16 posts it failed 1-3 times in 15).
+      // (16 measured the same for perftest; 32 leaves apps that post a few WRs per poll as they were.)
       uint32_t n = posts_since_poll.load(std::memory_order_relaxed) + 1;
       if (n >= kPostsPerRound) {
         n = 0;

@@ -395,6 +395,11 @@ int urxe_destroy_qp(ibv_qp* ibqp) {
   return guarded(EIO, [&] {
     UrxeQp* qp = to_qp(ibqp);
     ContextState& st = *qp->ctx;
+    // What has arrived is answered first, as a NIC that works as frames come would have: the ACK of a
+    // message that reached the QP while the app was done polling (its progress thread naps while the app
+    // drives and needs tens of us to wake). ibv_srq_pingpong's peer sends past its count and failed on
+    // the missing ACK when this side tore down first.
+    st.engine->progress();
     if (int rc = st.engine->destroy_qp(ibqp->qp_num)) return rc;
     uint32_t async;
     {
