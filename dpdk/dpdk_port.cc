@@ -514,7 +514,8 @@ uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       rte_pktmbuf_free(m[i]);
       continue;
     }
-    bufs[out++] = engine::PacketBuf{.data = rte_pktmbuf_mtod(m[i], uint8_t*), .len = m[i]->data_len, .opaque = m[i]};
+    bufs[out++] =
+        engine::PacketBuf{.data = rte_pktmbuf_mtod(m[i], uint8_t*), .len = m[i]->data_len, .opaque = m[i]};
   }
   return out;
 }

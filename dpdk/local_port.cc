@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,12 +22,6 @@ namespace {
 
 constexpr uint64_t kRetryNs =
     100'000'000;  // attach again, check a peer's file, reap lanes: at most this often
-
-uint64_t mono_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 std::string ring_name(uint32_t block) {
   return "b" + std::to_string(block);
@@ -212,11 +205,11 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
   const uint8_t* frame = buf.data;
   const uint32_t len = buf.len;
   if (len < 14 || (frame[0] & 1)) return nullptr;  // (multicast and broadcast: the wire's way)
-  if (now == 0) now = mono_ns();                   // once per burst
+  if (now == 0) now = local_mono_ns();             // once per burst
   Dest* d = dest_for(frame, now);
   if (!d) return nullptr;
   uint32_t dqpn = 0;
-  if (buf.bth_offset >= 14 && buf.bth_offset + wire::kBthLen <= len) {
+  if (buf.bth_offset >= wire::kEthLen && buf.bth_offset + wire::kBthLen <= len) {
     dqpn = wire::parse_bth(frame + buf.bth_offset).dqpn;  // the engine's frame: no parse (a quarter of the
                                                           // sender's time for 64 B WRITEs)
   } else {
@@ -351,7 +344,7 @@ void LocalPathPort::rx_wait_arm(bool armed) {
   inner_->rx_wait_arm(armed);
   rx_.arm(armed);
   if (armed) {
-    const uint64_t now = mono_ns();
+    const uint64_t now = local_mono_ns();
     if (now - last_reap_ns_ > kRetryNs) {
       last_reap_ns_ = now;
       rx_.reap(local_owner_alive);

@@ -364,15 +364,17 @@ void LocalSender::kick() {
   // Pairs with the receiver's arm(true) then last look: one of the two sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!m_->hdr->sleeping.load(std::memory_order_relaxed)) return;
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // (beside a system call: the receiver sleeps)
-  uint64_t none = 0;
-  m_->hdr->kick_ns.compare_exchange_strong(
-      none, static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec),
-      std::memory_order_relaxed);
+  uint64_t none = 0;  // (a clock read beside a system call: the receiver sleeps)
+  m_->hdr->kick_ns.compare_exchange_strong(none, local_mono_ns(), std::memory_order_relaxed);
   if (wake_wr_ >= 0 && m_->wake_len)
     ::sendto(wake_wr_, "w", 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&m_->wake),
              m_->wake_len);
+}
+
+uint64_t local_mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 bool LocalSender::closed() const {

@@ -105,6 +105,10 @@ class LocalSender {
   int wake_wr_ = -1;
 };
 
+// CLOCK_MONOTONIC in ns: the clock of the ring's kick_ns and of the path's retry timers (system-wide, so
+// sender and receiver processes compare the same time).
+uint64_t local_mono_ns();
+
 // The owner_id of the receiver that published DIR/NAME.seg, or 0 when there is no valid segment.
 uint64_t local_segment_owner(const std::string& dir, const std::string& name);
 

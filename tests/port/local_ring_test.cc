@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -162,12 +161,6 @@ TEST(LocalRing, TwoProcessesStreamIntactFrames) {
   EXPECT_EQ(rx.lanes_in_use(), 0u);
 }
 
-uint64_t mono_now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 TEST(LocalRing, ASleepingReceiverIsWokenAndABusyOneIsNot) {
   TmpDir d("urxe-local-ring");
   LocalReceiver rx;
@@ -189,7 +182,7 @@ TEST(LocalRing, ASleepingReceiverIsWokenAndABusyOneIsNot) {
   rx.arm(false);
   EXPECT_EQ(rx.last_kick_ns(), 0u);  // a kick while it was awake is no wake-up's cause
   // armed: another process pushes one frame after 100 ms; the poll returns for it
-  const uint64_t armed_at = mono_now_ns();
+  const uint64_t armed_at = local_mono_ns();
   rx.arm(true);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
@@ -206,7 +199,7 @@ TEST(LocalRing, ASleepingReceiverIsWokenAndABusyOneIsNot) {
   }
   ASSERT_EQ(rx.rx_burst(b, 4), 0u);  // the last look after arming
   EXPECT_EQ(::poll(&pfd, 1, 5000), 1);
-  const uint64_t woken_at = mono_now_ns();
+  const uint64_t woken_at = local_mono_ns();
   rx.arm(false);
   // when that frame was sent (the sender's kick), not when we woke: the progress thread's spin learns from it
   EXPECT_GE(rx.last_kick_ns(), armed_at + 100'000'000u);
