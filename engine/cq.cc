@@ -101,6 +101,7 @@ bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
   }
   r.at(p) = wc;
   r.prod.store(p + 1, std::memory_order_release);
+  cq_posts++;
   // Store prod, then load armed; the app stores armed (req_notify_cq), then loads prod (poll_cq). Without
   // a full fence on both sides each may miss the other's store (x86 lets a load pass an earlier store): the
   // completion would raise no event and the app, having found the CQ empty, would sleep on it forever.

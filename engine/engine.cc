@@ -216,6 +216,7 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), cl
   next_qp_index = d.max_qp ? config.qpn_start % d.max_qp : 0;
   qp_list.reserve(d.max_qp);
   tx.reserve(kTxBatch);
+  held.reserve(2 * kTxBatch);
   rx.resize(config.rx_burst);
 }
 
@@ -260,11 +261,12 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
   return cur_buf.data + cur_layout.payload_offset;
 }
 
-void EngineImpl::finish_frame() {
+void EngineImpl::finish_frame(bool ack_only) {
   wire::seal_frame(wire::MutByteSpan(cur_buf.data, cur_layout.frame_len), cur_layout);
   cur_buf.len = cur_layout.frame_len;
   cur_buf.bth_offset = cur_layout.l3_offset + cur_layout.ip_hdr_len + wire::kUdpLen;
   tx.push_back(cur_buf);
+  if (!ack_only) tx_not_ack++;
   count(Counter::sent_pkts);
   count(Counter::sent_bytes, cur_buf.len);
 }
@@ -273,16 +275,27 @@ void EngineImpl::abort_frame() {
   port.tx_free(cur_buf);
 }
 
-void EngineImpl::tx_flush() {
+void EngineImpl::tx_send(std::vector<PacketBuf>& q) {
   // Frames the port does not take now stay queued, in order, for the next flush.
   uint32_t done = 0;
-  const uint32_t n = static_cast<uint32_t>(tx.size());
+  const uint32_t n = static_cast<uint32_t>(q.size());
   while (done < n) {
-    const uint32_t k = port.tx_burst(tx.data() + done, n - done);
+    const uint32_t k = port.tx_burst(q.data() + done, n - done);
     if (k == 0) break;
     done += k;
   }
-  if (done) tx.erase(tx.begin(), tx.begin() + done);
+  if (done) q.erase(q.begin(), q.begin() + done);
+}
+
+void EngineImpl::tx_flush() {
+  tx_send(tx);
+  if (!tx.empty()) return;
+  tx_not_ack = 0;
+  if (held.empty()) return;
+  // After this round's frames: an ACK of an older PSN behind a newer response of the same QP is a duplicate
+  // the requester ignores.
+  tx_send(held);
+  if (held.empty()) held_any.store(false, std::memory_order_relaxed);
 }
 
 void EngineImpl::rx_frame(PacketBuf& buf) {
@@ -373,6 +386,7 @@ Engine::Engine(Port& port, Clock& clock, const EngineConfig& config)
 Engine::~Engine() {
   std::lock_guard<std::mutex> g(impl_->mu);
   for (auto& b : impl_->tx) impl_->port.tx_free(b);
+  for (auto& b : impl_->held) impl_->port.tx_free(b);
   impl_->tx.clear();
   for (Qp* q : impl_->qp_list) delete q;
   for (auto& c : impl_->cqs) delete c.load();
@@ -457,10 +471,14 @@ bool Engine::progress() {
   return impl_->progress_round();
 }
 
-bool Engine::try_progress(bool* ran) {
+bool Engine::try_progress(bool* ran, bool app_round) {
   std::unique_lock<std::mutex> g(impl_->mu, std::try_to_lock);
   if (ran) *ran = g.owns_lock();
-  return g.owns_lock() && impl_->progress_round();
+  return g.owns_lock() && impl_->progress_round(app_round);
+}
+
+bool Engine::acks_held() const {
+  return impl_->held_any.load(std::memory_order_relaxed);
 }
 
 uint32_t EngineImpl::rx_drain(uint32_t limit) {
@@ -479,9 +497,10 @@ uint32_t EngineImpl::rx_drain(uint32_t limit) {
   return total;
 }
 
-bool EngineImpl::progress_round() {
+bool EngineImpl::progress_round(bool app_round) {
   EngineImpl& e = *this;
   e.now = e.clock.now_ns();
+  const uint64_t cq_mark = e.cq_posts;
   const uint32_t burst = static_cast<uint32_t>(e.rx.size());
   // At least four bursts, and past the marking threshold: frames that deep in the ring are the ones marked.
   bool did = e.rx_drain(std::max(4 * burst, e.rx_mark_frames + 2 * burst)) > 0;
@@ -554,6 +573,20 @@ bool EngineImpl::progress_round() {
   for (uint32_t k = 0; k < nw; k++)
     if (e.taken[k].word == sw) visit(sw, e.taken[k].bits & low);
   if (last_sender >= 0) e.walk_start = static_cast<uint32_t>(last_sender) + 1;
+  // An app round that completed work and has only ACKs to send keeps them for its next round: the app
+  // answers the completion (ib_send_lat: a SEND) within a microsecond or two, and that answer then leaves
+  // first, in the same transmit call, instead of waiting for the ACKs' own (a veth's transmit also runs the
+  // receiving side's softirq: ~2-4 us here). The ACKs held by the previous round go now, before these.
+  if (app_round && e.config.hold_acks && !e.tx.empty() && e.tx_not_ack == 0 && e.cq_posts != cq_mark) {
+    e.tx_send(e.held);
+    if (e.held.empty()) {  // (else the port refuses frames: no holding then)
+      e.held.swap(e.tx);   // both keep at least kTxBatch of capacity: no allocation
+      e.held_since = e.now;
+      e.tx_not_ack = 0;
+      e.held_any.store(true, std::memory_order_relaxed);
+      return did;
+    }
+  }
   e.tx_flush();
   return did;
 }
@@ -621,15 +654,17 @@ uint64_t Engine::next_deadline_ns(bool wait_for_lock, bool* lock_busy) const {
   if (!e.tx.empty()) return 0;
   for (const auto& w : e.active_words)
     if (w.load(std::memory_order_acquire)) return 0;
+  // ACKs an app round held: its next round sends them, or any round once they waited kAckHoldNs
+  const uint64_t hold = e.held.empty() ? UINT64_MAX : e.held_since + Engine::kAckHoldNs;
   // the earliest live timer (stale entries on top are dropped here)
   while (!e.wakes.empty()) {
     const EngineImpl::Wake w = e.wakes.front();
     const Qp* q = e.qps[w.index].load(std::memory_order_relaxed);
-    if (q && q->scheduled_wake == w.t) return w.t;
+    if (q && q->scheduled_wake == w.t) return std::min(w.t, hold);
     std::pop_heap(e.wakes.begin(), e.wakes.end(), std::greater<>{});
     e.wakes.pop_back();
   }
-  return UINT64_MAX;
+  return hold;
 }
 
 int Engine::qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const {

@@ -51,6 +51,10 @@ struct EngineConfig {
   // connection that reuses it (REJ "stale connection"). The provider starts each process at random.
   uint32_t qpn_start = 0;
   uint32_t ack_every_n = 16;        // responder ACKs at least every N packets of a long message (≥ 1)
+  // An application's round (try_progress with app_round) whose only frames are ACKs and that completed
+  // work keeps those ACKs back for the next round, which sends them after its own frames: the app's answer
+  // (the SEND it posts on seeing the completion) then leaves before them, not behind their transmit.
+  bool hold_acks = true;
   uint32_t max_unacked_psns = 128;  // requester's window of unacknowledged PSNs per QP (rxe: 128)
   uint32_t rx_burst = 32;           // frames taken from the port per progress() round
   uint32_t tx_budget = 64;          // packets the requester may send per QP per progress() round (fairness)
@@ -362,7 +366,13 @@ class Engine {
   // The same round, run only if no other thread holds the engine lock (false then): lets an application
   // thread that busy-polls its CQ do the NIC's work itself instead of waiting for the progress thread.
   // `ran` (optional): whether the round ran, i.e. the lock was free.
-  bool try_progress(bool* ran = nullptr);
+  // `app_round`: the caller is an application thread (poll_cq), which comes back within microseconds; its
+  // round may hold ACKs back for the next one (EngineConfig::hold_acks). Any other round sends them.
+  bool try_progress(bool* ran = nullptr, bool app_round = false);
+  // Whether an application round holds ACKs back (a post that would answer them should run a round now).
+  // Held ACKs wait at most kAckHoldNs for a round (next_deadline_ns says when).
+  bool acks_held() const;
+  static constexpr uint64_t kAckHoldNs = 20000;
   // Clock time (ns) by which progress() must run again if nothing else happens: 0 when work is pending
   // now, UINT64_MAX when only new packets or posts can create work. wait_for_lock false: 0 when another
   // thread holds the engine lock (it is working), instead of waiting for it; `lock_busy` (optional) then

@@ -362,6 +362,13 @@ struct EngineImpl {
   // tx batch: frames built this round (and any the port refused last time)
   static constexpr size_t kTxBatch = 64;
   std::vector<PacketBuf> tx;
+  uint32_t tx_not_ack = 0;  // frames in tx that are not ACK/NAK-only (0: an ACK-only batch)
+  // ACK-only frames an application round kept back (EngineConfig::hold_acks); the next round, or a thread
+  // round at the latest Engine::kAckHoldNs later, sends them after its own frames.
+  std::vector<PacketBuf> held;
+  uint64_t held_since = 0;
+  std::atomic<bool> held_any{false};
+  uint64_t cq_posts = 0;  // completions written (a round that wrote none holds no ACK)
   std::vector<PacketBuf> rx;
   uint64_t now = 0;
 
@@ -501,12 +508,13 @@ struct EngineImpl {
     if (Qp::Rate* p = path_rate(qp)) rate_sent(*p, bytes);
   }
   void qp_set_path(Qp& qp, const wire::Gid* dgid);  // nullptr: leaves its path
-  void finish_frame();
+  void finish_frame(bool ack_only = false);
   void abort_frame();
-  void tx_flush();
+  void tx_flush();                          // tx, then the held ACKs
+  void tx_send(std::vector<PacketBuf>& q);  // what the port takes of q, in order
   // Takes up to `limit` frames from the port (whole bursts, until one comes back short); returns how many.
   uint32_t rx_drain(uint32_t limit);
-  bool progress_round();  // one progress() round; engine lock held
+  bool progress_round(bool app_round = false);  // one progress() round; engine lock held
   PacketBuf cur_buf{};
   wire::FrameLayout cur_layout{};
 };

@@ -25,7 +25,7 @@ void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn
   spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::acknowledge);
   spec.bth.psn = psn;
   spec.aeth = wire::Aeth{syndrome, msn & wire::kPsnMask};
-  if (e.begin_frame(spec, 0)) e.finish_frame();
+  if (e.begin_frame(spec, 0)) e.finish_frame(/*ack_only=*/true);
 }
 
 // An ACK/NAK is owed. It goes out in the QP's visit later in this same round (responder_tx; rx_frame

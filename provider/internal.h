@@ -263,7 +263,9 @@ struct ContextState final : urxe::provider::LoggingSink {
   void app_poll() {
     app_polls.store(app_polls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     posts_since_poll.store(0, std::memory_order_relaxed);
-    engine->try_progress();
+    // Its round may hold ACKs back for the app's answer, unless the thread sleeps (it would not send them
+    // if the app stopped polling: a napping thread's step is at most kNapNs, and shorter while ACKs wait).
+    engine->try_progress(nullptr, sleep_mode.load(std::memory_order_relaxed) != kSleeping);
   }
   void cq_armed(UrxeCq* cq) {
     if (!cq->armed.exchange(true)) armed_cqs.fetch_add(1, std::memory_order_seq_cst);
@@ -285,6 +287,13 @@ struct ContextState final : urxe::provider::LoggingSink {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleep_mode.load(std::memory_order_relaxed) != kSleeping) {
       if (!send) return;  // (a receive makes no frame)
+      // The app's last poll held ACKs back for its answer (Engine::try_progress): this may be it, so it
+      // leaves now, the ACKs after it.
+      if (engine->acks_held()) {
+        posts_since_poll.store(0, std::memory_order_relaxed);
+        engine->try_progress();
+        return;
+      }
       // The app drives: its next poll sends what it posted. An app that posts a long run before it polls
       // (perftest's bandwidth loop: up to the queue's depth) would hold every frame until then and leave
       // the peer idle (asleep) meanwhile, so every kPostsPerRound post_send calls the post runs a round

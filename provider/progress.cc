@@ -117,7 +117,10 @@ void ContextState::run() {
         // step at its shortest, whose timer preempted the ranks every 50 us (8-byte one-way average
         // 6.1-8.5 -> 2.1-2.7 us on the same-host path, 13.3-15.5 -> 7.1-7.5 through the veth).
         const uint64_t polls_before = app_polls.load(std::memory_order_relaxed);
-        wait_fds(false, port_fd, busy_nap_ns);
+        // ACKs the app's round held wait for its next round; an app that left the engine right after
+        // must not keep them for a whole step (its peer's send completions would wait too).
+        wait_fds(false, port_fd,
+                 engine->acks_held() ? std::min(busy_nap_ns, en::Engine::kAckHoldNs) : busy_nap_ns);
         if (armed_cqs.load(std::memory_order_relaxed) == 0 || app_driving(polls_before))
           busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);

@@ -674,6 +674,11 @@ class WatchPort final : public Port {
         ++bth_offset_wrong;
     }
     const uint32_t k = inner_.tx_burst(bufs, n);
+    for (uint32_t i = 0; i < k; i++) {
+      wire::Packet pkt;
+      if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt) == wire::ParseError::ok)
+        opcodes.push_back(pkt.bth.opcode);
+    }
     since_rx += k;
     total_tx += k;
     max_between_rx = std::max(max_between_rx, since_rx);
@@ -686,6 +691,7 @@ class WatchPort final : public Port {
   }
   void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
   uint64_t since_rx = 0, max_between_rx = 0, total_tx = 0, bth_offset_wrong = 0;
+  std::vector<uint8_t> opcodes;  // BTH opcodes of the frames the port took, in order
 
  private:
   Port& inner_;
@@ -719,6 +725,103 @@ TEST(RcFrames, EveryBuiltFrameSaysWhereItsBthIs) {
     EXPECT_GE(ports[0]->total_tx, 4u);  // WRITE packets and the READ request
     EXPECT_GE(ports[1]->total_tx, 3u);  // READ responses (which acknowledge the WRITE too)
     EXPECT_EQ(ports[0]->bth_offset_wrong + ports[1]->bth_offset_wrong, 0u);
+  }
+}
+
+// An application's round (poll_cq's) that completes a receive and has only the ACK to send keeps the ACK
+// for its next round, which sends the app's answer first and the ACK after it; any other round sends at
+// once, and held ACKs wait at most Engine::kAckHoldNs (next_deadline_ns), so the peer's send completes.
+TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
+  const uint8_t kSendOnly = wire::make_opcode(wire::op::kRc, wire::op::send_only);
+  const uint8_t kAck = wire::make_opcode(wire::op::kRc, wire::op::acknowledge);
+  for (const bool hold : {true, false}) {
+    SCOPED_TRACE(hold ? "hold_acks" : "no hold_acks");
+    EngineConfig cfg;
+    cfg.hold_acks = hold;
+    WatchPort* watch = nullptr;
+    Loopback lb(cfg, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
+      if (side != 1) return nullptr;
+      auto p = std::make_unique<WatchPort>(inner);
+      watch = p.get();
+      return p;
+    });
+    ASSERT_NE(watch, nullptr);
+    const auto [qa, qb] = lb.connect(QPT_RC);
+    Sge sa{lb.a().addr(0), 64, lb.a().mr.lkey}, sb{lb.b().addr(4096), 64, lb.b().mr.lkey};
+    Engine& b = *lb.b().eng;
+    Wc wc[4];
+    auto arrive = [&] {  // the link's delivery time for what A sent
+      const uint64_t next = lb.link.net.next_event_time();
+      if (next != UINT64_MAX && next > lb.link.clock.t) lb.link.clock.t = next;
+    };
+    // A's SEND reaches B in B's app round: the receive completes, the ACK is held (or not)
+    post_recv(lb.b(), qb, 0, 64, 1);
+    post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 2));
+    lb.a().eng->progress();
+    arrive();
+    b.try_progress(nullptr, /*app_round=*/true);
+    ASSERT_EQ(b.poll_cq(lb.b().cq, 4, wc), 1);
+    EXPECT_EQ(wc[0].opcode, WC_RECV);
+    EXPECT_EQ(b.acks_held(), hold);
+    EXPECT_EQ(watch->opcodes.size(), hold ? 0u : 1u);
+    if (hold) {
+      EXPECT_EQ(b.next_deadline_ns(), lb.link.clock.t + Engine::kAckHoldNs);
+    }
+    // B answers: its SEND leaves first, the held ACK behind it in the same round
+    post_recv(lb.a(), qa, 0, 64, 3);
+    post(lb.b(), qb, make_wr(WR_SEND, &sb, 1, 4));
+    b.try_progress(nullptr, /*app_round=*/true);
+    EXPECT_FALSE(b.acks_held());
+    const std::vector<uint8_t> order =
+        hold ? std::vector<uint8_t>{kSendOnly, kAck} : std::vector<uint8_t>{kAck, kSendOnly};
+    EXPECT_EQ(watch->opcodes, order);
+    const auto done_a = lb.poll(lb.a(), 2);  // A: its SEND acknowledged, B's received
+    ASSERT_EQ(done_a.size(), 2u);
+    for (const Wc& w : done_a) EXPECT_EQ(w.status, WC_SUCCESS);
+    auto quiet = [&] {  // everything delivered and B's completions taken (its SEND's, by A's ACK)
+      lb.settle();
+      while (b.poll_cq(lb.b().cq, 4, wc) > 0) {
+      }
+    };
+    quiet();
+
+    // A round that completed nothing holds nothing; neither does a round of the progress thread
+    watch->opcodes.clear();
+    Sge wr_sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+    SendWr w = make_wr(WR_RDMA_WRITE, &wr_sge, 1, 5);
+    w.rdma.remote_addr = lb.b().addr(8192);
+    w.rdma.rkey = lb.b().mr.rkey;
+    post(lb.a(), qa, w);
+    lb.a().eng->progress();
+    arrive();
+    b.try_progress(nullptr, /*app_round=*/true);
+    EXPECT_FALSE(b.acks_held());
+    EXPECT_EQ(watch->opcodes, std::vector<uint8_t>{kAck});
+    watch->opcodes.clear();
+    post_recv(lb.b(), qb, 0, 64, 6);
+    post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 7));
+    lb.a().eng->progress();
+    arrive();
+    b.progress();
+    EXPECT_FALSE(b.acks_held());
+    EXPECT_EQ(watch->opcodes, std::vector<uint8_t>{kAck});
+    ASSERT_EQ(lb.poll(lb.a(), 2).size(), 2u);
+    quiet();
+
+    // A held ACK whose app does not come back: the progress thread's next round sends it
+    watch->opcodes.clear();
+    post_recv(lb.b(), qb, 0, 64, 8);
+    post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 9));
+    lb.a().eng->progress();
+    arrive();
+    b.try_progress(nullptr, /*app_round=*/true);
+    EXPECT_EQ(b.acks_held(), hold);
+    const auto sent = lb.poll(lb.a(), 1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, WC_SUCCESS);
+    EXPECT_FALSE(b.acks_held());
+    EXPECT_EQ(watch->opcodes, std::vector<uint8_t>{kAck});
+    EXPECT_EQ(lb.idle_spins, 0u);
   }
 }
 
