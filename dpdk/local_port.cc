@@ -255,6 +255,11 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
 }
 
 uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)  // (once per frame: a frame the port refuses has it next time)
+    if (bufs[i].icrc_absent) {
+      wire::write_icrc(wire::MutByteSpan(bufs[i].data, bufs[i].len));
+      bufs[i].icrc_absent = false;
+    }
   return n ? inner_->tx_burst(bufs, n) : 0;
 }
 
@@ -270,7 +275,7 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
     done += k;
     if (k < i - run) return done;  // the real port pushes back: the rest stays the engine's, in order
     run = i + 1;
-    if (p->tx.push(bufs[i].data, bufs[i].len)) {
+    if (p->tx.push(bufs[i].data, bufs[i].len, bufs[i].icrc_absent)) {
       p->full_since_ns = 0;
       stats_.tx_local++;
       inner_->tx_free(bufs[i]);
@@ -320,6 +325,7 @@ uint32_t LocalPathPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   // (which would then overflow); the rest of the room for either.
   const uint32_t local = rx_.rx_burst(bufs, n > 1 ? n / 2 : n);
   const uint32_t k = local + inner_->rx_burst(bufs + local, n - local);
+  for (uint32_t i = local; i < k; i++) bufs[i].icrc_absent = false;  // (the ring's set it per frame)
   const uint32_t more = k < n ? rx_.rx_burst(bufs + k, n - k) : 0;
   stats_.rx_local += local + more;
   return k + more;

@@ -18,7 +18,10 @@ namespace urxe::dpdk {
 namespace {
 
 constexpr uint64_t kMagic = 0x314c4f4345585255ull;  // "URXELOC1"
-constexpr uint32_t kVersion = 1;
+// 2: a slot's flags say whether the frame carries its ICRC (1 ignored them, and would have dropped such
+// frames as corrupt; the version keeps the two apart: a peer of the other version sends the wire's way).
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kSlotNoIcrc = 1;  // the sender left the ICRC out (PacketBuf::icrc_absent)
 constexpr size_t kLine = 64;
 
 // The segment: this header, then `lanes` Lane records, then the slots lane by lane. Everything the two
@@ -44,7 +47,7 @@ struct Lane {
 };
 struct Slot {
   uint32_t len;
-  uint32_t reserved;
+  uint32_t flags;   // kSlotNoIcrc
   uint8_t data[8];  // slot_bytes in fact
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
@@ -238,6 +241,7 @@ uint32_t LocalReceiver::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       Slot* s = m_->slot(l, taken);
       bufs[got].data = s->data;
       bufs[got].len = s->len <= m_->hdr->slot_bytes ? s->len : 0;  // a sender cannot make us read past it
+      bufs[got].icrc_absent = (s->flags & kSlotNoIcrc) != 0;
       bufs[got].opaque = reinterpret_cast<void*>(uintptr_t{l} + 1);
       taken++;
       got++;
@@ -347,13 +351,14 @@ bool LocalSender::attach(const std::string& dir, const std::string& name, uint64
   return false;
 }
 
-bool LocalSender::push(const uint8_t* frame, uint32_t len) {
+bool LocalSender::push(const uint8_t* frame, uint32_t len, bool icrc_absent) {
   if (!m_ || len > m_->hdr->slot_bytes || m_->hdr->closed.load(std::memory_order_relaxed)) return false;
   Lane& lane = m_->lanes[lane_];
   const uint32_t head = lane.head.load(std::memory_order_relaxed);
   if (head - lane.tail.load(std::memory_order_acquire) >= m_->hdr->slots) return false;  // full
   Slot* s = m_->slot(lane_, head);
   s->len = len;
+  s->flags = icrc_absent ? kSlotNoIcrc : 0;
   std::memcpy(s->data, frame, len);
   lane.head.store(head + 1, std::memory_order_release);
   return true;

@@ -89,7 +89,7 @@ class LocalSender {
   bool attached() const { return m_ != nullptr; }
   // Copies one frame into the lane; false when the lane is full, the frame too large or the receiver
   // closed (then `closed()` is true).
-  bool push(const uint8_t* frame, uint32_t len);
+  bool push(const uint8_t* frame, uint32_t len, bool icrc_absent = false);
   // After a burst of pushes: wakes the receiver if it sleeps (one write to its FIFO).
   void kick();
   bool closed() const;

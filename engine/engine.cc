@@ -191,7 +191,8 @@ const char* counter_name(Counter c) {
   return i < std::size(kCounterTable) ? kCounterTable[i].name : "?";
 }
 
-EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg) : port(p), clock(c), config(cfg) {
+EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg)
+    : port(p), clock(c), config(cfg), port_icrc_offload(p.tx_icrc_offload()) {
   if (config.ack_every_n < 1) config.ack_every_n = 1;
   if (config.max_unacked_psns < 1) config.max_unacked_psns = 1;
   if (config.max_unacked_psns > 0x400000) config.max_unacked_psns = 0x400000;
@@ -262,7 +263,10 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
 }
 
 void EngineImpl::finish_frame(bool ack_only) {
-  wire::seal_frame(wire::MutByteSpan(cur_buf.data, cur_layout.frame_len), cur_layout);
+  // A port that fills the ICRC where a frame needs one (the same-host path: not on its memory hop) gets
+  // none (a UDP checksum covers it, so then it is there).
+  wire::seal_frame(wire::MutByteSpan(cur_buf.data, cur_layout.frame_len), cur_layout, !port_icrc_offload);
+  cur_buf.icrc_absent = port_icrc_offload && !cur_layout.udp_checksum;
   cur_buf.len = cur_layout.frame_len;
   cur_buf.bth_offset = cur_layout.l3_offset + cur_layout.ip_hdr_len + wire::kUdpLen;
   tx.push_back(cur_buf);
@@ -301,7 +305,7 @@ void EngineImpl::tx_flush() {
 void EngineImpl::rx_frame(PacketBuf& buf) {
   wire::Packet pkt;
   wire::ParseOptions opt;
-  opt.verify_icrc = config.verify_icrc;
+  opt.verify_icrc = config.verify_icrc && !buf.icrc_absent;
   const wire::ParseError pe = wire::parse_frame(wire::ByteSpan(buf.data, buf.len), pkt, opt);
   if (pe != wire::ParseError::ok) {
     if (pe != wire::ParseError::not_roce)  // ARP, ND, ... that a raw port passes are not the device's

@@ -296,6 +296,7 @@ struct EngineImpl {
   Port& port;
   Clock& clock;
   EngineConfig config;
+  const bool port_icrc_offload;  // Port::tx_icrc_offload: frames leave without their ICRC
   EventSink* sink = nullptr;
   mutable std::mutex mu;  // control verbs and progress()
 

@@ -16,6 +16,10 @@ struct PacketBuf {
   // tx: where the BTH starts in a frame the engine built (a port that routes by QPN reads it there instead
   // of parsing the headers again); 0: unknown, parse.
   uint32_t bth_offset = 0;
+  // tx: the engine left the ICRC out (the port said it fills it: Port::tx_icrc_offload); whatever puts the
+  // frame on a wire or in a capture writes it first (wire::write_icrc). rx: the frame came without one over
+  // a hop that cannot corrupt it (shared memory between two urxe processes): not checked.
+  bool icrc_absent = false;
   void* opaque = nullptr;
 };
 
@@ -57,6 +61,9 @@ class Port {
   // knows; 0 if it does not or nothing did. A progress thread's idle spin learns from it how soon work came
   // after it slept, which its own wake-up time overstates by the wake-up's latency.
   virtual uint64_t rx_wait_event_ns() const { return 0; }
+  // Whether the port fills the ICRC of the frames it is given with icrc_absent set (a NIC's ICRC offload):
+  // the engine then leaves it out. Asked once, when the engine is made.
+  virtual bool tx_icrc_offload() const { return false; }
 
   // This process owns destination QPNs [first, end) only (the provider's urxe.qpn blocks): a port with a
   // receive filter then drops other processes' frames on the same device before they cost a wakeup. False

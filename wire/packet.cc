@@ -249,13 +249,14 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
   return true;
 }
 
-void seal_frame(MutByteSpan frame, const FrameLayout& layout) {
+void seal_frame(MutByteSpan frame, const FrameLayout& layout, bool icrc) {
   uint8_t* f = frame.data();
   std::memset(f + layout.payload_offset + layout.payload_len, 0, layout.pad);
   const uint32_t icrc_off = layout.frame_len - kIcrcLen;
   uint8_t* ip = f + layout.l3_offset;
-  store_le32(f + icrc_off,
-             compute_icrc(ByteSpan(ip, icrc_off - layout.l3_offset), layout.ip_version, layout.ip_hdr_len));
+  if (icrc || layout.udp_checksum)
+    store_le32(f + icrc_off,
+               compute_icrc(ByteSpan(ip, icrc_off - layout.l3_offset), layout.ip_version, layout.ip_hdr_len));
   if (layout.udp_checksum) {
     uint8_t* udp = ip + layout.ip_hdr_len;
     const uint32_t udp_len = layout.frame_len - layout.l3_offset - layout.ip_hdr_len;
@@ -263,6 +264,35 @@ void seal_frame(MutByteSpan frame, const FrameLayout& layout) {
     uint16_t c = static_cast<uint16_t>(~udp_sum(layout.ip_version, ip, udp, udp_len));
     store_be16(udp + 6, c == 0 ? 0xffff : c);
   }
+}
+
+bool write_icrc(MutByteSpan frame) {
+  const size_t len = frame.size();
+  uint8_t* f = frame.data();
+  if (len < kEthLen) return false;
+  size_t l3 = kEthLen;
+  uint16_t type = load_be16(f + 12);
+  if (type == 0x8100) {
+    if (len < kEthLen + kVlanLen) return false;
+    type = load_be16(f + 16);
+    l3 += kVlanLen;
+  }
+  uint8_t version = 0;
+  uint32_t ip_hdr_len = 0;
+  if (type == 0x0800 && len > l3 && (f[l3] >> 4) == 4) {
+    version = 4;
+    ip_hdr_len = (f[l3] & 0x0fu) * 4u;
+    if (ip_hdr_len < kIpv4MinLen) return false;
+  } else if (type == 0x86dd && len > l3 && (f[l3] >> 4) == 6) {
+    version = 6;
+    ip_hdr_len = kIpv6Len;
+  } else {
+    return false;
+  }
+  if (len < l3 + ip_hdr_len + kUdpLen + kBthLen + kIcrcLen) return false;
+  const size_t icrc_off = len - kIcrcLen;
+  store_le32(f + icrc_off, compute_icrc(ByteSpan(f + l3, icrc_off - l3), version, ip_hdr_len));
+  return true;
 }
 
 uint32_t build_frame(MutByteSpan out, const FrameSpec& spec, ByteSpan payload) {

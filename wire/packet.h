@@ -99,8 +99,13 @@ uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len);
 // Writes every header; the caller then puts payload_len bytes at out[layout.payload_offset] and calls
 // seal_frame. Returns false (writing nothing) when `out` is too small or the opcode is unknown.
 bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout);
-// Zeroes the pad, writes the ICRC (and the UDP checksum if asked).
-void seal_frame(MutByteSpan frame, const FrameLayout& layout);
+// Zeroes the pad, writes the ICRC (and the UDP checksum if asked). `icrc` false leaves the ICRC's 4 bytes
+// for write_icrc later (a port that fills it where the frame needs one); not with a UDP checksum, which
+// covers them.
+void seal_frame(MutByteSpan frame, const FrameLayout& layout, bool icrc = true);
+// Writes the ICRC of a whole RoCEv2 frame (Ethernet, an optional 802.1Q tag, IPv4 or IPv6, UDP, BTH, ...)
+// into its last 4 bytes. False, writing nothing, when the frame is too short or not IP.
+bool write_icrc(MutByteSpan frame);
 // Convenience: headers + copy of `payload` + seal. Returns the frame length, 0 if it does not fit.
 uint32_t build_frame(MutByteSpan out, const FrameSpec& spec, ByteSpan payload);
 

@@ -728,6 +728,93 @@ TEST(RcFrames, EveryBuiltFrameSaysWhereItsBthIs) {
   }
 }
 
+// A port that fills the ICRC itself where a frame needs one (tx_icrc_offload, as the same-host path does
+// for frames that go to the wire): counts the frames that came without one, then writes it. On receive it
+// can damage every frame's ICRC, flagged as having come without one (as over the path's rings) or not.
+class IcrcPort final : public Port {
+ public:
+  explicit IcrcPort(Port& inner, bool offload) : inner_(inner), offload_(offload) {}
+  const PortAttr& attr() const override { return inner_.attr(); }
+  bool tx_icrc_offload() const override { return offload_; }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    for (uint32_t i = 0; i < n; i++) {
+      const wire::MutByteSpan f(bufs[i].data, bufs[i].len);
+      wire::Packet pkt;
+      if (wire::parse_frame(f, pkt) == wire::ParseError::bad_icrc) ++tx_without_icrc;
+      if (bufs[i].icrc_absent) {
+        ++tx_flagged;
+        wire::write_icrc(f);
+        bufs[i].icrc_absent = false;
+      }
+    }
+    const uint32_t k = inner_.tx_burst(bufs, n);
+    total_tx += k;
+    return k;
+  }
+  void tx_free(PacketBuf& buf) override { inner_.tx_free(buf); }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
+    const uint32_t k = inner_.rx_burst(bufs, n);
+    for (uint32_t i = 0; i < k; i++) {
+      if (!damage_rx) continue;
+      bufs[i].data[bufs[i].len - 1] ^= 0x5a;
+      bufs[i].icrc_absent = flag_rx;
+    }
+    return k;
+  }
+  void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
+  uint64_t total_tx = 0, tx_flagged = 0, tx_without_icrc = 0;
+  bool damage_rx = false, flag_rx = false;
+
+ private:
+  Port& inner_;
+  const bool offload_;
+};
+
+// The engine leaves the ICRC out only for a port that fills it (Port::tx_icrc_offload), flagging each such
+// frame, and does not check the ICRC of a received frame that is flagged as having come without one; an
+// unflagged frame with a bad ICRC is still dropped and counted.
+TEST(RcFrames, IcrcLeftOutOnlyForAPortThatFillsIt) {
+  for (const bool offload : {true, false}) {
+    SCOPED_TRACE(offload ? "offload" : "no offload");
+    IcrcPort* ports[2] = {};
+    Loopback lb(EngineConfig{}, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
+      auto p = std::make_unique<IcrcPort>(inner, side == 0 && offload);
+      ports[side] = p.get();
+      return p;
+    });
+    ASSERT_TRUE(ports[0] && ports[1]);
+    const uint32_t qa = lb.connect(QPT_RC).first;
+    Sge sge{lb.a().addr(0), 3000, lb.a().mr.lkey};
+    auto write = [&](uint64_t id) {
+      SendWr wr = make_wr(WR_RDMA_WRITE, &sge, 1, id);
+      wr.rdma.remote_addr = lb.b().addr(8192);
+      wr.rdma.rkey = lb.b().mr.rkey;
+      post(lb.a(), qa, wr);
+      return lb.poll(lb.a(), 1, 1'000'000'000);
+    };
+    // A's frames: without their ICRC and flagged exactly when its port fills it; B gets them whole
+    auto wc = write(1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    EXPECT_GE(ports[0]->total_tx, 3u);
+    EXPECT_EQ(ports[0]->tx_flagged, offload ? ports[0]->total_tx : 0u);
+    EXPECT_EQ(ports[0]->tx_without_icrc, offload ? ports[0]->total_tx : 0u);
+    EXPECT_EQ(ports[1]->tx_flagged + ports[1]->tx_without_icrc, 0u);
+    // B receives damaged ICRCs flagged as absent: not checked, the WRITE completes
+    ports[1]->damage_rx = ports[1]->flag_rx = true;
+    wc = write(2);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_icrc), 0u);
+    // the same damage unflagged: dropped and counted, nothing completes
+    ports[1]->flag_rx = false;
+    wc = write(3);
+    EXPECT_TRUE(wc.empty() || wc[0].status != WC_SUCCESS);
+    EXPECT_GE(lb.b().eng->counter(Counter::rx_drop_icrc), 3u);
+  }
+}
+
 // An application's round (poll_cq's) that completes a receive and has only the ACK to send keeps the ACK
 // for its next round, which sends the app's answer first and the ACK after it; any other round sends at
 // once, and held ACKs wait at most Engine::kAckHoldNs (next_deadline_ns), so the peer's send completes.

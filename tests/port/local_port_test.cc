@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -47,7 +49,8 @@ struct Device {
     EXPECT_TRUE(port) << err;
   }
   // Sends one RoCE frame (a SEND ONLY to dqpn, `tag` in its PSN) to dst_mac; true when the port took it.
-  bool send(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag) {
+  // no_icrc: as the engine builds it for this port (tx_icrc_offload), the ICRC's bytes left zero.
+  bool send(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag, bool no_icrc = false) {
     wire::FrameSpec spec;
     spec.dst_mac = dst_mac;
     spec.src_mac = mac;
@@ -59,7 +62,32 @@ struct Device {
     engine::PacketBuf buf{};
     if (!port->tx_alloc(2048, buf)) return false;
     buf.len = wire::build_frame(wire::MutByteSpan(buf.data, 2048), spec, wire::ByteSpan(payload, 64));
+    if (no_icrc && buf.len) {
+      std::memset(buf.data + buf.len - wire::kIcrcLen, 0, wire::kIcrcLen);
+      buf.icrc_absent = true;
+    }
     return buf.len > 0 && port->tx_burst(&buf, 1) == 1;
+  }
+  // The frames received now: {PSN, whether it came without an ICRC, whether its ICRC checks}.
+  struct Got {
+    uint32_t psn;
+    bool icrc_absent, icrc_ok;
+    bool operator==(const Got&) const = default;
+  };
+  std::vector<Got> receive_icrc() {
+    std::vector<Got> out;
+    engine::PacketBuf bufs[16];
+    const uint32_t n = port->rx_burst(bufs, 16);
+    for (uint32_t i = 0; i < n; i++) {
+      wire::Packet pkt;
+      wire::ParseOptions unchecked;
+      unchecked.verify_icrc = false;
+      const wire::ByteSpan f(bufs[i].data, bufs[i].len);
+      if (wire::parse_frame(f, pkt, unchecked) == wire::ParseError::ok)
+        out.push_back({pkt.bth.psn, bufs[i].icrc_absent, wire::parse_frame(f, pkt) == wire::ParseError::ok});
+    }
+    port->rx_free(bufs, n);
+    return out;
   }
   // PSNs of the frames received now; `local` counts those that came through the ring.
   std::vector<uint32_t> receive(uint64_t* local = nullptr) {
@@ -124,6 +152,31 @@ TEST(LocalPath, RoutesByDestinationMacAndBlock) {
   ASSERT_TRUE(a.send(b.mac, kBase0 + 3 * kBlock + 5, 105));
   EXPECT_EQ(a.receive(&local), std::vector<uint32_t>{105});
   EXPECT_EQ(local, 0u);
+}
+
+// The engine leaves the ICRC out for this port (tx_icrc_offload): a frame that crosses a ring arrives
+// without it and says so (the receiving engine then does not check it), and one that goes the port's way
+// gets it first, as the wire needs; a frame that has one keeps it either way.
+TEST(LocalPath, IcrcLeftOutOnlyOnTheRing) {
+  TmpDir dir("urxe-local-port");
+  Device a(dir.path, 0xa, 0), b(dir.path, 0xb, 3);
+  ASSERT_TRUE(a.port && b.port);
+  EXPECT_TRUE(a.port->tx_icrc_offload());
+  using Got = Device::Got;
+  // through B's ring: as sent, without an ICRC, and flagged so
+  ASSERT_TRUE(a.send(b.mac, kBase0 + 3 * kBlock + 5, 11, true));
+  EXPECT_EQ(b.receive_icrc(), (std::vector<Got>{{11, true, false}}));
+  ASSERT_TRUE(a.send(b.mac, kBase0 + 3 * kBlock + 5, 12, false));
+  EXPECT_EQ(b.receive_icrc(), (std::vector<Got>{{12, false, true}}));
+  // the port's way (a MAC that is no device here; back to A on its own bus): with its ICRC
+  ASSERT_TRUE(a.send(wire::MacAddr{0x02, 0, 0, 0, 0, 0xc}, kBase0 + 3 * kBlock, 13, true));
+  EXPECT_EQ(a.receive_icrc(), (std::vector<Got>{{13, false, true}}));
+  // a frame from the ring and one from the port in one burst: each flagged as it came
+  ASSERT_TRUE(b.send(a.mac, kBase0 + 7, 14, true));
+  ASSERT_TRUE(a.send(wire::MacAddr{0x02, 0, 0, 0, 0, 0xc}, kBase0 + 3 * kBlock, 15, true));
+  std::vector<Got> got = a.receive_icrc();
+  std::sort(got.begin(), got.end(), [](const Got& x, const Got& y) { return x.psn < y.psn; });
+  EXPECT_EQ(got, (std::vector<Got>{{14, true, false}, {15, false, true}}));
 }
 
 // More destination MACs than the table remembers (16): frames to each still go the right way, the ones
