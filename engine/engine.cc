@@ -505,6 +505,7 @@ bool EngineImpl::progress_round(bool app_round) {
   EngineImpl& e = *this;
   e.now = e.clock.now_ns();
   const uint64_t cq_mark = e.cq_posts;
+  if (e.held.empty()) e.n_cq_marks = 0;
   const uint32_t burst = static_cast<uint32_t>(e.rx.size());
   // At least four bursts, and past the marking threshold: frames that deep in the ring are the ones marked.
   bool did = e.rx_drain(std::max(4 * burst, e.rx_mark_frames + 2 * burst)) > 0;
@@ -577,22 +578,39 @@ bool EngineImpl::progress_round(bool app_round) {
   for (uint32_t k = 0; k < nw; k++)
     if (e.taken[k].word == sw) visit(sw, e.taken[k].bits & low);
   if (last_sender >= 0) e.walk_start = static_cast<uint32_t>(last_sender) + 1;
-  // An app round that completed work and has only ACKs to send keeps them for its next round: the app
-  // answers the completion (ib_send_lat: a SEND) within a microsecond or two, and that answer then leaves
+  // An app round that completed work and has only ACKs to send keeps them until the app answers: it
+  // answers a completion (ib_send_lat: a SEND) within a microsecond or two, and the answer then leaves
   // first, in the same transmit call, instead of waiting for the ACKs' own (a veth's transmit also runs the
-  // receiving side's softirq: ~2-4 us here). The ACKs held by the previous round go now, before these.
-  if (app_round && e.config.hold_acks && !e.tx.empty() && e.tx_not_ack == 0 && e.cq_posts != cq_mark) {
-    e.tx_send(e.held);
-    if (e.held.empty()) {  // (else the port refuses frames: no holding then)
-      e.held.swap(e.tx);   // both keep at least kTxBatch of capacity: no allocation
-      e.held_since = e.now;
-      e.tx_not_ack = 0;
-      e.held_any.store(true, std::memory_order_relaxed);
+  // receiving side's softirq: ~2-4 us here). The app's later rounds keep them while they make no other
+  // frame and a completion written since is still unread (the app polls again before it answers: perftest
+  // waits for its SEND's completion, then polls the receive CQ), for kAckHoldNs at most; then, or with
+  // the first other frame (after it), or in a round of the progress thread, they go.
+  if (app_round && e.config.hold_acks && e.tx_not_ack == 0) {
+    if (e.held.empty()) {
+      if (!e.tx.empty() && e.cq_posts != cq_mark) {
+        e.held.swap(e.tx);  // both keep at least kTxBatch of capacity: no allocation
+        e.held_since = e.now;
+        e.held_any.store(true, std::memory_order_relaxed);
+        return did;
+      }
+    } else if (e.now - e.held_since < Engine::kAckHoldNs && e.cqe_unread() &&
+               e.held.size() + e.tx.size() <= e.held.capacity()) {
+      e.held.insert(e.held.end(), e.tx.begin(), e.tx.end());
+      e.tx.clear();
       return did;
     }
   }
   e.tx_flush();
   return did;
+}
+
+bool EngineImpl::cqe_unread() const {
+  for (uint32_t i = 0; i < n_cq_marks; i++) {
+    const CqMark& m = cq_marks[i];
+    const Cq* c = cq_get(m.handle);
+    if (c && static_cast<int32_t>(m.prod - c->ring.cons.load(std::memory_order_acquire)) > 0) return true;
+  }
+  return false;
 }
 
 uint64_t EngineImpl::qp_wake(const Qp& q) const {

@@ -370,6 +370,15 @@ struct EngineImpl {
   uint64_t held_since = 0;
   std::atomic<bool> held_any{false};
   uint64_t cq_posts = 0;  // completions written (a round that wrote none holds no ACK)
+  // The CQs written since the held ACKs were taken (or since this round began), with their producer index
+  // after the last one: while the app has not read one of those completions, it has not answered yet.
+  struct CqMark {
+    uint32_t handle, prod;
+  };
+  static constexpr uint32_t kCqMarks = 4;
+  std::array<CqMark, kCqMarks> cq_marks{};
+  uint32_t n_cq_marks = 0;
+  bool cqe_unread() const;
   std::vector<PacketBuf> rx;
   uint64_t now = 0;
 

@@ -895,6 +895,32 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     ASSERT_EQ(lb.poll(lb.a(), 2).size(), 2u);
     quiet();
 
+    // The app polls again before it answers (perftest waits for its SEND's completion, then polls the
+    // receive CQ): while the completion is unread, its rounds keep the ACK; once it is read, or after
+    // kAckHoldNs, the next round sends it
+    for (const bool read_it : {true, false}) {
+      SCOPED_TRACE(read_it ? "completion read" : "completion left unread");
+      watch->opcodes.clear();
+      post_recv(lb.b(), qb, 0, 64, 10);
+      post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 11));
+      lb.a().eng->progress();
+      arrive();
+      b.try_progress(nullptr, /*app_round=*/true);
+      EXPECT_EQ(b.acks_held(), hold);
+      b.try_progress(nullptr, /*app_round=*/true);
+      EXPECT_EQ(b.acks_held(), hold);
+      if (read_it) {
+        ASSERT_EQ(b.poll_cq(lb.b().cq, 4, wc), 1);
+      } else {
+        lb.link.clock.t += Engine::kAckHoldNs;
+      }
+      b.try_progress(nullptr, /*app_round=*/true);
+      EXPECT_FALSE(b.acks_held());
+      EXPECT_EQ(watch->opcodes, std::vector<uint8_t>{kAck});
+      ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+      quiet();
+    }
+
     // A held ACK whose app does not come back: the progress thread's next round sends it
     watch->opcodes.clear();
     post_recv(lb.b(), qb, 0, 64, 8);
