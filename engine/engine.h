@@ -52,8 +52,9 @@ struct EngineConfig {
   uint32_t qpn_start = 0;
   uint32_t ack_every_n = 16;        // responder ACKs at least every N packets of a long message (≥ 1)
   // An application's round (try_progress with app_round) whose only frames are ACKs and that completed
-  // work keeps those ACKs back for the next round, which sends them after its own frames: the app's answer
-  // (the SEND it posts on seeing the completion) then leaves before them, not behind their transmit.
+  // work keeps those ACKs back until the app answers (a later round that makes another frame sends them
+  // after it), while that completion is unread, kAckHoldNs at most: the app's answer (the SEND it posts on
+  // seeing the completion) then leaves first, not behind their transmit (engine/README.md).
   bool hold_acks = true;
   uint32_t max_unacked_psns = 128;  // requester's window of unacknowledged PSNs per QP (rxe: 128)
   uint32_t rx_burst = 32;           // frames taken from the port per progress() round
@@ -367,7 +368,7 @@ class Engine {
   // thread that busy-polls its CQ do the NIC's work itself instead of waiting for the progress thread.
   // `ran` (optional): whether the round ran, i.e. the lock was free.
   // `app_round`: the caller is an application thread (poll_cq), which comes back within microseconds; its
-  // round may hold ACKs back for the next one (EngineConfig::hold_acks). Any other round sends them.
+  // round may hold ACKs back for the app's answer (EngineConfig::hold_acks). Any other round sends them.
   bool try_progress(bool* ran = nullptr, bool app_round = false);
   // Whether an application round holds ACKs back (a post that would answer them should run a round now).
   // Held ACKs wait at most kAckHoldNs for a round (next_deadline_ns says when).

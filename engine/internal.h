@@ -364,8 +364,8 @@ struct EngineImpl {
   static constexpr size_t kTxBatch = 64;
   std::vector<PacketBuf> tx;
   uint32_t tx_not_ack = 0;  // frames in tx that are not ACK/NAK-only (0: an ACK-only batch)
-  // ACK-only frames an application round kept back (EngineConfig::hold_acks); the next round, or a thread
-  // round at the latest Engine::kAckHoldNs later, sends them after its own frames.
+  // ACK-only frames an application round kept back (EngineConfig::hold_acks); a later round sends them
+  // after its own frames (progress_round says which), Engine::kAckHoldNs later at the latest.
   std::vector<PacketBuf> held;
   uint64_t held_since = 0;
   std::atomic<bool> held_any{false};

@@ -47,6 +47,9 @@ ContextState::~ContextState() {
   stop.store(true);
   wake();
   if (progress_thread.joinable()) progress_thread.join();
+  // A last round: ACKs the app's last poll held for its answer (Engine::acks_held) go out, as destroy_qp's
+  // round does for a QP destroyed first.
+  if (engine) engine->progress();
   URXE_DEBUG("progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu",
              (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
              (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port);
