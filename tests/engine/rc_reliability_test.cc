@@ -815,6 +815,16 @@ TEST(RcFrames, IcrcLeftOutOnlyForAPortThatFillsIt) {
   }
 }
 
+// A Loopback wrapper that puts a WatchPort on one side (`side`) and tells where it is.
+Loopback::PortWrap watch_side(int side, WatchPort*& out) {
+  return [side, &out](int s, Port& inner) -> std::unique_ptr<Port> {
+    if (s != side) return nullptr;
+    auto p = std::make_unique<WatchPort>(inner);
+    out = p.get();
+    return p;
+  };
+}
+
 // An application's round (poll_cq's) that completes a receive and has only the ACK to send keeps the ACK
 // for its next round, which sends the app's answer first and the ACK after it; any other round sends at
 // once, and held ACKs wait at most Engine::kAckHoldNs (next_deadline_ns), so the peer's send completes.
@@ -826,12 +836,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     EngineConfig cfg;
     cfg.hold_acks = hold;
     WatchPort* watch = nullptr;
-    Loopback lb(cfg, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
-      if (side != 1) return nullptr;
-      auto p = std::make_unique<WatchPort>(inner);
-      watch = p.get();
-      return p;
-    });
+    Loopback lb(cfg, 1500, 1 << 20, false, watch_side(1, watch));
     ASSERT_NE(watch, nullptr);
     const auto [qa, qb] = lb.connect(QPT_RC);
     Sge sa{lb.a().addr(0), 64, lb.a().mr.lkey}, sb{lb.b().addr(4096), 64, lb.b().mr.lkey};
@@ -841,12 +846,16 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
       const uint64_t next = lb.link.net.next_event_time();
       if (next != UINT64_MAX && next > lb.link.clock.t) lb.link.clock.t = next;
     };
+    // A's SEND (B has a receive for it) reaches B in an app round of B's
+    auto send_to_b = [&](uint64_t id) {
+      post_recv(lb.b(), qb, 0, 64, id);
+      post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, id + 1));
+      lb.a().eng->progress();
+      arrive();
+      b.try_progress(nullptr, /*app_round=*/true);
+    };
     // A's SEND reaches B in B's app round: the receive completes, the ACK is held (or not)
-    post_recv(lb.b(), qb, 0, 64, 1);
-    post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 2));
-    lb.a().eng->progress();
-    arrive();
-    b.try_progress(nullptr, /*app_round=*/true);
+    send_to_b(1);
     ASSERT_EQ(b.poll_cq(lb.b().cq, 4, wc), 1);
     EXPECT_EQ(wc[0].opcode, WC_RECV);
     EXPECT_EQ(b.acks_held(), hold);
@@ -901,11 +910,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     for (const bool read_it : {true, false}) {
       SCOPED_TRACE(read_it ? "completion read" : "completion left unread");
       watch->opcodes.clear();
-      post_recv(lb.b(), qb, 0, 64, 10);
-      post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 11));
-      lb.a().eng->progress();
-      arrive();
-      b.try_progress(nullptr, /*app_round=*/true);
+      send_to_b(10);
       EXPECT_EQ(b.acks_held(), hold);
       b.try_progress(nullptr, /*app_round=*/true);
       EXPECT_EQ(b.acks_held(), hold);
@@ -923,11 +928,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
 
     // A held ACK whose app does not come back: the progress thread's next round sends it
     watch->opcodes.clear();
-    post_recv(lb.b(), qb, 0, 64, 8);
-    post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 9));
-    lb.a().eng->progress();
-    arrive();
-    b.try_progress(nullptr, /*app_round=*/true);
+    send_to_b(8);
     EXPECT_EQ(b.acks_held(), hold);
     const auto sent = lb.poll(lb.a(), 1);
     ASSERT_EQ(sent.size(), 1u);
@@ -943,12 +944,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
 TEST(RcManyQps, ReceiveRingIsReadWhileManyQpsSend) {
   EngineConfig cfg;
   WatchPort* watch = nullptr;
-  Loopback lb(cfg, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
-    if (side != 0) return nullptr;
-    auto p = std::make_unique<WatchPort>(inner);
-    watch = p.get();
-    return p;
-  });
+  Loopback lb(cfg, 1500, 1 << 20, false, watch_side(0, watch));
   ASSERT_NE(watch, nullptr);
   constexpr int kQps = 128, kWrs = 16;
   std::vector<uint32_t> qas;
