@@ -102,14 +102,16 @@ bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
   r.at(p) = wc;
   r.prod.store(p + 1, std::memory_order_release);
   cq_posts++;
-  for (uint32_t i = 0;; i++) {  // (a few CQs at most: one round's, or a held ACK's wait's)
-    if (i == n_cq_marks) {
-      if (i < kCqMarks) cq_marks[n_cq_marks++] = {cq.handle, p + 1};
-      break;
-    }
-    if (cq_marks[i].handle == cq.handle) {
-      cq_marks[i].prod = p + 1;
-      break;
+  if (mark_cqes) {
+    for (uint32_t i = 0;; i++) {  // (a few CQs at most: one round's, or a held ACK's wait's)
+      if (i == n_cq_marks) {
+        if (i < kCqMarks) cq_marks[n_cq_marks++] = {cq.handle, p + 1};
+        break;
+      }
+      if (cq_marks[i].handle == cq.handle) {
+        cq_marks[i].prod = p + 1;
+        break;
+      }
     }
   }
   // Store prod, then load armed; the app stores armed (req_notify_cq), then loads prod (poll_cq). Without

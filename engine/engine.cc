@@ -506,6 +506,8 @@ bool EngineImpl::progress_round(bool app_round) {
   e.now = e.clock.now_ns();
   const uint64_t cq_mark = e.cq_posts;
   if (e.held.empty()) e.n_cq_marks = 0;
+  // Only a round that may hold ACKs, or one while some are held, needs to know which completions it wrote.
+  e.mark_cqes = (app_round && e.config.hold_acks) || !e.held.empty();
   const uint32_t burst = static_cast<uint32_t>(e.rx.size());
   // At least four bursts, and past the marking threshold: frames that deep in the ring are the ones marked.
   bool did = e.rx_drain(std::max(4 * burst, e.rx_mark_frames + 2 * burst)) > 0;
@@ -676,7 +678,8 @@ uint64_t Engine::next_deadline_ns(bool wait_for_lock, bool* lock_busy) const {
   if (!e.tx.empty()) return 0;
   for (const auto& w : e.active_words)
     if (w.load(std::memory_order_acquire)) return 0;
-  // ACKs an app round held: its next round sends them, or any round once they waited kAckHoldNs
+  // ACKs an app round held: the app's next round that makes a frame sends them, any round once they
+  // waited kAckHoldNs
   const uint64_t hold = e.held.empty() ? UINT64_MAX : e.held_since + Engine::kAckHoldNs;
   // the earliest live timer (stale entries on top are dropped here)
   while (!e.wakes.empty()) {

@@ -378,6 +378,7 @@ struct EngineImpl {
   static constexpr uint32_t kCqMarks = 4;
   std::array<CqMark, kCqMarks> cq_marks{};
   uint32_t n_cq_marks = 0;
+  bool mark_cqes = false;  // this round can hold ACKs or ACKs are held: cq_post keeps cq_marks
   bool cqe_unread() const;
   std::vector<PacketBuf> rx;
   uint64_t now = 0;

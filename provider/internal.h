@@ -265,9 +265,10 @@ struct ContextState final : urxe::provider::LoggingSink {
     posts_since_poll.store(0, std::memory_order_relaxed);
     // Its round may hold ACKs back for the app's answer, unless the thread sleeps (it would not send them
     // if the app stopped polling: a napping thread's step is at most kNapNs, and shorter while ACKs wait),
-    // and unless a CQ is armed: an app that blocks on its channel answers after a wake-up, not from a busy
-    // poll. (With it, ib_send_lat -e between two processes hung about 1 run in 30, both apps waiting in
-    // ibv_get_cq_event with nothing in flight; the cause was not found.)
+    // and unless a CQ is armed: an app that blocks on its channel answers after a wake-up, and the hold
+    // would deliver its peer's events in the other order (the answer's receive before the ACK's send
+    // completion), which Debian's perftest -e (one channel for both CQs, one poll of the CQ it expects per
+    // event) turns into a hang of both sides, about 1 run in 30 (provider/README.md, Runtime).
     engine->try_progress(nullptr, sleep_mode.load(std::memory_order_relaxed) != kSleeping &&
                                       armed_cqs.load(std::memory_order_relaxed) == 0);
   }
