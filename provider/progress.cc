@@ -47,21 +47,37 @@ void ContextState::run() {
   // Short sleeps (kBusyNapNs) as asked, not stretched by the default 50 us timer slack.
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   // How long to keep polling without work before sleeping: adaptive, up to $URXE_IDLE_SPIN_US (default
-  // 20 us). A spin pays off when frames come closer together than a wake-up costs (a stream: ~10-25 us per
-  // wake-up here); it costs when they do not, and on 2 cores it then also holds the core of the
-  // application it preempted (ib_write_lat: that app waited out every spin before it could see the data
-  // just written; 45 -> 23 us per message without it). So a spin that ends without work halves the next
-  // one, and a sleep that a stream ends sooner than half the maximum doubles it (below). Polling uses the
-  // pause instruction, not sched_yield: on a busy machine a yield hands the core to a spinning application
-  // thread for a whole time slice.
-  // On a single CPU (a 1-vCPU guest, a container pinned to one core) a spin only keeps the app, which is
-  // what would bring the work, off the CPU: no spin there.
-  uint64_t max_spin_ns = 20000;
+  // 20 us; 100 us while the app's threads are idle, below). A spin pays off when frames come closer together
+  // than a wake-up costs (a stream: ~10-25 us per wake-up here); it costs when they do not, and on 2 cores it
+  // then also holds the core of the application it preempted (ib_write_lat: that app waited out every spin
+  // before it could see the data just written; 45 -> 23 us per message without it). So a spin that ends
+  // without work halves the next one, and a sleep that a stream ends sooner than half the maximum doubles it
+  // (below). Polling uses the pause instruction, not sched_yield: on a busy machine a yield hands the core to
+  // a spinning application thread for a whole time slice. On a single CPU (a 1-vCPU guest, a container pinned
+  // to one core) a spin only keeps the app, which is what would bring the work, off the CPU: no spin there.
+  // While the app's own threads use (almost) no CPU, blocked in a read or on a channel (ib_write_bw's
+  // server, a daemon), the spin may grow to kIdleAppSpinNs: it then holds no core an app of this process
+  // wants, and it spares the peer's sender a kick and this thread a wake-up per burst (64 B WRITE stream
+  // between two processes on the same-host path: 1.01-1.03 -> 1.22-1.34 Mpps; 64 KiB 1.40-1.70 ->
+  // 1.74-1.92 GB/s, with the cap at 100 us for every process). An app that spins on memory or busy-polls
+  // keeps the shorter cap. Known from the process's and this thread's CPU clocks, at most once per
+  // kAppCpuEveryNs, at an idle look (never per frame).
+  constexpr uint64_t kIdleAppSpinNs = 100000, kAppCpuEveryNs = 1000000;
+  uint64_t max_spin_ns = 20000, idle_app_spin_ns = kIdleAppSpinNs;
   if (cpu_set_t cpus; ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) == 1)
-    max_spin_ns = 0;
+    max_spin_ns = idle_app_spin_ns = 0;
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
-    max_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
-  uint64_t spin_ns = max_spin_ns;
+    max_spin_ns = idle_app_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
+  uint64_t cap_ns = max_spin_ns;  // max_spin_ns, or idle_app_spin_ns while the app's threads are idle
+  uint64_t spin_ns = cap_ns;
+  uint64_t app_cpu_at = 0, app_cpu_ns = 0;  // when the app's threads' CPU time was read, and what it was
+  auto app_cpu_now = [] {
+    timespec p{}, th{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p);
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &th);
+    return static_cast<uint64_t>(p.tv_sec - th.tv_sec) * 1000000000u + static_cast<uint64_t>(p.tv_nsec) -
+           static_cast<uint64_t>(th.tv_nsec);
+  };
   // Where the port tells when the frame that woke a sleep was sent, the spin grows when that was soon after
   // the sleep began (a spin would have caught it: `grow_spin`) and the work was a stream, at least
   // kStreamFrames frames before the next idle look (a 64 B WRITE stream from a peer that sends every 16
@@ -91,9 +107,18 @@ void ContextState::run() {
     const uint64_t t = clock.now_ns();
     if (idle_since == 0) {
       idle_since = t;
+      if (idle_app_spin_ns != max_spin_ns && t - app_cpu_at >= kAppCpuEveryNs) {
+        // The other threads of this process (the app's; the stats thread's share is negligible) used
+        // less than an eighth of a core since the last look: they are blocked.
+        const uint64_t cpu = app_cpu_now();
+        cap_ns = app_cpu_at && cpu - app_cpu_ns < (t - app_cpu_at) / 8 ? idle_app_spin_ns : max_spin_ns;
+        spin_ns = std::min(spin_ns, cap_ns);
+        app_cpu_at = t;
+        app_cpu_ns = cpu;
+      }
       idle_polls = app_polls.load(std::memory_order_relaxed);
       if (grow_spin && engine->counter(en::Counter::rcvd_pkts) - rcvd_at_wake >= kStreamFrames)
-        spin_ns = std::min(max_spin_ns, 2 * spin_ns + 1000);
+        spin_ns = std::min(cap_ns, 2 * spin_ns + 1000);
       grow_spin = false;
     }
     if (app_in_engine || app_driving(idle_polls)) {
@@ -193,10 +218,10 @@ void ContextState::run() {
     // soon is rare and worth a spin.)
     const uint64_t event = port->rx_wait_event_ns();
     if (event != 0 && event < woke) {
-      grow_spin = std::max(event, now) - now < max_spin_ns / 2;
+      grow_spin = std::max(event, now) - now < cap_ns / 2;
       rcvd_at_wake = engine->counter(en::Counter::rcvd_pkts);
-    } else if (woke - now < max_spin_ns / 2) {
-      spin_ns = std::min(max_spin_ns, 2 * spin_ns + 1000);
+    } else if (woke - now < cap_ns / 2) {
+      spin_ns = std::min(cap_ns, 2 * spin_ns + 1000);
     }
     idle_since = 0;
   }
