@@ -12,6 +12,7 @@
 // 100 ms while there is none, or when the peer's file was replaced). A peer that stays full for 100 ms and
 // whose owner is gone is dropped, so that a dead process cannot hold up the sender's other traffic.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -72,7 +73,8 @@ class LocalPathPort final : public engine::Port {
   struct Peer;
   struct Dest;
   Dest* dest_for(const uint8_t* mac, uint64_t now);
-  Peer* peer_for(const engine::PacketBuf& buf, uint64_t& now);
+  Peer* peer_for(const engine::PacketBuf& buf, uint64_t now);
+  Peer* last_peer_for(const engine::PacketBuf& buf, uint64_t now) const;
   uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
 
   std::unique_ptr<engine::Port> inner_;
@@ -82,6 +84,9 @@ class LocalPathPort final : public engine::Port {
   std::vector<std::unique_ptr<Dest>> dests_;  // kMaxDests, made at open
   uint32_t next_victim_ = 0;                  // the Dest a new MAC replaces when all are taken
   std::vector<Peer*> kicked_;                 // peers pushed to in this burst
+  Peer* last_peer_ = nullptr;                 // peer_for's last answer, for this MAC and QPN block
+  std::array<uint8_t, 6> last_mac_{};
+  uint32_t last_qpn_lo_ = 0, last_qpn_end_ = 0;
   uint64_t owner_id_ = 0;
   int epoll_fd_ = -1;
   uint64_t last_reap_ns_ = 0;

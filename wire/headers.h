@@ -33,6 +33,10 @@ struct Bth {
   uint32_t psn = 0;   // 24 bits
 };
 Bth parse_bth(const uint8_t* p);
+// Only the destination QP of the BTH at p (its bytes 5-7): what a port routes by, per frame.
+inline uint32_t bth_dqpn(const uint8_t* p) {
+  return static_cast<uint32_t>(p[5]) << 16 | static_cast<uint32_t>(p[6]) << 8 | p[7];
+}
 void write_bth(uint8_t* p, const Bth& h);
 
 struct Reth {
