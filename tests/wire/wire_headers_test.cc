@@ -38,6 +38,7 @@ TEST(Headers, BthEveryFieldAtItsBitPosition) {
   EXPECT_FALSE(r.becn);
   EXPECT_EQ(r.resv6, 0x15);
   EXPECT_EQ(r.dqpn, 0xabcdefu);
+  EXPECT_EQ(bth_dqpn(b), 0xabcdefu);  // (the ports' shortcut: the QPN alone, the bits around it set)
   EXPECT_TRUE(r.ack_req);
   EXPECT_EQ(r.resv7, 0x55);
   EXPECT_EQ(r.psn, 0x123456u);
