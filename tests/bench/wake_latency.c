@@ -6,6 +6,11 @@
 // The waker (core 1) stamps the clock, writes an eventfd and waits for the answer; the sleeper (core 0)
 // reads the eventfd and takes the clock. Prints "wake CORE p50_us=... p90_us=... p99_us=..." per case;
 // tools/perf-report puts it beside ib_write_lat. Bounded: ROUNDS wake-ups per case, 100-300 us apart.
+// Then the round trip of one cache line between the same two cores, both threads spinning: what any handoff
+// through shared memory costs on this machine at least (the same-host path's rings: a frame's slot and
+// the lane's head each cross once per message), against which tools/perf-report shows that path's latency.
+// Timed in batches of 1000 round trips (a single one is near the clock's own cost); prints
+// "line p50_us=... p90_us=... p99_us=..." per round trip over ROUNDS batches.
 //   usage: wake_latency [ROUNDS]
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -108,6 +113,44 @@ static int run_case(const char* name, int busy) {
   return 0;
 }
 
+static _Atomic uint64_t line_turn;  // the cache line the two threads hand back and forth: even core 1's turn
+
+static void* line_echo(void* arg) {
+  const uint64_t n = *(const uint64_t*)arg;
+  pin(0);
+  for (uint64_t i = 1; i < n; i += 2) {
+    while (atomic_load_explicit(&line_turn, memory_order_acquire) != i) {
+    }
+    atomic_store_explicit(&line_turn, i + 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static int run_line(void) {
+  enum { kBatch = 1000 };
+  const uint64_t n = 2u * kBatch * (uint64_t)rounds;  // each round trip is two hand-overs
+  pthread_t echo;
+  atomic_store(&line_turn, 0);
+  uint64_t total = n;
+  if (pthread_create(&echo, NULL, line_echo, &total) != 0) return -1;
+  pin(1);
+  for (int b = 0; b < rounds; b++) {
+    const uint64_t t0 = now_ns();
+    for (int k = 0; k < kBatch; k++) {
+      const uint64_t i = 2u * ((uint64_t)b * kBatch + (uint64_t)k);
+      atomic_store_explicit(&line_turn, i + 1, memory_order_release);
+      while (atomic_load_explicit(&line_turn, memory_order_acquire) != i + 2) {
+      }
+    }
+    lat_us[b] = (double)(now_ns() - t0) / 1000.0 / kBatch;
+  }
+  pthread_join(echo, NULL);
+  qsort(lat_us, (size_t)rounds, sizeof *lat_us, by_value);
+  printf("line p50_us=%.3f p90_us=%.3f p99_us=%.3f\n", lat_us[rounds / 2], lat_us[rounds * 9 / 10],
+         lat_us[rounds * 99 / 100]);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   rounds = argc > 1 ? atoi(argv[1]) : 2000;
   if (rounds < 10) {
@@ -122,6 +165,6 @@ int main(int argc, char** argv) {
   efd = eventfd(0, EFD_CLOEXEC);
   lat_us = calloc((size_t)rounds, sizeof *lat_us);
   if (efd < 0 || !lat_us) return 1;
-  if (run_case("idle-core", 0) != 0 || run_case("busy-core", 1) != 0) return 1;
+  if (run_case("idle-core", 0) != 0 || run_case("busy-core", 1) != 0 || run_line() != 0) return 1;
   return 0;
 }
