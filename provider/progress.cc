@@ -64,8 +64,9 @@ void ContextState::run() {
   // kAppCpuEveryNs, at an idle look (never per frame).
   constexpr uint64_t kIdleAppSpinNs = 100000, kAppCpuEveryNs = 1000000;
   uint64_t max_spin_ns = 20000, idle_app_spin_ns = kIdleAppSpinNs;
-  if (cpu_set_t cpus; ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) == 1)
-    max_spin_ns = idle_app_spin_ns = 0;
+  cpu_set_t cpus;
+  const bool one_cpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) == 1;
+  if (one_cpu) max_spin_ns = idle_app_spin_ns = 0;
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
     max_spin_ns = idle_app_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
   uint64_t cap_ns = max_spin_ns;  // max_spin_ns, or idle_app_spin_ns while the app's threads are idle
@@ -89,7 +90,15 @@ void ContextState::run() {
   uint64_t rcvd_at_wake = 0;  // the engine's received frames when the last sleep ended
   uint64_t idle_since = 0, idle_polls = 0;
   bool app_in_engine = false;  // the last look found an app thread in the engine: it drives, nap
-  uint64_t busy_nap_ns = kBusyNapNs;
+  // On one CPU the thread's step aside while the app drives starts at kNapNs, and is not cut short while
+  // ACKs wait: each of its wake-ups can only take the CPU from the app that does the work (and would send
+  // those ACKs with its answer). In the 1-vCPU TCG guests of tools/rxe-peer, where a wake-up costs far more
+  // than the app takes to answer, the 50 us step and the 20 us cap had the thread preempt the apps again
+  // and again: ib_send_lat 64 B typical 758-777 -> 563-600 us and average 1,529 -> 700-750, ib_write_lat
+  // 1,036-1,053 -> 630-672 (kernel rxe in the same guests: ~540 and ~510). Natively, each process pinned
+  // to a core of its own: unchanged within the noise (ib_send_lat 5.9-8.9 -> 5.7-7.8 us).
+  const uint64_t step_ns = one_cpu ? kNapNs : kBusyNapNs;
+  uint64_t busy_nap_ns = step_ns;
   // The thread never waits for the engine lock: an app thread holding it (poll_cq's inline round, a post's)
   // is doing the work, and blocking on the mutex would cost two context switches per round on 2 cores (the
   // app's unlock waking this thread, which then preempts the app it was waiting for). A round it cannot take
@@ -97,7 +106,7 @@ void ContextState::run() {
   while (!stop.load(std::memory_order_relaxed)) {
     bool ran = false;
     const bool worked = engine->try_progress(&ran);
-    if (ran) busy_nap_ns = kBusyNapNs;  // the engine was free
+    if (ran) busy_nap_ns = step_ns;  // the engine was free
     if (worked) {
       ++n_rounds;
       if ((n_rounds & 1023) == 0 && gid_watch.due(clock.now_ns())) gid_update();  // busy: never sleeps
@@ -144,15 +153,16 @@ void ContextState::run() {
         const uint64_t polls_before = app_polls.load(std::memory_order_relaxed);
         // ACKs the app's round held wait for its next round; an app that left the engine right after
         // must not keep them for a whole step (its peer's send completions would wait too).
-        wait_fds(false, port_fd,
-                 engine->acks_held() ? std::min(busy_nap_ns, en::Engine::kAckHoldNs) : busy_nap_ns);
+        wait_fds(
+            false, port_fd,
+            engine->acks_held() && !one_cpu ? std::min(busy_nap_ns, en::Engine::kAckHoldNs) : busy_nap_ns);
         if (armed_cqs.load(std::memory_order_relaxed) == 0 || app_driving(polls_before))
           busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
       }
-      busy_nap_ns = kBusyNapNs;
+      busy_nap_ns = step_ns;
       uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
       // An app that armed a CQ may block on its channel (a req_notify_cq after kNapping wakes the nap:
       // cq_armed). The frames that would complete its work end the nap (below); a port without a wait fd
