@@ -270,7 +270,9 @@ uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
 // peer_for's last answer again, when this frame is the engine's (BTH where it says), to the same MAC and
 // QPN block, and that peer is attached and not due for its check: a burst is mostly one QP's frames, and
 // the full lookup (MAC search, a division by the block size, a large stack frame) was a tenth of the
-// sender's time in a 64 KiB stream between two processes.
+// sender's time in a 64 KiB stream between two processes. A leaf of its own, apart from peer_for: folded
+// into peer_for (one BTH check, one QPN read), the lookup and tx_burst took 15.8-16.2 % of that sender's
+// samples instead of 12.9-13.5 (peer_for's prologue, for the calls it makes, then ran on every frame).
 LocalPathPort::Peer* LocalPathPort::last_peer_for(const engine::PacketBuf& buf, uint64_t now) const {
   const uint32_t len = buf.len;
   if (!last_peer_ || buf.bth_offset < wire::kEthLen || buf.bth_offset + wire::kBthLen > len ||
