@@ -121,7 +121,10 @@ bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
   const int armed = cq.armed.load(std::memory_order_acquire);
   // A solicited-only arming fires on solicited receives and on any error completion (IBTA 11.4.2.2).
   if (armed == 2 || (armed == 1 && (solicited || wc.status != WC_SUCCESS))) {
-    if (cq.armed.exchange(0, std::memory_order_acq_rel) != 0 && sink) sink->comp_event(cq.handle);
+    if (cq.armed.exchange(0, std::memory_order_acq_rel) != 0) {
+      comp_events++;
+      if (sink) sink->comp_event(cq.handle);
+    }
   }
   return true;
 }

@@ -504,7 +504,7 @@ uint32_t EngineImpl::rx_drain(uint32_t limit) {
 bool EngineImpl::progress_round(bool app_round) {
   EngineImpl& e = *this;
   e.now = e.clock.now_ns();
-  const uint64_t cq_mark = e.cq_posts;
+  const uint64_t cq_mark = e.cq_posts, event_mark = e.comp_events;
   if (e.held.empty()) e.n_cq_marks = 0;
   // Only a round that may hold ACKs, or one while some are held, needs to know which completions it wrote.
   e.mark_cqes = (app_round && e.config.hold_acks) || !e.held.empty();
@@ -587,7 +587,12 @@ bool EngineImpl::progress_round(bool app_round) {
   // frame and a completion written since is still unread (the app polls again before it answers: perftest
   // waits for its SEND's completion, then polls the receive CQ), for kAckHoldNs at most; then, or with
   // the first other frame (after it), or in a round of the progress thread, they go.
-  if (app_round && e.config.hold_acks && e.tx_not_ack == 0) {
+  // Nor does a round that raised a completion event hold anything: its app learns of the completion from
+  // a channel, and the hold would put its peer's events in another order than a NIC that ACKs at once
+  // gives (the answer's receive completion before the ACK's send completion). An app that takes both CQs'
+  // events from one channel and polls the CQ it expects (Debian's perftest 4.5-0.17 with -e) then waits
+  // for good (engine/README.md).
+  if (app_round && e.config.hold_acks && e.tx_not_ack == 0 && e.comp_events == event_mark) {
     if (e.held.empty()) {
       if (!e.tx.empty() && e.cq_posts != cq_mark) {
         e.held.swap(e.tx);  // both keep at least kTxBatch of capacity: no allocation

@@ -368,7 +368,9 @@ class Engine {
   // thread that busy-polls its CQ do the NIC's work itself instead of waiting for the progress thread.
   // `ran` (optional): whether the round ran, i.e. the lock was free.
   // `app_round`: the caller is an application thread (poll_cq), which comes back within microseconds; its
-  // round may hold ACKs back for the app's answer (EngineConfig::hold_acks). Any other round sends them.
+  // round may hold ACKs back for the app's answer (EngineConfig::hold_acks), unless it raised a completion
+  // event (the app then answers from its channel, and event order must stay a NIC's). Any other round
+  // sends them.
   bool try_progress(bool* ran = nullptr, bool app_round = false);
   // Whether an application round holds ACKs back (a post that would answer them should run a round now).
   // Held ACKs wait at most kAckHoldNs for a round (next_deadline_ns says when).

@@ -369,7 +369,8 @@ struct EngineImpl {
   std::vector<PacketBuf> held;
   uint64_t held_since = 0;
   std::atomic<bool> held_any{false};
-  uint64_t cq_posts = 0;  // completions written (a round that wrote none holds no ACK)
+  uint64_t cq_posts = 0;     // completions written (a round that wrote none holds no ACK)
+  uint64_t comp_events = 0;  // completion events raised (a round that raised one holds no ACK)
   // The CQs written since the held ACKs were taken (or since this round began), with their producer index
   // after the last one: while the app has not read one of those completions, it has not answered yet.
   struct CqMark {

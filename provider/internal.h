@@ -263,15 +263,10 @@ struct ContextState final : urxe::provider::LoggingSink {
   void app_poll() {
     app_polls.store(app_polls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     posts_since_poll.store(0, std::memory_order_relaxed);
-    // Its round may hold ACKs back for the app's answer, unless the thread sleeps (it would not send them
-    // if the app stopped polling: a napping thread's step is at most kNapNs, and on more than one CPU
-    // shorter while ACKs wait),
-    // and unless a CQ is armed: an app that blocks on its channel answers after a wake-up, and the hold
-    // would deliver its peer's events in the other order (the answer's receive before the ACK's send
-    // completion), which Debian's perftest -e (one channel for both CQs, one poll of the CQ it expects per
-    // event) turns into a hang of both sides, about 1 run in 30 (provider/README.md, Runtime).
-    engine->try_progress(nullptr, sleep_mode.load(std::memory_order_relaxed) != kSleeping &&
-                                      armed_cqs.load(std::memory_order_relaxed) == 0);
+    // Its round may hold ACKs back for the app's answer (not one that raised a completion event:
+    // Engine::try_progress), unless the thread sleeps (it would not send them if the app stopped polling:
+    // a napping thread's step is at most kNapNs, and on more than one CPU shorter while ACKs wait).
+    engine->try_progress(nullptr, sleep_mode.load(std::memory_order_relaxed) != kSleeping);
   }
   void cq_armed(UrxeCq* cq) {
     if (!cq->armed.exchange(true)) armed_cqs.fetch_add(1, std::memory_order_seq_cst);

@@ -904,6 +904,17 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     ASSERT_EQ(lb.poll(lb.a(), 2).size(), 2u);
     quiet();
 
+    // A completion that raises an event (its CQ armed: the app waits on a channel) is not held for: the
+    // peer's send completion must come before the answer's receive, as from a NIC that ACKs at once
+    watch->opcodes.clear();
+    ASSERT_EQ(b.req_notify_cq(lb.b().cq, false), 0);
+    send_to_b(20);
+    EXPECT_FALSE(b.acks_held());
+    EXPECT_EQ(watch->opcodes, std::vector<uint8_t>{kAck});
+    ASSERT_EQ(b.poll_cq(lb.b().cq, 4, wc), 1);
+    ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+    quiet();
+
     // The app polls again before it answers (perftest waits for its SEND's completion, then polls the
     // receive CQ): while the completion is unread, its rounds keep the ACK; once it is read, or after
     // kAckHoldNs, the next round sends it

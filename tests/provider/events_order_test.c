@@ -5,8 +5,8 @@
  * is signaled. A NIC that ACKs at once gives each side its SEND's completion (the peer's ACK) before the
  * answer's receive completion (the peer's SEND, which the peer posts only after it saw ours): perftest
  * relies on that order, and got the other one, and hung, when the engine held ACKs back for the answer in
- * rounds of an app whose CQ was armed. Checked: every event names the CQ expected, and its poll finds a
- * completion there. Bounded: 5 s per event, ROUNDS round trips. (With the hold allowed while a CQ is armed,
+ * rounds that raised a completion event. Checked: every event names the CQ expected, and its poll finds a
+ * completion there. Bounded: 5 s per event, ROUNDS round trips. (With the hold allowed in such rounds,
  * 10,000 round trips failed 6 runs in 6, 2,000 1 in 3.) Usage: events_order_test DEVICE [ROUNDS] */
 #define _GNU_SOURCE
 #include <errno.h>
