@@ -216,8 +216,9 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg)
   taken.resize(active.size());
   next_qp_index = d.max_qp ? config.qpn_start % d.max_qp : 0;
   qp_list.reserve(d.max_qp);
-  tx.reserve(kTxBatch);
-  held.reserve(2 * kTxBatch);
+  // (held frames join tx for their transmit call, and a hold swaps the two: both have room for all)
+  tx.reserve(3 * kTxBatch);
+  held.reserve(3 * kTxBatch);
   rx.resize(config.rx_burst);
 }
 
@@ -292,14 +293,17 @@ void EngineImpl::tx_send(std::vector<PacketBuf>& q) {
 }
 
 void EngineImpl::tx_flush() {
+  if (!held.empty()) {
+    // After this round's frames and in the same transmit call (on a packet socket one send() per call,
+    // which on a veth also delivers to the peer: its app, waiting for this ACK's send completion, would
+    // wait for a second call). An ACK of an older PSN behind a newer response of the same QP is a
+    // duplicate the requester ignores.
+    tx.insert(tx.end(), held.begin(), held.end());
+    held.clear();
+    held_any.store(false, std::memory_order_relaxed);
+  }
   tx_send(tx);
-  if (!tx.empty()) return;
-  tx_not_ack = 0;
-  if (held.empty()) return;
-  // After this round's frames: an ACK of an older PSN behind a newer response of the same QP is a duplicate
-  // the requester ignores.
-  tx_send(held);
-  if (held.empty()) held_any.store(false, std::memory_order_relaxed);
+  if (tx.empty()) tx_not_ack = 0;
 }
 
 void EngineImpl::rx_frame(PacketBuf& buf) {

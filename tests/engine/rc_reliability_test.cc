@@ -679,6 +679,7 @@ class WatchPort final : public Port {
       if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt) == wire::ParseError::ok)
         opcodes.push_back(pkt.bth.opcode);
     }
+    if (k) bursts.push_back(k);
     since_rx += k;
     total_tx += k;
     max_between_rx = std::max(max_between_rx, since_rx);
@@ -692,6 +693,7 @@ class WatchPort final : public Port {
   void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
   uint64_t since_rx = 0, max_between_rx = 0, total_tx = 0, bth_offset_wrong = 0;
   std::vector<uint8_t> opcodes;  // BTH opcodes of the frames the port took, in order
+  std::vector<uint32_t> bursts;  // frames the port took per tx_burst call (calls that took none left out)
 
  private:
   Port& inner_;
@@ -863,7 +865,8 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     if (hold) {
       EXPECT_EQ(b.next_deadline_ns(), lb.link.clock.t + Engine::kAckHoldNs);
     }
-    // B answers: its SEND leaves first, the held ACK behind it in the same round
+    // B answers: its SEND leaves first, the held ACK behind it in the same round and the same transmit
+    // call (a packet-socket port makes a send() per call; the peer waits for the ACK too)
     post_recv(lb.a(), qa, 0, 64, 3);
     post(lb.b(), qb, make_wr(WR_SEND, &sb, 1, 4));
     b.try_progress(nullptr, /*app_round=*/true);
@@ -871,6 +874,9 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     const std::vector<uint8_t> order =
         hold ? std::vector<uint8_t>{kSendOnly, kAck} : std::vector<uint8_t>{kAck, kSendOnly};
     EXPECT_EQ(watch->opcodes, order);
+    if (hold) {
+      EXPECT_EQ(watch->bursts, std::vector<uint32_t>{2});
+    }
     const auto done_a = lb.poll(lb.a(), 2);  // A: its SEND acknowledged, B's received
     ASSERT_EQ(done_a.size(), 2u);
     for (const Wc& w : done_a) EXPECT_EQ(w.status, WC_SUCCESS);
