@@ -13,6 +13,8 @@
 //                               the port counts as lost (rx_loss: ring_full, no_buffer, errors)
 //     pong --dst-ip IP --seconds T   answer every RoCE frame with one of the same size to IP
 //     ping --dst-ip IP --count N --size S   N round trips one at a time; prints RTT p50/p99 in us
+//       (--frames K, both sides: K frames a turn in one transmit call, answered once all K are in: an RC
+//       request and its ACK make 2, the least a signaled SEND costs each way)
 //       (--sleep: both wait on rx_wait_fd between frames, as an idle progress thread does)
 //     guard-install | guard-remove   the nftables ingress drop of UDP/4791 on IFACE (hostnet/kernel_guard.h)
 //   --qpn-range FIRST:END: deliver only RoCE frames to QPNs in [FIRST, END) (the frames here go to 0x123)
@@ -79,9 +81,9 @@ struct Args {
   uint32_t count = 0, size = 64, timeout_ms = 5000, gap_us = 200;
   double seconds = 3;
   bool guard = true;
-  bool sleep = false;
-  uint32_t qpn_first = 0, qpn_end = 0;  // --qpn-range FIRST:END (0:0 = not set)  // ping/pong: sleep on
-                                        // rx_wait_fd when idle instead of busy polling
+  bool sleep = false;                   // ping/pong: sleep on rx_wait_fd when idle instead of busy polling
+  uint32_t frames = 1;                  // ping/pong: frames per turn
+  uint32_t qpn_first = 0, qpn_end = 0;  // --qpn-range FIRST:END (0:0 = not set)
 };
 
 Args parse_args(int argc, char** argv) {
@@ -116,6 +118,8 @@ Args parse_args(int argc, char** argv) {
       a.guard = false;
     else if (k == "--sleep")
       a.sleep = true;
+    else if (k == "--frames")
+      a.frames = std::max(1u, std::min(16u, static_cast<uint32_t>(std::stoul(val()))));
     else if (k == "--qpn-range") {
       std::string v = val();
       a.qpn_first = static_cast<uint32_t>(std::stoul(v.substr(0, v.find(':')), nullptr, 0));
@@ -168,20 +172,28 @@ uint32_t build_into(uint8_t* out, uint32_t cap, wire::FrameSpec& spec, uint32_t 
 }
 
 // Sends one frame, retrying while the port pushes back (bounded).
+// `frames` frames (PSNs seq, seq+1, ...) in one transmit call.
 bool send_one(engine::Port& port, wire::FrameSpec& spec, uint32_t seq, uint32_t plen,
-              std::vector<uint8_t>& pl) {
+              std::vector<uint8_t>& pl, uint32_t frames = 1) {
   uint32_t need = wire::frame_size(spec, plen);
   auto t0 = Clock::now();
-  engine::PacketBuf b;
-  while (!port.tx_alloc(need, b)) {
-    if (secs_since(t0) > 2) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  engine::PacketBuf b[16];
+  frames = std::min<uint32_t>(frames, 16);
+  for (uint32_t i = 0; i < frames; i++) {
+    while (!port.tx_alloc(need, b[i])) {
+      if (secs_since(t0) > 2) {
+        for (uint32_t j = 0; j < i; j++) port.tx_free(b[j]);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    b[i].len = build_into(b[i].data, need, spec, seq + i, plen, pl);
+    if (b[i].len == 0) die("build_frame failed");
   }
-  b.len = build_into(b.data, need, spec, seq, plen, pl);
-  if (b.len == 0) die("build_frame failed");
-  while (port.tx_burst(&b, 1) != 1) {
+  uint32_t done = 0;
+  while ((done += port.tx_burst(b + done, frames - done)) < frames) {
     if (secs_since(t0) > 2) {
-      port.tx_free(b);
+      for (uint32_t j = done; j < frames; j++) port.tx_free(b[j]);
       return false;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -349,13 +361,16 @@ int main(int argc, char** argv) {
       fflush(stdout);
       uint64_t n = 0;
       auto t0 = Clock::now();
+      uint32_t got = 0;
       while (secs_since(t0) < a.seconds) {
         if (!wait_frame(*port, a.sleep, 0.2, in)) continue;
         wire::Packet pkt;
         wire::parse_frame(wire::ByteSpan(in.data, in.len), pkt, {false, false});
         uint32_t psn = pkt.bth.psn, plen = pkt.payload_len;
         port->rx_free(&in, 1);
-        if (send_one(*port, spec, psn, plen, pl)) ++n;
+        if (++got < a.frames) continue;  // the turn's last frame: answer with as many
+        got = 0;
+        if (send_one(*port, spec, psn, plen, pl, a.frames)) ++n;
       }
       printf("kind=%s answered=%llu\n", kind, static_cast<unsigned long long>(n));
       return 0;
@@ -363,17 +378,20 @@ int main(int argc, char** argv) {
     std::vector<double> rtt;
     for (uint32_t seq = 0; seq < a.count; ++seq) {
       auto t0 = Clock::now();
-      if (!send_one(*port, spec, seq, a.size, pl)) break;
-      if (!wait_frame(*port, a.sleep, 1.0, in)) continue;
-      rtt.push_back(secs_since(t0) * 1e6);
-      port->rx_free(&in, 1);
+      if (!send_one(*port, spec, seq, a.size, pl, a.frames)) break;
+      uint32_t got = 0;
+      while (got < a.frames && wait_frame(*port, a.sleep, 1.0, in)) {
+        port->rx_free(&in, 1);
+        got++;
+      }
+      if (got == a.frames) rtt.push_back(secs_since(t0) * 1e6);
     }
     std::sort(rtt.begin(), rtt.end());
     auto pct = [&](double q) {
       return rtt.empty() ? 0.0 : rtt[static_cast<size_t>(q * static_cast<double>(rtt.size() - 1))];
     };
-    printf("kind=%s sleep=%d rounds=%zu p50_us=%.1f p99_us=%.1f\n", kind, a.sleep ? 1 : 0, rtt.size(),
-           pct(0.5), pct(0.99));
+    printf("kind=%s sleep=%d frames=%u rounds=%zu p50_us=%.1f p99_us=%.1f\n", kind, a.sleep ? 1 : 0, a.frames,
+           rtt.size(), pct(0.5), pct(0.99));
     return rtt.size() == a.count ? 0 : 1;
   }
   if (a.cmd == "blast") {
