@@ -294,6 +294,7 @@ void EngineImpl::tx_send(std::vector<PacketBuf>& q) {
 
 void EngineImpl::tx_flush() {
   if (!held.empty()) {
+    if (held_for_write && tx_not_ack == 0) write_hold_skip = kWriteHoldBackoff;  // nobody answered
     // After this round's frames and in the same transmit call (on a packet socket one send() per call,
     // which on a veth also delivers to the peer: its app, waiting for this ACK's send completion, would
     // wait for a second call). An ACK of an older PSN behind a newer response of the same QP is a
@@ -479,10 +480,10 @@ bool Engine::progress() {
   return impl_->progress_round();
 }
 
-bool Engine::try_progress(bool* ran, bool app_round) {
+bool Engine::try_progress(bool* ran, bool app_round, bool thread_round) {
   std::unique_lock<std::mutex> g(impl_->mu, std::try_to_lock);
   if (ran) *ran = g.owns_lock();
-  return g.owns_lock() && impl_->progress_round(app_round);
+  return g.owns_lock() && impl_->progress_round(app_round, thread_round);
 }
 
 bool Engine::acks_held() const {
@@ -505,10 +506,10 @@ uint32_t EngineImpl::rx_drain(uint32_t limit) {
   return total;
 }
 
-bool EngineImpl::progress_round(bool app_round) {
+bool EngineImpl::progress_round(bool app_round, bool thread_round) {
   EngineImpl& e = *this;
   e.now = e.clock.now_ns();
-  const uint64_t cq_mark = e.cq_posts, event_mark = e.comp_events;
+  const uint64_t cq_mark = e.cq_posts, event_mark = e.comp_events, write_mark = e.writes_placed;
   if (e.held.empty()) e.n_cq_marks = 0;
   // Only a round that may hold ACKs, or one while some are held, needs to know which completions it wrote.
   e.mark_cqes = (app_round && e.config.hold_acks) || !e.held.empty();
@@ -596,15 +597,28 @@ bool EngineImpl::progress_round(bool app_round) {
   // gives (the answer's receive completion before the ACK's send completion). An app that takes both CQs'
   // events from one channel and polls the CQ it expects (Debian's perftest 4.5-0.17 with -e) then waits
   // for good (engine/README.md).
-  if (app_round && e.config.hold_acks && e.tx_not_ack == 0 && e.comp_events == event_mark) {
+  // A WRITE placed in memory (no completion: its app may spin on that memory, as ib_write_lat and MPI's
+  // eager protocols do) holds its ACK the same way, in the app's rounds and in the progress thread's
+  // (which reads such frames when the app does not poll, and wakes by next_deadline_ns): the app's
+  // answer, a post that runs a round itself (Engine::acks_held), then carries it in one transmit call,
+  // and the peer takes both frames in one wake-up instead of two. While a hold for a WRITE waits, a
+  // round that places another WRITE sends it (a stream, not an exchange), and a hold that nobody answered
+  // makes the next kWriteHoldBackoff WRITEs go unheld (tx_flush).
+  if ((app_round || thread_round) && e.config.hold_acks && e.tx_not_ack == 0 && e.comp_events == event_mark) {
+    const bool placed = e.writes_placed != write_mark;
     if (e.held.empty()) {
-      if (!e.tx.empty() && e.cq_posts != cq_mark) {
-        e.held.swap(e.tx);  // both keep at least kTxBatch of capacity: no allocation
+      const bool for_cqe = app_round && e.cq_posts != cq_mark;
+      const bool for_write = placed && e.write_hold_skip == 0;
+      if (placed && e.write_hold_skip) e.write_hold_skip--;
+      if (!e.tx.empty() && (for_cqe || for_write)) {
+        e.held.swap(e.tx);  // both keep the same capacity: no allocation
         e.held_since = e.now;
+        e.held_for_write = !for_cqe;
         e.held_any.store(true, std::memory_order_relaxed);
         return did;
       }
-    } else if (e.now - e.held_since < Engine::kAckHoldNs && e.cqe_unread() &&
+    } else if (e.now - e.held_since < Engine::kAckHoldNs &&
+               (e.held_for_write ? !placed : app_round && e.cqe_unread()) &&
                e.held.size() + e.tx.size() <= e.held.capacity()) {
       e.held.insert(e.held.end(), e.tx.begin(), e.tx.end());
       e.tx.clear();

@@ -369,10 +369,11 @@ class Engine {
   // `ran` (optional): whether the round ran, i.e. the lock was free.
   // `app_round`: the caller is an application thread (poll_cq), which comes back within microseconds; its
   // round may hold ACKs back for the app's answer (EngineConfig::hold_acks), unless it raised a completion
-  // event (the app then answers from its channel, and event order must stay a NIC's). Any other round
-  // sends them.
-  bool try_progress(bool* ran = nullptr, bool app_round = false);
-  // Whether an application round holds ACKs back (a post that would answer them should run a round now).
+  // event (the app then answers from its channel, and event order must stay a NIC's). `thread_round`: the
+  // caller is the progress thread, which runs again by next_deadline_ns; its round may hold the ACK of a
+  // WRITE it placed (no completion: an app polling memory answers with a post). Any other round sends them.
+  bool try_progress(bool* ran = nullptr, bool app_round = false, bool thread_round = false);
+  // Whether a round holds ACKs back (a post that would answer them should run a round now).
   // Held ACKs wait at most kAckHoldNs for a round (next_deadline_ns says when).
   bool acks_held() const;
   static constexpr uint64_t kAckHoldNs = 20000;

@@ -371,6 +371,10 @@ struct EngineImpl {
   std::atomic<bool> held_any{false};
   uint64_t cq_posts = 0;     // completions written (a round that wrote none holds no ACK)
   uint64_t comp_events = 0;  // completion events raised (a round that raised one holds no ACK)
+  uint64_t writes_placed = 0;    // WRITE messages placed without a completion (an app may poll that memory)
+  bool held_for_write = false;   // the held ACKs wait for the answer to a WRITE, not to a completion
+  uint32_t write_hold_skip = 0;  // WRITEs still to go unheld since a hold for one went unanswered
+  static constexpr uint32_t kWriteHoldBackoff = 64;
   // The CQs written since the held ACKs were taken (or since this round began), with their producer index
   // after the last one: while the app has not read one of those completions, it has not answered yet.
   struct CqMark {
@@ -526,7 +530,8 @@ struct EngineImpl {
   void tx_send(std::vector<PacketBuf>& q);  // what the port takes of q, in order
   // Takes up to `limit` frames from the port (whole bursts, until one comes back short); returns how many.
   uint32_t rx_drain(uint32_t limit);
-  bool progress_round(bool app_round = false);  // one progress() round; engine lock held
+  bool progress_round(bool app_round = false,
+                      bool thread_round = false);  // one progress() round; engine lock held
   PacketBuf cur_buf{};
   wire::FrameLayout cur_layout{};
 };

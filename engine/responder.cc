@@ -232,6 +232,7 @@ struct Responder {
     }
     q.resp.in_msg = InMsg::none;
     q.resp.msn = wire::psn_add(q.resp.msn, 1);
+    if (!info.with_imm) e.writes_placed++;
     if (info.with_imm) {
       uint32_t imm = 0;
       uint8_t b[4];
