@@ -323,6 +323,23 @@ struct Responder {
     }
   }
 
+  // The PSN an ACK for a duplicate SEND/WRITE carries: the newest executed, unless that is the last PSN of
+  // a READ or atomic request (then the PSN before that request, and so on back). Kernel rxe's completer
+  // takes an ACK whose PSN is a pending READ's last PSN for that READ's completion, with no data; an ACK
+  // past it makes it retry the READ (as IBTA wants), and one before it leaves the READ to its retry.
+  uint32_t dup_ack_psn() const {
+    uint32_t ack = wire::psn_sub(q.resp.epsn, 1);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const RespRes& r : q.resp.res)
+        if (r.valid && r.last_psn == ack) {
+          ack = wire::psn_sub(r.first_psn, 1);
+          moved = true;
+        }
+    }
+    return ack;
+  }
+
   void duplicate() {
     e.count(Counter::duplicate_request);
     const wire::OpcodeInfo& info = *pkt.info;
@@ -330,8 +347,13 @@ struct Responder {
     switch (info.kind) {
       case wire::OpKind::send:
       case wire::OpKind::rdma_write:
-        // IBTA 9.7.5.1.2: answer with the newest acknowledgement so a requester that lost ACKs moves on
-        if (pkt.bth.ack_req || info.is_last()) queue_ack(e, q, kAckSyndrome, wire::psn_sub(q.resp.epsn, 1));
+        // IBTA 9.7.5.1.2: answer with the newest acknowledgement so a requester that lost ACKs moves on,
+        // but never with the PSN a READ or atomic response carries (dup_ack_psn). (A duplicate does not
+        // take the place of a newer ACK this round owes.)
+        if (pkt.bth.ack_req || info.is_last()) {
+          const uint32_t ack = dup_ack_psn();
+          if (!q.resp.ack_pending || wire::psn_ge(ack, q.resp.ack_psn)) queue_ack(e, q, kAckSyndrome, ack);
+        }
         return;
       case wire::OpKind::rdma_read_request: {
         for (uint32_t k = 0; k < q.resp.res.size(); k++) {

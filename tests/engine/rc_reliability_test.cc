@@ -300,6 +300,47 @@ TEST(RcRetry, LostAckRecoveredByTimeout) {
   EXPECT_EQ(wb.size(), 1u);  // the duplicate is not delivered twice
 }
 
+// A duplicate SEND or WRITE whose newest executed request is a READ is acknowledged up to the request
+// before it, never with that READ's PSN: kernel rxe's completer takes an ACK whose PSN is a pending READ's
+// last PSN for that READ's completion, with no data (rping -V against rxe under loss: its server then
+// wrote stale data). The READ, retried after the SEND, is then answered with its data.
+TEST(RcRetry, AckOfDuplicateSendStopsBeforeALaterRead) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 64, 1);
+  fill(lb.b().mem, 4096, 64, 5);
+  bool dropped = false;  // B's first frame after the SEND and READ went: their ACK / READ response
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.info && p.info->kind == wire::OpKind::rdma_read_response && !dropped) {
+      dropped = true;
+      return Fate::drop;
+    }
+    return Fate::pass;
+  };
+  Sge s{lb.a().addr(0), 64, lb.a().mr.lkey}, r{lb.a().addr(8192), 64, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &s, 1, 1));
+  SendWr w = make_wr(WR_RDMA_READ, &r, 1, 2);
+  w.rdma.remote_addr = lb.b().addr(4096);
+  w.rdma.rkey = lb.b().mr.rkey;
+  post(lb.a(), qa, w);
+  const auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);
+  for (const Wc& c : wa) EXPECT_EQ(c.status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data() + 8192, lb.b().mem.data() + 4096, 64));
+  uint32_t read_psn = 0, sends = 0;
+  for (auto& [side, p] : lb.link.trace) {
+    if (side == 0 && p.bth.opcode == wire::op::read_request) read_psn = p.bth.psn;
+    if (side == 0 && p.bth.opcode == wire::op::send_only) sends++;
+  }
+  EXPECT_EQ(sends, 2u);  // the SEND went again (go-back-N from it), so B saw it as a duplicate
+  EXPECT_GE(lb.b().eng->counter(Counter::duplicate_request), 1u);
+  for (auto& [side, p] : lb.link.trace) {
+    if (side == 1 && p.bth.opcode == wire::op::acknowledge) {
+      EXPECT_NE(p.bth.psn, read_psn);
+    }
+  }
+}
+
 TEST(RcRetry, RetryExceededOnBlackhole) {
   Loopback lb;
   ConnOpts o;
