@@ -603,7 +603,7 @@ bool EngineImpl::progress_round(bool app_round, bool thread_round) {
   // answer, a post that runs a round itself (Engine::acks_held), then carries it in one transmit call,
   // and the peer takes both frames in one wake-up instead of two. While a hold for a WRITE waits, a
   // round that places another WRITE sends it (a stream, not an exchange), and a hold that nobody answered
-  // makes the next kWriteHoldBackoff WRITEs go unheld (tx_flush).
+  // lets the next kWriteHoldBackoff rounds that place a WRITE send their ACKs at once (tx_flush).
   if ((app_round || thread_round) && e.config.hold_acks && e.tx_not_ack == 0 && e.comp_events == event_mark) {
     const bool placed = e.writes_placed != write_mark;
     if (e.held.empty()) {

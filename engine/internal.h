@@ -373,7 +373,7 @@ struct EngineImpl {
   uint64_t comp_events = 0;  // completion events raised (a round that raised one holds no ACK)
   uint64_t writes_placed = 0;    // WRITE messages placed without a completion (an app may poll that memory)
   bool held_for_write = false;   // the held ACKs wait for the answer to a WRITE, not to a completion
-  uint32_t write_hold_skip = 0;  // WRITEs still to go unheld since a hold for one went unanswered
+  uint32_t write_hold_skip = 0;  // rounds placing WRITEs still to go unheld since a hold went unanswered
   static constexpr uint32_t kWriteHoldBackoff = 64;
   // The CQs written since the held ACKs were taken (or since this round began), with their producer index
   // after the last one: while the app has not read one of those completions, it has not answered yet.
