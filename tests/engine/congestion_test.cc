@@ -155,10 +155,7 @@ TEST(Ecn, FramesDeepInTheReceiveRingAreAnsweredAsIfMarked) {
     // One 128-packet WRITE (path MTU 1024): the sender's window lets all of it out at once, so all 128
     // frames wait in the receiver's ring when it next drains.
     Sge sge{lb.a().addr(0), 128 * 1024, lb.a().mr.lkey};
-    SendWr w = make_wr(WR_RDMA_WRITE, &sge, 1, 1);
-    w.rdma.remote_addr = lb.b().addr(0);
-    w.rdma.rkey = lb.b().mr.rkey;
-    post(lb.a(), qa, w);
+    post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(0), lb.b().mr.rkey));
     const auto wc = lb.poll(lb.a(), 1);
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, WC_SUCCESS);

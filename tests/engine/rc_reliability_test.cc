@@ -319,10 +319,7 @@ TEST(RcRetry, AckOfDuplicateSendStopsBeforeALaterRead) {
   };
   Sge s{lb.a().addr(0), 64, lb.a().mr.lkey}, r{lb.a().addr(8192), 64, lb.a().mr.lkey};
   post(lb.a(), qa, make_wr(WR_SEND, &s, 1, 1));
-  SendWr w = make_wr(WR_RDMA_READ, &r, 1, 2);
-  w.rdma.remote_addr = lb.b().addr(4096);
-  w.rdma.rkey = lb.b().mr.rkey;
-  post(lb.a(), qa, w);
+  post(lb.a(), qa, make_rdma_wr(WR_RDMA_READ, &r, lb.b().addr(4096), lb.b().mr.rkey, 2));
   const auto wa = lb.poll(lb.a(), 2);
   ASSERT_EQ(wa.size(), 2u);
   for (const Wc& c : wa) EXPECT_EQ(c.status, WC_SUCCESS);
@@ -936,10 +933,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     const uint8_t kWriteOnly = wire::make_opcode(wire::op::kRc, wire::op::write_only);
     Sge wr_sge{lb.a().addr(0), 64, lb.a().mr.lkey};
     auto write_to_b = [&](uint64_t id) {
-      SendWr w = make_wr(WR_RDMA_WRITE, &wr_sge, 1, id);
-      w.rdma.remote_addr = lb.b().addr(8192);
-      w.rdma.rkey = lb.b().mr.rkey;
-      post(lb.a(), qa, w);
+      post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &wr_sge, lb.b().addr(8192), lb.b().mr.rkey, id));
       lb.a().eng->progress();
       arrive();
       b.try_progress(nullptr, /*app_round=*/false, /*thread_round=*/true);
@@ -953,10 +947,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     b.try_progress(nullptr, /*app_round=*/false, /*thread_round=*/true);  // (nothing new: still held)
     EXPECT_EQ(b.acks_held(), hold);
     Sge back{lb.b().addr(0), 64, lb.b().mr.lkey};
-    SendWr wb = make_wr(WR_RDMA_WRITE, &back, 1, 6);
-    wb.rdma.remote_addr = lb.a().addr(8192);
-    wb.rdma.rkey = lb.a().mr.rkey;
-    post(lb.b(), qb, wb);
+    post(lb.b(), qb, make_rdma_wr(WR_RDMA_WRITE, &back, lb.a().addr(8192), lb.a().mr.rkey, 6));
     b.try_progress();
     EXPECT_FALSE(b.acks_held());
     const std::vector<uint8_t> write_order =
@@ -984,10 +975,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     // A round that completed nothing and placed nothing holds nothing (A's READ), nor does a round that
     // is neither the app's nor the progress thread's (a control verb's, progress())
     watch->opcodes.clear();
-    SendWr rd = make_wr(WR_RDMA_READ, &wr_sge, 1, 33);
-    rd.rdma.remote_addr = lb.b().addr(8192);
-    rd.rdma.rkey = lb.b().mr.rkey;
-    post(lb.a(), qa, rd);
+    post(lb.a(), qa, make_rdma_wr(WR_RDMA_READ, &wr_sge, lb.b().addr(8192), lb.b().mr.rkey, 33));
     lb.a().eng->progress();
     arrive();
     b.try_progress(nullptr, /*app_round=*/true);

@@ -289,6 +289,15 @@ inline SendWr make_wr(WrOpcode op, const Sge* sge, int num_sge, uint64_t wr_id =
   return wr;
 }
 
+// A one-SGE RDMA WRITE/READ (or WRITE with immediate) to `remote_addr` in the peer's MR `rkey`.
+inline SendWr make_rdma_wr(WrOpcode op, const Sge* sge, uint64_t remote_addr, uint32_t rkey,
+                           uint64_t wr_id = 1) {
+  SendWr wr = make_wr(op, sge, 1, wr_id);
+  wr.rdma.remote_addr = remote_addr;
+  wr.rdma.rkey = rkey;
+  return wr;
+}
+
 inline int count_ops(const Link& l, int side, uint8_t opcode) {
   int c = 0;
   for (auto& [s, p] : l.trace)
