@@ -959,7 +959,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
     quiet();
     // A stream: a WRITE placed while the ACK of the one before waits sends both ACKs (nobody answered), and
-    // then the next WRITEs' ACKs go at once (EngineImpl::kWriteHoldBackoff of them)
+    // then the ACKs of the next rounds that place a WRITE go at once (EngineImpl::kWriteHoldBackoff of them)
     watch->opcodes.clear();
     write_to_b(30);
     EXPECT_EQ(b.acks_held(), hold);
