@@ -1,5 +1,6 @@
 // Throughput of the wire codec's hot paths next to memcpy of the same bytes on the same core: CRC-32 with
-// each backend, the ICRC, parse_frame with and without ICRC verification, and build_frame. Every benchmark
+// each backend, the ICRC, parse_frame with and without ICRC verification, build_frame, and build_headers
+// alone (the engine's per-frame header work). Every benchmark
 // takes the payload size as its argument (RC SEND_ONLY frames, 58 bytes of headers + ICRC around it) and
 // reports bytes/s over the whole frame, so the figures compare directly. tools/bench prints the table.
 #include <benchmark/benchmark.h>
@@ -99,6 +100,22 @@ void bm_build(benchmark::State& st) {
   finish(st, out.size());
 }
 
+// What the engine does per frame when the port fills the ICRC (the same-host path) or before it computes
+// it: frame_size, then the Ethernet, IPv4, UDP and BTH headers (build_headers); no payload copy, no ICRC.
+void bm_build_headers(benchmark::State& st) {
+  const FrameSpec s = spec();
+  const auto len = static_cast<uint32_t>(st.range(0));
+  std::vector<uint8_t> out(frame_size(s, len));
+  FrameLayout layout;
+  for (auto _ : st) {
+    const uint32_t n = frame_size(s, len);
+    if (!build_headers(MutByteSpan(out.data(), n), s, len, layout)) st.SkipWithError("build failed");
+    benchmark::DoNotOptimize(layout.payload_offset);
+    benchmark::ClobberMemory();
+  }
+  finish(st, out.size());
+}
+
 template <class F>
 void add(const std::string& name, F&& fn) {
   benchmark::RegisterBenchmark(name.c_str(), std::forward<F>(fn))->Arg(64)->Arg(1024)->Arg(4096);
@@ -115,6 +132,7 @@ int main(int argc, char** argv) {
   add("parse", [](benchmark::State& st) { bm_parse(st, false); });
   add("parse+icrc", [](benchmark::State& st) { bm_parse(st, true); });
   add("build_frame", bm_build);
+  add("build_headers", bm_build_headers);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
