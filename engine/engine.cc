@@ -480,10 +480,10 @@ bool Engine::progress() {
   return impl_->progress_round();
 }
 
-bool Engine::try_progress(bool* ran, bool app_round, bool thread_round) {
+bool Engine::try_progress(bool* ran, Round round) {
   std::unique_lock<std::mutex> g(impl_->mu, std::try_to_lock);
   if (ran) *ran = g.owns_lock();
-  return g.owns_lock() && impl_->progress_round(app_round, thread_round);
+  return g.owns_lock() && impl_->progress_round(round);
 }
 
 bool Engine::acks_held() const {
@@ -506,8 +506,9 @@ uint32_t EngineImpl::rx_drain(uint32_t limit) {
   return total;
 }
 
-bool EngineImpl::progress_round(bool app_round, bool thread_round) {
+bool EngineImpl::progress_round(Engine::Round round) {
   EngineImpl& e = *this;
+  const bool app_round = round == Engine::Round::app;
   e.now = e.clock.now_ns();
   const uint64_t cq_mark = e.cq_posts, event_mark = e.comp_events, write_mark = e.writes_placed;
   if (e.held.empty()) e.n_cq_marks = 0;
@@ -604,7 +605,8 @@ bool EngineImpl::progress_round(bool app_round, bool thread_round) {
   // and the peer takes both frames in one wake-up instead of two. While a hold for a WRITE waits, a
   // round that places another WRITE sends it (a stream, not an exchange), and a hold that nobody answered
   // lets the next kWriteHoldBackoff rounds that place a WRITE send their ACKs at once (tx_flush).
-  if ((app_round || thread_round) && e.config.hold_acks && e.tx_not_ack == 0 && e.comp_events == event_mark) {
+  if (round != Engine::Round::other && e.config.hold_acks && e.tx_not_ack == 0 &&
+      e.comp_events == event_mark) {
     const bool placed = e.writes_placed != write_mark;
     if (e.held.empty()) {
       const bool for_cqe = app_round && e.cq_posts != cq_mark;

@@ -51,7 +51,7 @@ struct EngineConfig {
   // connection that reuses it (REJ "stale connection"). The provider starts each process at random.
   uint32_t qpn_start = 0;
   uint32_t ack_every_n = 16;        // responder ACKs at least every N packets of a long message (≥ 1)
-  // An application's round (try_progress with app_round) whose only frames are ACKs and that completed
+  // An application's round (try_progress with Round::app) whose only frames are ACKs and that completed
   // work keeps those ACKs back until the app answers (a later round that makes another frame sends them
   // after it), while that completion is unread, kAckHoldNs at most: the app's answer (the SEND it posts on
   // seeing the completion) then leaves first, not behind their transmit (engine/README.md).
@@ -367,12 +367,14 @@ class Engine {
   // The same round, run only if no other thread holds the engine lock (false then): lets an application
   // thread that busy-polls its CQ do the NIC's work itself instead of waiting for the progress thread.
   // `ran` (optional): whether the round ran, i.e. the lock was free.
-  // `app_round`: the caller is an application thread (poll_cq), which comes back within microseconds; its
-  // round may hold ACKs back for the app's answer (EngineConfig::hold_acks), unless it raised a completion
-  // event (the app then answers from its channel, and event order must stay a NIC's). `thread_round`: the
-  // caller is the progress thread, which runs again by next_deadline_ns; its round may hold the ACK of a
-  // WRITE it placed (no completion: an app polling memory answers with a post). Any other round sends them.
-  bool try_progress(bool* ran = nullptr, bool app_round = false, bool thread_round = false);
+  // `round`: who runs it. Round::app, an application thread (poll_cq), which comes back within
+  // microseconds: its round may hold ACKs back for the app's answer (EngineConfig::hold_acks), unless it
+  // raised a completion event (the app then answers from its channel, and event order must stay a NIC's).
+  // Round::thread, the progress thread, which runs again by next_deadline_ns: its round may hold the ACK of
+  // a WRITE it placed (no completion: an app polling memory answers with a post). Round::other (a post's,
+  // a control verb's) sends them.
+  enum class Round : uint8_t { other, app, thread };
+  bool try_progress(bool* ran = nullptr, Round round = Round::other);
   // Whether a round holds ACKs back (a post that would answer them should run a round now).
   // Held ACKs wait at most kAckHoldNs for a round (next_deadline_ns says when).
   bool acks_held() const;

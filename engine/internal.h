@@ -530,8 +530,7 @@ struct EngineImpl {
   void tx_send(std::vector<PacketBuf>& q);  // what the port takes of q, in order
   // Takes up to `limit` frames from the port (whole bursts, until one comes back short); returns how many.
   uint32_t rx_drain(uint32_t limit);
-  bool progress_round(bool app_round = false,
-                      bool thread_round = false);  // one progress() round; engine lock held
+  bool progress_round(Engine::Round round = Engine::Round::other);  // one progress() round; engine lock held
   PacketBuf cur_buf{};
   wire::FrameLayout cur_layout{};
 };

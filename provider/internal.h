@@ -266,7 +266,9 @@ struct ContextState final : urxe::provider::LoggingSink {
     // Its round may hold ACKs back for the app's answer (not one that raised a completion event:
     // Engine::try_progress), unless the thread sleeps (it would not send them if the app stopped polling:
     // a napping thread's step is at most kNapNs, and on more than one CPU shorter while ACKs wait).
-    engine->try_progress(nullptr, sleep_mode.load(std::memory_order_relaxed) != kSleeping);
+    engine->try_progress(nullptr, sleep_mode.load(std::memory_order_relaxed) != kSleeping
+                                      ? en::Engine::Round::app
+                                      : en::Engine::Round::other);
   }
   void cq_armed(UrxeCq* cq) {
     if (!cq->armed.exchange(true)) armed_cqs.fetch_add(1, std::memory_order_seq_cst);

@@ -105,7 +105,7 @@ void ContextState::run() {
   // counts as an idle one.
   while (!stop.load(std::memory_order_relaxed)) {
     bool ran = false;
-    const bool worked = engine->try_progress(&ran, false, /*thread_round=*/true);
+    const bool worked = engine->try_progress(&ran, en::Engine::Round::thread);
     if (ran) busy_nap_ns = step_ns;  // the engine was free
     if (worked) {
       ++n_rounds;
@@ -176,7 +176,7 @@ void ContextState::run() {
         port->rx_wait_arm(true);
         // One more round after arming: a frame that came in between the last round and the arming found
         // no sleeper to wake (the same-host path's rings wake only an armed receiver).
-        if (!engine->try_progress(nullptr, false, /*thread_round=*/true)) wait_fds(true, port_fd, wait_ns);
+        if (!engine->try_progress(nullptr, en::Engine::Round::thread)) wait_fds(true, port_fd, wait_ns);
         port->rx_wait_arm(false);
       }
       sleep_mode.store(kAwake, std::memory_order_relaxed);
@@ -198,8 +198,7 @@ void ContextState::run() {
     port->rx_wait_arm(true);
     sleep_until.store(0, std::memory_order_relaxed);
     sleep_mode.store(kSleeping, std::memory_order_seq_cst);
-    if (engine->try_progress(nullptr, false, /*thread_round=*/true) || stop.load() ||
-        app_driving(idle_polls)) {
+    if (engine->try_progress(nullptr, en::Engine::Round::thread) || stop.load() || app_driving(idle_polls)) {
       sleep_mode.store(kAwake);
       port->rx_wait_arm(false);
       idle_since = 0;

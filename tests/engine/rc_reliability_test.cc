@@ -892,7 +892,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
       post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, id + 1));
       lb.a().eng->progress();
       arrive();
-      b.try_progress(nullptr, /*app_round=*/true);
+      b.try_progress(nullptr, Engine::Round::app);
     };
     // A's SEND reaches B in B's app round: the receive completes, the ACK is held (or not)
     send_to_b(1);
@@ -907,7 +907,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     // call (a packet-socket port makes a send() per call; the peer waits for the ACK too)
     post_recv(lb.a(), qa, 0, 64, 3);
     post(lb.b(), qb, make_wr(WR_SEND, &sb, 1, 4));
-    b.try_progress(nullptr, /*app_round=*/true);
+    b.try_progress(nullptr, Engine::Round::app);
     EXPECT_FALSE(b.acks_held());
     const std::vector<uint8_t> order =
         hold ? std::vector<uint8_t>{kSendOnly, kAck} : std::vector<uint8_t>{kAck, kSendOnly};
@@ -936,7 +936,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
       post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &wr_sge, lb.b().addr(8192), lb.b().mr.rkey, id));
       lb.a().eng->progress();
       arrive();
-      b.try_progress(nullptr, /*app_round=*/false, /*thread_round=*/true);
+      b.try_progress(nullptr, Engine::Round::thread);
     };
     write_to_b(5);
     EXPECT_EQ(b.acks_held(), hold);
@@ -944,7 +944,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     if (hold) {
       EXPECT_EQ(b.next_deadline_ns(), lb.link.clock.t + Engine::kAckHoldNs);
     }
-    b.try_progress(nullptr, /*app_round=*/false, /*thread_round=*/true);  // (nothing new: still held)
+    b.try_progress(nullptr, Engine::Round::thread);  // (nothing new: still held)
     EXPECT_EQ(b.acks_held(), hold);
     Sge back{lb.b().addr(0), 64, lb.b().mr.lkey};
     post(lb.b(), qb, make_rdma_wr(WR_RDMA_WRITE, &back, lb.a().addr(8192), lb.a().mr.rkey, 6));
@@ -978,7 +978,7 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     post(lb.a(), qa, make_rdma_wr(WR_RDMA_READ, &wr_sge, lb.b().addr(8192), lb.b().mr.rkey, 33));
     lb.a().eng->progress();
     arrive();
-    b.try_progress(nullptr, /*app_round=*/true);
+    b.try_progress(nullptr, Engine::Round::app);
     EXPECT_FALSE(b.acks_held());
     EXPECT_EQ(watch->opcodes.size(), 1u);  // the READ response
     ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
@@ -1013,14 +1013,14 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
       watch->opcodes.clear();
       send_to_b(10);
       EXPECT_EQ(b.acks_held(), hold);
-      b.try_progress(nullptr, /*app_round=*/true);
+      b.try_progress(nullptr, Engine::Round::app);
       EXPECT_EQ(b.acks_held(), hold);
       if (read_it) {
         ASSERT_EQ(b.poll_cq(lb.b().cq, 4, wc), 1);
       } else {
         lb.link.clock.t += Engine::kAckHoldNs;
       }
-      b.try_progress(nullptr, /*app_round=*/true);
+      b.try_progress(nullptr, Engine::Round::app);
       EXPECT_FALSE(b.acks_held());
       EXPECT_EQ(watch->opcodes, std::vector<uint8_t>{kAck});
       ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
