@@ -259,11 +259,13 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
 }
 
 uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
-  for (uint32_t i = 0; i < n; i++)  // (once per frame: a frame the port refuses has it next time)
+  for (uint32_t i = 0; i < n; i++) {  // (once per frame: a frame the port refuses has it next time)
+    make_whole(bufs[i]);
     if (bufs[i].icrc_absent) {
       wire::write_icrc(wire::MutByteSpan(bufs[i].data, bufs[i].len));
       bufs[i].icrc_absent = false;
     }
+  }
   return n ? inner_->tx_burst(bufs, n) : 0;
 }
 
@@ -298,7 +300,7 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
     done += k;
     if (k < i - run) return done;  // the real port pushes back: the rest stays the engine's, in order
     run = i + 1;
-    if (p->tx.push(bufs[i].data, bufs[i].len, bufs[i].icrc_absent)) {
+    if (p->tx.push(bufs[i])) {
       p->full_since_ns = 0;
       stats_.tx_local++;
       inner_->tx_free(bufs[i]);

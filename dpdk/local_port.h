@@ -64,6 +64,7 @@ class LocalPathPort final : public engine::Port {
   // a third of what a 64 KiB stream between two processes cost); the ones that go to the real port get it
   // here (send_inner).
   bool tx_icrc_offload() const override { return true; }
+  bool tx_gather() const override { return true; }  // (copied into the peer's ring, or made whole)
 
   const LocalPathStats& stats() const { return stats_; }
   engine::Port& inner() { return *inner_; }

@@ -352,14 +352,31 @@ bool LocalSender::attach(const std::string& dir, const std::string& name, uint64
 }
 
 bool LocalSender::push(const uint8_t* frame, uint32_t len, bool icrc_absent) {
+  engine::PacketBuf b;
+  b.data = const_cast<uint8_t*>(frame);  // (only read)
+  b.len = len;
+  b.icrc_absent = icrc_absent;
+  return push(b);
+}
+
+bool LocalSender::push(const engine::PacketBuf& b) {
+  const uint32_t len = b.len;
   if (!m_ || len > m_->hdr->slot_bytes || m_->hdr->closed.load(std::memory_order_relaxed)) return false;
+  if (b.gather && uint32_t{b.gather_offset} + b.gather_len > len) return false;
   Lane& lane = m_->lanes[lane_];
   const uint32_t head = lane.head.load(std::memory_order_relaxed);
   if (head - lane.tail.load(std::memory_order_acquire) >= m_->hdr->slots) return false;  // full
   Slot* s = m_->slot(lane_, head);
   s->len = len;
-  s->flags = icrc_absent ? kSlotNoIcrc : 0;
-  std::memcpy(s->data, frame, len);
+  s->flags = b.icrc_absent ? kSlotNoIcrc : 0;
+  if (b.gather) {  // headers, the payload from where it is, then the pad and ICRC room
+    const uint32_t end = uint32_t{b.gather_offset} + b.gather_len;
+    std::memcpy(s->data, b.data, b.gather_offset);
+    std::memcpy(s->data + b.gather_offset, b.gather, b.gather_len);
+    std::memcpy(s->data + end, b.data + end, len - end);
+  } else {
+    std::memcpy(s->data, b.data, len);
+  }
   lane.head.store(head + 1, std::memory_order_release);
   return true;
 }

@@ -90,6 +90,8 @@ class LocalSender {
   // Copies one frame into the lane; false when the lane is full, the frame too large or the receiver
   // closed (then `closed()` is true).
   bool push(const uint8_t* frame, uint32_t len, bool icrc_absent = false);
+  // The same for an engine frame, whose payload may be elsewhere (PacketBuf::gather).
+  bool push(const engine::PacketBuf& b);
   // After a burst of pushes: wakes the receiver if it sleeps (one write to its FIFO).
   void kick();
   bool closed() const;

@@ -155,6 +155,15 @@ bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uin
   return true;
 }
 
+const uint8_t* sge_span(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset,
+                        uint32_t len) {
+  uint32_t i = 0;
+  while (i < num_sge && offset >= sges[i].length) offset -= sges[i++].length;
+  if (i >= num_sge || sges[i].length - offset < len) return nullptr;
+  MrError err;
+  return e.mr_resolve(sges[i].lkey, pd, 0u, sges[i].addr + offset, len, err);
+}
+
 const char* wc_status_str(WcStatus s) {
   static const char* const names[] = {"success",
                                       "local length error",
@@ -192,7 +201,11 @@ const char* counter_name(Counter c) {
 }
 
 EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg)
-    : port(p), clock(c), config(cfg), port_icrc_offload(p.tx_icrc_offload()) {
+    : port(p),
+      clock(c),
+      config(cfg),
+      port_icrc_offload(p.tx_icrc_offload()),
+      port_gather(port_icrc_offload && p.tx_gather()) {
   if (config.ack_every_n < 1) config.ack_every_n = 1;
   if (config.max_unacked_psns < 1) config.max_unacked_psns = 1;
   if (config.max_unacked_psns > 0x400000) config.max_unacked_psns = 0x400000;
@@ -252,6 +265,7 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
       return nullptr;
     }
   }
+  cur_buf.gather = nullptr;
   if (!port.tx_alloc(size, cur_buf)) {
     count(Counter::tx_no_buf);
     return nullptr;
@@ -290,6 +304,8 @@ void EngineImpl::tx_send(std::vector<PacketBuf>& q) {
     done += k;
   }
   if (done) q.erase(q.begin(), q.begin() + done);
+  // What stays queued may wait past this round, and its application memory may be gone by then.
+  for (uint32_t i = done; i < n; i++) make_whole(q[i - done]);
 }
 
 void EngineImpl::tx_flush() {

@@ -297,6 +297,7 @@ struct EngineImpl {
   Clock& clock;
   EngineConfig config;
   const bool port_icrc_offload;  // Port::tx_icrc_offload: frames leave without their ICRC
+  const bool port_gather;        // Port::tx_gather (and the ICRC offload it needs): payloads by reference
   EventSink* sink = nullptr;
   mutable std::mutex mu;  // control verbs and progress()
 
@@ -525,6 +526,16 @@ struct EngineImpl {
   }
   void qp_set_path(Qp& qp, const wire::Gid* dgid);  // nullptr: leaves its path
   void finish_frame(bool ack_only = false);
+  // Whether the current frame's payload of `len` bytes is better left where it is (a port that gathers,
+  // Port::tx_gather, and no checksum to compute over it); then gather_payload(src, len) says where.
+  bool gathers(uint32_t len) const {
+    return port_gather && len >= Port::kGatherMin && !cur_layout.udp_checksum;
+  }
+  void gather_payload(const uint8_t* src, uint32_t len) {
+    cur_buf.gather = src;  // valid while the round runs: tx_send makes what stays queued whole
+    cur_buf.gather_offset = static_cast<uint16_t>(cur_layout.payload_offset);
+    cur_buf.gather_len = static_cast<uint16_t>(len);
+  }
   void abort_frame();
   void tx_flush();                          // tx, then the held ACKs
   void tx_send(std::vector<PacketBuf>& q);  // what the port takes of q, in order
@@ -578,5 +589,10 @@ uint16_t udp_sport_ud(uint32_t qpn);
 // deregistered MR cannot be touched). Returns false on a key/bounds/access failure.
 bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint8_t* data,
               uint32_t len, bool to_sges);
+// For a port that gathers (Port::tx_gather): the source bytes [offset, offset + len) of a gather list
+// when they lie in one SGE whose lkey resolves, else nullptr (then sge_copy copies them, or reports the
+// error).
+const uint8_t* sge_span(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset,
+                        uint32_t len);
 
 }  // namespace urxe::engine

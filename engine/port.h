@@ -3,6 +3,7 @@
 // deterministically in virtual time.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "wire/headers.h"
@@ -20,8 +21,22 @@ struct PacketBuf {
   // frame on a wire or in a capture writes it first (wire::write_icrc). rx: the frame came without one over
   // a hop that cannot corrupt it (shared memory between two urxe processes): not checked.
   bool icrc_absent = false;
+  // tx, only to a port whose tx_gather() is true: the frame's bytes [gather_offset, gather_offset +
+  // gather_len) are not in `data` (that room is left unwritten) but at `gather`, the application's memory
+  // (a payload straight from its memory region). Valid while the engine's round runs: a frame the port does
+  // not take is made whole (make_whole) before the round ends. nullptr: the whole frame is in `data`.
+  uint16_t gather_offset = 0;
+  uint16_t gather_len = 0;
+  const uint8_t* gather = nullptr;
   void* opaque = nullptr;
 };
+
+// Copies a gathered payload into its room in `data` (a no-op for a whole frame).
+inline void make_whole(PacketBuf& b) {
+  if (!b.gather) return;
+  std::memcpy(b.data + b.gather_offset, b.gather, b.gather_len);
+  b.gather = nullptr;
+}
 
 struct PortAttr {
   wire::MacAddr mac{};
@@ -64,6 +79,12 @@ class Port {
   // Whether the port fills the ICRC of the frames it is given with icrc_absent set (a NIC's ICRC offload):
   // the engine then leaves it out. Asked once, when the engine is made.
   virtual bool tx_icrc_offload() const { return false; }
+  // Whether the port takes frames whose payload is elsewhere (PacketBuf::gather) and copies it from there
+  // itself (the same-host path: into the peer's ring, one copy less). Only asked of a port with
+  // tx_icrc_offload: the engine computes no ICRC over a payload it did not copy. Asked once.
+  // Payloads below kGatherMin are copied still: there the port's extra copy call costs more than it saves.
+  virtual bool tx_gather() const { return false; }
+  static constexpr uint32_t kGatherMin = 512;
 
   // This process owns destination QPNs [first, end) only (the provider's urxe.qpn blocks): a port with a
   // receive filter then drops other processes' frames on the same device before they cost a wakeup. False

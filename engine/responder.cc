@@ -587,7 +587,10 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
       spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       uint8_t* dst = begin_frame(spec, len);
       if (!dst) return did;
-      if (len) std::memcpy(dst, src, len);
+      if (gathers(len))
+        gather_payload(src, len);
+      else if (len)
+        std::memcpy(dst, src, len);
       finish_frame();
       rp_sent(q, cur_layout.frame_len);
       did = true;

@@ -1,5 +1,7 @@
 // RC reliability: each NAK code, RNR, retransmit timeout and retry exhaustion, duplicate READ re-execution,
 // atomic replay, go-back-N, ACK coalescing, corruption, and each remote error status with the flush after it.
+#include <random>
+
 #include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
@@ -853,6 +855,118 @@ TEST(RcFrames, IcrcLeftOutOnlyForAPortThatFillsIt) {
     EXPECT_TRUE(wc.empty() || wc[0].status != WC_SUCCESS);
     EXPECT_GE(lb.b().eng->counter(Counter::rx_drop_icrc), 3u);
   }
+}
+
+// A port that takes payloads by reference as the same-host path does (Port::tx_gather, with the ICRC offload
+// it needs): counts the frames that came so, makes them whole and writes their ICRC before the wire. While
+// `refuse` is set it takes nothing, as a full ring.
+class GatherPort final : public Port {
+ public:
+  explicit GatherPort(Port& inner, bool gather) : inner_(inner), gather_(gather) {}
+  const PortAttr& attr() const override { return inner_.attr(); }
+  bool tx_icrc_offload() const override { return true; }
+  bool tx_gather() const override { return gather_; }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    if (refuse) return 0;
+    for (uint32_t i = 0; i < n; i++) {
+      if (bufs[i].gather) {
+        ++tx_gathered;
+        EXPECT_LE(bufs[i].gather_offset + bufs[i].gather_len + wire::kIcrcLen, bufs[i].len);
+      }
+      make_whole(bufs[i]);
+      if (bufs[i].icrc_absent) wire::write_icrc(wire::MutByteSpan(bufs[i].data, bufs[i].len));
+      bufs[i].icrc_absent = false;
+    }
+    return inner_.tx_burst(bufs, n);
+  }
+  void tx_free(PacketBuf& buf) override { inner_.tx_free(buf); }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override { return inner_.rx_burst(bufs, n); }
+  void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
+  uint64_t tx_gathered = 0;
+  bool refuse = false;
+
+ private:
+  Port& inner_;
+  const bool gather_;
+};
+
+// A port that gathers gets payloads of Port::kGatherMin bytes or more by reference, straight from the
+// application's MR (a requester's data, a responder's READ responses), and the peer receives the same
+// bytes; smaller payloads are copied as before.
+TEST(RcFrames, GatheringPortGetsLargePayloadsByReference) {
+  GatherPort* port = nullptr;
+  Loopback lb(EngineConfig{}, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
+    if (side != 0) return nullptr;
+    auto p = std::make_unique<GatherPort>(inner, true);
+    port = p.get();
+    return p;
+  });
+  ASSERT_NE(port, nullptr);
+  const auto [qa, qb] = lb.connect(QPT_RC);
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < 70000; i++) lb.a().mem[i] = static_cast<uint8_t>(rng());
+  Sge sge{lb.a().addr(0), 65536 + 700, lb.a().mr.lkey};  // 65 frames of 1024 B, the last 700 B
+  post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(100000), lb.b().mr.rkey));
+  auto wc = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WC_SUCCESS);
+  EXPECT_EQ(port->tx_gathered, 65u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 100000, 65536 + 700));
+  // A's READ responses to B: 8 frames by reference
+  Sge rd{lb.b().addr(200000), 8192, lb.b().mr.lkey};
+  post(lb.b(), qb, make_rdma_wr(WR_RDMA_READ, &rd, lb.a().addr(1000), lb.a().mr.rkey));
+  wc = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WC_SUCCESS);
+  EXPECT_EQ(port->tx_gathered, 65u + 8u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data() + 1000, lb.b().mem.data() + 200000, 8192));
+  // below Port::kGatherMin: copied
+  post_recv(lb.b(), qb, 300000, 4096, 1);
+  Sge small{lb.a().addr(0), Port::kGatherMin - 1, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &small, 1, 2));
+  ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_SUCCESS);
+  EXPECT_EQ(port->tx_gathered, 65u + 8u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 300000, Port::kGatherMin - 1));
+}
+
+// Frames the port does not take in a round are made whole before the round ends: the application's
+// memory may change or go once the engine lets go of it, and what the peer receives is what a copying
+// port would have sent. The sender's buffer is overwritten after the refused round; both ports must deliver
+// the same bytes (the frames built before it with the old ones).
+TEST(RcFrames, FramesAGatheringPortRefusesAreMadeWholeInTheRound) {
+  std::vector<uint8_t> got[2];
+  for (const bool gather : {false, true}) {
+    SCOPED_TRACE(gather ? "gather" : "copy");
+    GatherPort* port = nullptr;
+    Loopback lb(EngineConfig{}, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
+      if (side != 0) return nullptr;
+      auto p = std::make_unique<GatherPort>(inner, gather);
+      port = p.get();
+      return p;
+    });
+    ASSERT_NE(port, nullptr);
+    const uint32_t qa = lb.connect(QPT_RC).first;
+    const size_t len = 256 * 1024;
+    std::memset(lb.a().mem.data(), 0x11, len);
+    Sge sge{lb.a().addr(0), static_cast<uint32_t>(len), lb.a().mr.lkey};
+    port->refuse = true;
+    post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(300000), lb.b().mr.rkey));
+    lb.a().eng->progress();  // builds frames the port does not take
+    std::memset(lb.a().mem.data(), 0xee, len);
+    port->refuse = false;
+    auto wc = lb.poll(lb.a(), 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    EXPECT_EQ(port->tx_gathered > 0, gather);
+    got[gather].assign(lb.b().mem.begin() + 300000, lb.b().mem.begin() + 300000 + len);
+    EXPECT_EQ(got[gather].front(), 0x11);  // built in the refused round
+    EXPECT_EQ(got[gather].back(), 0xee);   // built after the overwrite
+  }
+  EXPECT_TRUE(got[0] == got[1]);
 }
 
 // A Loopback wrapper that puts a WatchPort on one side (`side`) and tells where it is.

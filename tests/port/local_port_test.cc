@@ -179,6 +179,55 @@ TEST(LocalPath, IcrcLeftOutOnlyOnTheRing) {
   EXPECT_EQ(got, (std::vector<Got>{{14, true, false}, {15, false, true}}));
 }
 
+// A frame whose payload the engine left in the application's memory (tx_gather): the ring's copy takes it
+// from there, and a frame that goes the port's way is made whole and gets its ICRC first.
+TEST(LocalPath, GatheredPayloadArrivesWholeEitherWay) {
+  TmpDir dir("urxe-local-port");
+  Device a(dir.path, 0xa, 0), b(dir.path, 0xb, 3);
+  ASSERT_TRUE(a.port && b.port);
+  EXPECT_TRUE(a.port->tx_gather());
+  std::vector<uint8_t> payload(600);
+  for (size_t i = 0; i < payload.size(); i++) payload[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto send = [&](const wire::MacAddr& dst, uint32_t dqpn, uint32_t psn) {
+    wire::FrameSpec spec;
+    spec.dst_mac = dst;
+    spec.src_mac = a.mac;
+    spec.src_ip[10] = spec.src_ip[11] = spec.dst_ip[10] = spec.dst_ip[11] = 0xff;
+    spec.bth.opcode = wire::op::kRc | wire::op::send_only;
+    spec.bth.dqpn = dqpn;
+    spec.bth.psn = psn;
+    engine::PacketBuf buf{};
+    if (!a.port->tx_alloc(2048, buf)) return false;
+    buf.len = wire::build_frame(wire::MutByteSpan(buf.data, 2048), spec, wire::ByteSpan(payload));
+    if (!buf.len) return false;
+    // as the engine leaves it: no payload and no ICRC in the buffer
+    buf.gather_offset = static_cast<uint16_t>(buf.len - wire::kIcrcLen - payload.size());
+    buf.gather_len = static_cast<uint16_t>(payload.size());
+    buf.gather = payload.data();
+    std::memset(buf.data + buf.gather_offset, 0, buf.len - buf.gather_offset);
+    buf.icrc_absent = true;
+    return a.port->tx_burst(&buf, 1) == 1;
+  };
+  auto received = [](Device& d) {
+    std::vector<std::vector<uint8_t>> out;
+    engine::PacketBuf bufs[16];
+    const uint32_t n = d.port->rx_burst(bufs, 16);
+    for (uint32_t i = 0; i < n; i++) {
+      wire::Packet pkt;
+      wire::ParseOptions o;
+      o.verify_icrc = !bufs[i].icrc_absent;
+      if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt, o) == wire::ParseError::ok)
+        out.emplace_back(pkt.payload.begin(), pkt.payload.end());
+    }
+    d.port->rx_free(bufs, n);
+    return out;
+  };
+  ASSERT_TRUE(send(b.mac, kBase0 + 3 * kBlock + 5, 21));  // through B's ring
+  EXPECT_EQ(received(b), std::vector<std::vector<uint8_t>>{payload});
+  ASSERT_TRUE(send(wire::MacAddr{0x02, 0, 0, 0, 0, 0xc}, kBase0 + 3 * kBlock, 22));  // the port's way
+  EXPECT_EQ(received(a), std::vector<std::vector<uint8_t>>{payload});                // (its ICRC checked)
+}
+
 // More destination MACs than the table remembers (16): frames to each still go the right way, the ones
 // that are devices through their rings.
 TEST(LocalPath, ManyDestinationMacs) {
