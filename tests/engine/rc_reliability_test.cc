@@ -891,17 +891,22 @@ class GatherPort final : public Port {
   const bool gather_;
 };
 
+// A Loopback wrapper that puts a GatherPort on side A and tells where it is.
+Loopback::PortWrap gather_on_a(bool gather, GatherPort*& out) {
+  return [gather, &out](int side, Port& inner) -> std::unique_ptr<Port> {
+    if (side != 0) return nullptr;
+    auto p = std::make_unique<GatherPort>(inner, gather);
+    out = p.get();
+    return p;
+  };
+}
+
 // A port that gathers gets payloads of Port::kGatherMin bytes or more by reference, straight from the
 // application's MR (a requester's data, a responder's READ responses), and the peer receives the same
 // bytes; smaller payloads are copied as before.
 TEST(RcFrames, GatheringPortGetsLargePayloadsByReference) {
   GatherPort* port = nullptr;
-  Loopback lb(EngineConfig{}, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
-    if (side != 0) return nullptr;
-    auto p = std::make_unique<GatherPort>(inner, true);
-    port = p.get();
-    return p;
-  });
+  Loopback lb(EngineConfig{}, 1500, 1 << 20, false, gather_on_a(true, port));
   ASSERT_NE(port, nullptr);
   const auto [qa, qb] = lb.connect(QPT_RC);
   std::mt19937 rng(7);
@@ -942,12 +947,7 @@ TEST(RcFrames, FramesAGatheringPortRefusesAreMadeWholeInTheRound) {
   for (const bool gather : {false, true}) {
     SCOPED_TRACE(gather ? "gather" : "copy");
     GatherPort* port = nullptr;
-    Loopback lb(EngineConfig{}, 1500, 1 << 20, false, [&](int side, Port& inner) -> std::unique_ptr<Port> {
-      if (side != 0) return nullptr;
-      auto p = std::make_unique<GatherPort>(inner, gather);
-      port = p.get();
-      return p;
-    });
+    Loopback lb(EngineConfig{}, 1500, 1 << 20, false, gather_on_a(gather, port));
     ASSERT_NE(port, nullptr);
     const uint32_t qa = lb.connect(QPT_RC).first;
     const size_t len = 256 * 1024;
