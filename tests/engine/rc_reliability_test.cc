@@ -903,7 +903,7 @@ Loopback::PortWrap gather_on_a(bool gather, GatherPort*& out) {
 
 // A port that gathers gets payloads of Port::kGatherMin bytes or more by reference, straight from the
 // application's MR (a requester's data, a responder's READ responses), and the peer receives the same
-// bytes; smaller payloads are copied as before.
+// bytes; smaller payloads, and a frame whose payload spans two SGEs, are copied as before.
 TEST(RcFrames, GatheringPortGetsLargePayloadsByReference) {
   GatherPort* port = nullptr;
   Loopback lb(EngineConfig{}, 1500, 1 << 20, false, gather_on_a(true, port));
@@ -926,6 +926,19 @@ TEST(RcFrames, GatheringPortGetsLargePayloadsByReference) {
   EXPECT_EQ(wc[0].status, WC_SUCCESS);
   EXPECT_EQ(port->tx_gathered, 65u + 8u);
   EXPECT_EQ(0, std::memcmp(lb.a().mem.data() + 1000, lb.b().mem.data() + 200000, 8192));
+  // two SGEs: the frame that spans both is copied, the others go by reference
+  std::memset(lb.b().mem.data() + 400000, 0, 8192);
+  const Sge two[2] = {{lb.a().addr(0), 1536, lb.a().mr.lkey}, {lb.a().addr(20000), 2560, lb.a().mr.lkey}};
+  SendWr wr = make_wr(WR_RDMA_WRITE, two, 2, 3);
+  wr.rdma.remote_addr = lb.b().addr(400000);
+  wr.rdma.rkey = lb.b().mr.rkey;
+  post(lb.a(), qa, wr);
+  wc = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WC_SUCCESS);
+  EXPECT_EQ(port->tx_gathered, 65u + 8u + 3u);  // [0,1024) and [2048,3072), [3072,4096); not [1024,2048)
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 400000, 1536));
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data() + 20000, lb.b().mem.data() + 400000 + 1536, 2560));
   // below Port::kGatherMin: copied
   post_recv(lb.b(), qb, 300000, 4096, 1);
   Sge small{lb.a().addr(0), Port::kGatherMin - 1, lb.a().mr.lkey};
@@ -934,7 +947,7 @@ TEST(RcFrames, GatheringPortGetsLargePayloadsByReference) {
   auto wb = lb.poll(lb.b(), 1);
   ASSERT_EQ(wb.size(), 1u);
   EXPECT_EQ(wb[0].status, WC_SUCCESS);
-  EXPECT_EQ(port->tx_gathered, 65u + 8u);
+  EXPECT_EQ(port->tx_gathered, 65u + 8u + 3u);
   EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 300000, Port::kGatherMin - 1));
 }
 
