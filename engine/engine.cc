@@ -130,10 +130,18 @@ uint16_t udp_sport_ud(uint32_t qpn) {
   return static_cast<uint16_t>(0xc000 | (h & 0x3fff));
 }
 
-bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint8_t* data,
-              uint32_t len, bool to_sges) {
+namespace {
+// The SGE a message offset falls in (num_sge: past the list); `offset` becomes the offset inside it.
+uint32_t sge_seek(const Sge* sges, uint32_t num_sge, uint64_t& offset) {
   uint32_t i = 0;
   while (i < num_sge && offset >= sges[i].length) offset -= sges[i++].length;
+  return i;
+}
+}  // namespace
+
+bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint8_t* data,
+              uint32_t len, bool to_sges) {
+  uint32_t i = sge_seek(sges, num_sge, offset);
   while (len > 0) {
     if (i >= num_sge) return false;
     const Sge& s = sges[i];
@@ -157,8 +165,7 @@ bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uin
 
 const uint8_t* sge_span(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset,
                         uint32_t len) {
-  uint32_t i = 0;
-  while (i < num_sge && offset >= sges[i].length) offset -= sges[i++].length;
+  const uint32_t i = sge_seek(sges, num_sge, offset);
   if (i >= num_sge || sges[i].length - offset < len) return nullptr;
   MrError err;
   return e.mr_resolve(sges[i].lkey, pd, 0u, sges[i].addr + offset, len, err);
