@@ -50,7 +50,8 @@ struct Device {
   }
   // Sends one RoCE frame (a SEND ONLY to dqpn, `tag` in its PSN) to dst_mac; true when the port took it.
   // no_icrc: as the engine builds it for this port (tx_icrc_offload), the ICRC's bytes left zero.
-  bool send(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag, bool no_icrc = false) {
+  // A SEND ONLY from this device to dst_mac, QP dqpn, `tag` in its PSN.
+  wire::FrameSpec spec_to(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag) const {
     wire::FrameSpec spec;
     spec.dst_mac = dst_mac;
     spec.src_mac = mac;
@@ -58,10 +59,14 @@ struct Device {
     spec.bth.opcode = wire::op::kRc | wire::op::send_only;
     spec.bth.dqpn = dqpn;
     spec.bth.psn = tag;
+    return spec;
+  }
+  bool send(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag, bool no_icrc = false) {
     const uint8_t payload[64] = {};
     engine::PacketBuf buf{};
     if (!port->tx_alloc(2048, buf)) return false;
-    buf.len = wire::build_frame(wire::MutByteSpan(buf.data, 2048), spec, wire::ByteSpan(payload, 64));
+    buf.len = wire::build_frame(wire::MutByteSpan(buf.data, 2048), spec_to(dst_mac, dqpn, tag),
+                                wire::ByteSpan(payload, 64));
     if (no_icrc && buf.len) {
       std::memset(buf.data + buf.len - wire::kIcrcLen, 0, wire::kIcrcLen);
       buf.icrc_absent = true;
@@ -189,16 +194,10 @@ TEST(LocalPath, GatheredPayloadArrivesWholeEitherWay) {
   std::vector<uint8_t> payload(600);
   for (size_t i = 0; i < payload.size(); i++) payload[i] = static_cast<uint8_t>(i * 7 + 1);
   auto send = [&](const wire::MacAddr& dst, uint32_t dqpn, uint32_t psn) {
-    wire::FrameSpec spec;
-    spec.dst_mac = dst;
-    spec.src_mac = a.mac;
-    spec.src_ip[10] = spec.src_ip[11] = spec.dst_ip[10] = spec.dst_ip[11] = 0xff;
-    spec.bth.opcode = wire::op::kRc | wire::op::send_only;
-    spec.bth.dqpn = dqpn;
-    spec.bth.psn = psn;
     engine::PacketBuf buf{};
     if (!a.port->tx_alloc(2048, buf)) return false;
-    buf.len = wire::build_frame(wire::MutByteSpan(buf.data, 2048), spec, wire::ByteSpan(payload));
+    buf.len = wire::build_frame(wire::MutByteSpan(buf.data, 2048), a.spec_to(dst, dqpn, psn),
+                                wire::ByteSpan(payload));
     if (!buf.len) return false;
     // as the engine leaves it: no payload and no ICRC in the buffer
     buf.gather_offset = static_cast<uint16_t>(buf.len - wire::kIcrcLen - payload.size());
