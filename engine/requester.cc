@@ -200,14 +200,14 @@ bool EngineImpl::requester_run(Qp& q) {
     uint8_t* dst = begin_frame(spec, payload);
     if (!dst) break;  // port backpressure: try again next round
     if (payload) {
-      const uint8_t* src = nullptr;
+      const Sge* sges = q.sq_sges.data() + w.sge_base;
       if (inline_src) {
         std::memcpy(dst, inline_src, payload);
-      } else if (gathers(payload) && (src = sge_span(*this, q.pd, q.sq_sges.data() + w.sge_base, w.num_sge,
-                                                     q.req.offset, payload)) != nullptr) {
+      } else if (const uint8_t* src = gathers(payload)
+                                          ? sge_span(*this, q.pd, sges, w.num_sge, q.req.offset, payload)
+                                          : nullptr) {
         gather_payload(src, payload);
-      } else if (!sge_copy(*this, q.pd, q.sq_sges.data() + w.sge_base, w.num_sge, q.req.offset, dst, payload,
-                           false)) {
+      } else if (!sge_copy(*this, q.pd, sges, w.num_sge, q.req.offset, dst, payload, false)) {
         abort_frame();
         w.status = WC_LOC_PROT_ERR;
         w.sent_all = w.done = true;
