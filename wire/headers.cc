@@ -97,12 +97,18 @@ void write_deth(uint8_t* p, const Deth& h) {
 }
 
 uint16_t ipv4_header_checksum(const uint8_t* hdr, uint32_t len) {
-  uint32_t sum = 0;
-  for (uint32_t i = 0; i + 1 < len; i += 2) {
-    if (i == 10) continue;  // the checksum field itself
-    sum += load_be16(hdr + i);
-  }
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  // 32-bit big-endian words summed into 64 bits (no carry lost), then folded: the same one's-complement sum
+  // as 16-bit words (RFC 1071), with half the loads and no skip test (checked for every IPv4 frame received;
+  // build_headers sums its own words). The checksum field, the low half of the third word, reads as 0.
+  uint64_t sum = 0;
+  uint32_t i = 0;
+  for (; i + 3 < len; i += 4) sum += load_be32(hdr + i);
+  if (i + 1 < len) sum += uint64_t{load_be16(hdr + i)} << 16;
+  if (len >= 12) sum -= load_be16(hdr + 10);
+  sum = (sum & 0xffffffffu) + (sum >> 32);
+  sum = (sum & 0xffffffffu) + (sum >> 32);
+  sum = (sum & 0xffffu) + (sum >> 16);
+  sum = (sum & 0xffffu) + (sum >> 16);
   return static_cast<uint16_t>(~sum);
 }
 

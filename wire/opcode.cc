@@ -349,8 +349,6 @@ static_assert(rows_placed());
 
 }  // namespace
 
-const std::array<OpcodeInfo, 256>& opcode_table() {
-  return kTable;
-}
+constinit const std::array<OpcodeInfo, 256> kOpcodeTable = kTable;
 
 }  // namespace urxe::wire

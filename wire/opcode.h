@@ -74,9 +74,14 @@ inline constexpr uint8_t send_first = 0x00, send_middle = 0x01, send_last = 0x02
 inline constexpr uint8_t cnp = 0x81;
 }  // namespace op
 
-const std::array<OpcodeInfo, 256>& opcode_table();
+// Indexed by opcode (opcode.cc fills it at compile time); declared here so that a lookup on the per-frame
+// path is one load, not a call into another file.
+extern const std::array<OpcodeInfo, 256> kOpcodeTable;
+inline const std::array<OpcodeInfo, 256>& opcode_table() {
+  return kOpcodeTable;
+}
 inline const OpcodeInfo& opcode_info(uint8_t opcode) {
-  return opcode_table()[opcode];
+  return kOpcodeTable[opcode];
 }
 
 // The low 5 bits of the opcodes of a message's packets by position: the requester's SEND/WRITE packets and

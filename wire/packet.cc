@@ -169,14 +169,6 @@ ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
   return ParseError::ok;
 }
 
-uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len) {
-  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
-  uint32_t pad = info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0;
-  if (!info.has_payload) payload_len = 0;
-  return kEthLen + (spec.has_vlan ? kVlanLen : 0) + (spec.ip_version == 4 ? kIpv4MinLen : kIpv6Len) + kUdpLen +
-         kBthLen + info.ext_len + payload_len + pad + kIcrcLen;
-}
-
 bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout) {
   const OpcodeInfo& info = opcode_info(spec.bth.opcode);
   if (!info.valid() || (!info.has_payload && payload_len != 0)) return false;
@@ -184,13 +176,11 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
   const uint32_t total = frame_size(spec, payload_len);
   if (out.size() < total) return false;
   uint8_t* f = out.data();
-  layout = FrameLayout{};
-  layout.ip_version = spec.ip_version == 6 ? 6 : 4;
-  layout.udp_checksum = spec.udp_checksum;
+  const uint8_t ip_version = spec.ip_version == 6 ? 6 : 4;
   std::memcpy(f, spec.dst_mac.data(), 6);
   std::memcpy(f + 6, spec.src_mac.data(), 6);
   uint32_t l3 = kEthLen;
-  const uint16_t ethertype = layout.ip_version == 4 ? kEtherTypeIpv4 : kEtherTypeIpv6;
+  const uint16_t ethertype = ip_version == 4 ? kEtherTypeIpv4 : kEtherTypeIpv6;
   if (spec.has_vlan) {
     store_be16(f + 12, kEtherTypeVlan);
     store_be16(f + 14, spec.vlan_tci);
@@ -200,19 +190,27 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
     store_be16(f + 12, ethertype);
   }
   uint8_t* ip = f + l3;
-  const uint32_t ip_hdr_len = layout.ip_version == 4 ? kIpv4MinLen : kIpv6Len;
+  const uint32_t ip_hdr_len = ip_version == 4 ? kIpv4MinLen : kIpv6Len;
   const uint32_t udp_len = total - l3 - ip_hdr_len;
-  if (layout.ip_version == 4) {
-    ip[0] = 0x45;
-    ip[1] = spec.traffic_class;
-    store_be16(ip + 2, static_cast<uint16_t>(ip_hdr_len + udp_len));
-    store_be16(ip + 4, spec.ip_id);
-    store_be16(ip + 6, spec.df ? kIpv4FlagDf : 0);
-    ip[8] = spec.ttl;
-    ip[9] = kIpProtoUdp;
-    std::memcpy(ip + 12, spec.src_ip.data() + 12, 4);
-    std::memcpy(ip + 16, spec.dst_ip.data() + 12, 4);
-    store_be16(ip + 10, ipv4_header_checksum(ip, kIpv4MinLen));
+  if (ip_version == 4) {
+    const uint16_t w[9] = {static_cast<uint16_t>(0x4500u | spec.traffic_class),
+                           static_cast<uint16_t>(ip_hdr_len + udp_len),
+                           spec.ip_id,
+                           static_cast<uint16_t>(spec.df ? kIpv4FlagDf : 0),
+                           static_cast<uint16_t>(spec.ttl << 8 | kIpProtoUdp),
+                           load_be16(spec.src_ip.data() + 12),
+                           load_be16(spec.src_ip.data() + 14),
+                           load_be16(spec.dst_ip.data() + 12),
+                           load_be16(spec.dst_ip.data() + 14)};
+    // The checksum from the words themselves, not read back from the bytes just stored (that read waits
+    // for the stores: it took a quarter of this function's time).
+    uint32_t sum = 0;
+    for (uint16_t x : w) sum += x;
+    sum = (sum & 0xffffu) + (sum >> 16);
+    sum = (sum & 0xffffu) + (sum >> 16);
+    for (int i = 0; i < 5; i++) store_be16(ip + 2 * i, w[i]);
+    store_be16(ip + 10, static_cast<uint16_t>(~sum));
+    for (int i = 5; i < 9; i++) store_be16(ip + 2 * i + 2, w[i]);
   } else {
     store_be32(ip, (6u << 28) | (uint32_t{spec.traffic_class} << 20) | (spec.flow_label & 0xfffff));
     store_be16(ip + 4, static_cast<uint16_t>(udp_len));
@@ -240,12 +238,16 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
   if (h & kImmDt) store_be32(p, spec.imm), p += kImmDtLen;
   if (h & kIeth) store_be32(p, spec.ieth_rkey), p += kIethLen;
   if (info.kind == OpKind::cnp) std::memset(p, 0, kCnpPayloadLen), p += kCnpPayloadLen;
-  layout.l3_offset = l3;
-  layout.ip_hdr_len = ip_hdr_len;
-  layout.payload_offset = static_cast<uint32_t>(p - f);
-  layout.payload_len = payload_len;
-  layout.pad = bth.pad;
-  layout.frame_len = total;
+  // Whole, in one assignment: zeroing it first and then setting fields made the compiler copy it through
+  // the stack in overlapping pieces, each read waiting for the stores before it.
+  layout = FrameLayout{.l3_offset = l3,
+                       .ip_hdr_len = ip_hdr_len,
+                       .payload_offset = static_cast<uint32_t>(p - f),
+                       .payload_len = payload_len,
+                       .pad = bth.pad,
+                       .frame_len = total,
+                       .ip_version = ip_version,
+                       .udp_checksum = spec.udp_checksum};
   return true;
 }
 

@@ -94,8 +94,15 @@ struct FrameLayout {
   bool udp_checksum = false;
 };
 
-// Size of the frame `spec` would produce with `payload_len` payload bytes.
-uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len);
+// Size of the frame `spec` would produce with `payload_len` payload bytes. (Inline: the engine asks before
+// each frame it builds, and build_headers again.)
+inline uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len) {
+  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
+  const uint32_t pad = info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0;
+  if (!info.has_payload) payload_len = 0;
+  return kEthLen + (spec.has_vlan ? kVlanLen : 0) + (spec.ip_version == 4 ? kIpv4MinLen : kIpv6Len) +
+         kUdpLen + kBthLen + info.ext_len + payload_len + pad + kIcrcLen;
+}
 // Writes every header; the caller then puts payload_len bytes at out[layout.payload_offset] and calls
 // seal_frame. Returns false (writing nothing) when `out` is too small or the opcode is unknown.
 bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout);
