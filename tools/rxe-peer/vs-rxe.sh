@@ -10,8 +10,11 @@
 #      `urxe link add urxe0 netdev eth0 --port socket --no-filter` (no nftables in the guest: each urxe
 #      process holds UDP 4791 itself, see hostnet/kernel_guard.h, so the kernel sends no ICMP);
 #   4. urxe half: the same matrix over urxe0 (`urxe run -- perftest ...`);
-#   5. prints rxe, urxe and urxe/rxe per row, plus the guests' ICMP port-unreachable and UDP counters for
-#      each half (only one stack answers RoCE at a time, and no ICMP storm).
+#   5. steps 2-4 again, URXE_VS_RXE_ROUNDS times in all (default 2): before each further rxe half, urxe0
+#      deleted, the modules loaded and rxe0 made again;
+#   6. prints per row each stack's median over the rounds (and range), urxe/rxe of the medians and of each
+#      round, plus the guests' ICMP port-unreachable and UDP counters for each half (only one stack answers
+#      RoCE at a time, and no ICMP storm).
 # Matrix: ib_send_lat and ib_write_lat 64 B (typical and average us), ib_write_bw 64 B (Mpps) and 64 KiB,
 # ib_read_bw 64 KiB (Gbit/s and MB/s).
 #
@@ -22,7 +25,8 @@
 # Every run is bounded by iterations (-n; under TCG perftest's -D reported 0 messages/s for a run that had
 # made progress) and by timeout(1), in the guest and around each peer-exec.sh.
 # Knobs: URXE_VS_RXE_ITERS (latency iterations, default 2000), URXE_VS_RXE_BW_ITERS (ib_write_bw 64 B, default
-# 20000), URXE_VS_RXE_BW64K_ITERS (64 KiB bandwidth, default 500), URXE_VS_RXE_KEEP=1 (keep the outputs),
+# 20000), URXE_VS_RXE_BW64K_ITERS (64 KiB bandwidth, default 500), URXE_VS_RXE_ROUNDS (default 2),
+# URXE_VS_RXE_KEEP=1 (keep the outputs),
 # SMP/MEM/MTU/ACCEL/BOOT_TIMEOUT (rxe-env.sh).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -35,6 +39,7 @@ export RUN_DIR=${URXE_VS_RXE_RUN_DIR:-$STATE/run-vs-rxe}
 iters=${URXE_VS_RXE_ITERS:-2000}        # latency tests
 bw_small=${URXE_VS_RXE_BW_ITERS:-20000}  # ib_write_bw 64 B
 bw_large=${URXE_VS_RXE_BW64K_ITERS:-500} # ib_write_bw and ib_read_bw 64 KiB
+rounds=${URXE_VS_RXE_ROUNDS:-2}          # rxe and urxe halves, alternating
 py=python3
 [[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
 srv_ip=$(peer_ip 1)
@@ -145,37 +150,62 @@ matrix() {
   return $f
 }
 
-load_before=$(uptime)
-fail=0
-say "rxe half: kernel rdma_rxe (rxe0) in both guests"
-matrix rxe rxe0 "" || fail=1
-
-say "switching both guests to urxe (rxe0 deleted, kernel RDMA modules unloaded)"
-for n in 1 2; do
-  px "$n" 'rdma link delete rxe0
-    # no module autoloading from here on: libibverbs (and urxe) open a NETLINK_RDMA socket, which
-    # would load ib_core again (its alias net-pf-16-proto-20)
+# to_urxe N: in guest N, rxe0 deleted and the kernel's RDMA modules unloaded and kept from loading again
+# (libibverbs and urxe open a NETLINK_RDMA socket, which would load ib_core again: its alias
+# net-pf-16-proto-20), then urxe0 made.
+to_urxe() {
+  px "$1" 'rdma link delete rxe0
     mkdir -p /etc/modprobe.d && echo "install ib_core /bin/false" >/etc/modprobe.d/vs-rxe-no-ib_core.conf
     for m in rdma_ucm rdma_cm ib_umad rdma_rxe ib_uverbs iw_cm ib_cm ib_core; do
       if [ -e /sys/module/$m/refcnt ]; then rmmod $m 2>&1 || break; fi
     done
     if [ -d /sys/module/ib_core ]; then echo "ib_core still loaded:"; lsmod | grep -E "^(ib|rdma|iw)_"; exit 1; fi
-    . /opt/urxe/env && urxe link add urxe0 netdev eth0 --port socket --no-filter' >"$tmp/switch$n.log" 2>&1 || {
-    cat "$tmp/switch$n.log" >&2
-    echo "vs-rxe: switching peer $n to urxe failed" >&2
-    exit 1
+    . /opt/urxe/env && urxe link add urxe0 netdev eth0 --port socket --no-filter' >"$tmp/switch$1.log" 2>&1 &&
+    px "$1" 'ls /sys/class/infiniband 2>/dev/null | grep -q . && exit 1; exit 0' || {
+    cat "$tmp/switch$1.log" >&2
+    echo "vs-rxe: switching peer $1 to urxe failed" >&2
+    return 1
   }
-  sed "s/^/  peer$n: /" "$tmp/switch$n.log"
-  px "$n" 'ls /sys/class/infiniband 2>/dev/null | grep -q . && exit 1; exit 0' || {
-    echo "vs-rxe: a kernel RDMA device is still there in peer $n" >&2
-    exit 1
+  sed "s/^/  peer$1: /" "$tmp/switch$1.log"
+}
+# to_rxe N: in guest N, urxe0 deleted (its /dev/infiniband node would take the name the kernel's uverbs
+# device needs), the modules loaded again as the guest's init does and rxe0 made again; a bounded wait for
+# its port to be ACTIVE.
+to_rxe() {
+  px "$1" '. /opt/urxe/env && urxe link del urxe0 || exit 1
+    rm -f /etc/modprobe.d/vs-rxe-no-ib_core.conf
+    for m in rdma_rxe ib_uverbs ib_umad rdma_ucm; do modprobe $m || exit 1; done
+    rdma link add rxe0 type rxe netdev eth0 || exit 1
+    i=0; while [ $i -lt 100 ]; do
+      ibv_devinfo -d rxe0 2>/dev/null | grep -q PORT_ACTIVE && exit 0; sleep 0.1; i=$((i+1))
+    done; echo "rxe0 not ACTIVE"; ls -l /dev/infiniband; ibv_devinfo -d rxe0; exit 1' >"$tmp/switch$1.log" 2>&1 || {
+    cat "$tmp/switch$1.log" >&2
+    echo "vs-rxe: switching peer $1 back to rxe failed" >&2
+    return 1
   }
+}
+
+# The halves alternate, rxe then urxe, URXE_VS_RXE_ROUNDS times (default 2) in the same boot: under TCG on a
+# shared host the guests' speed moves by up to 2x within a boot (the host places four busy threads, each
+# guest's vCPU and its QEMU main loop, on the cores it has), and one rxe half followed by one urxe half put
+# whichever state came in each half into the ratio (ib_send_lat urxe/rxe 0.99 in one run, 2.26 in another).
+load_before=$(uptime)
+fail=0
+for ((r = 1; r <= rounds; r++)); do
+  if ((r > 1)); then
+    say "round $r: back to kernel rxe in both guests"
+    to_rxe 1 && to_rxe 2 || exit 1
+  fi
+  say "round $r, rxe half: kernel rdma_rxe (rxe0) in both guests"
+  matrix rxe.$r rxe0 "" || fail=1
+  say "round $r: both guests to urxe (rxe0 deleted, kernel RDMA modules unloaded)"
+  to_urxe 1 && to_urxe 2 || exit 1
+  say "round $r, urxe half: urxe0 (--port socket) in both guests"
+  matrix urxe.$r urxe0 '. /opt/urxe/env && urxe run --' || fail=1
 done
-say "urxe half: urxe0 (--port socket) in both guests"
-matrix urxe urxe0 '. /opt/urxe/env && urxe run --' || fail=1
 load_after=$(uptime)
 
-"$py" - "$tmp" <<'EOF'
+"$py" - "$tmp" "$rounds" <<'EOF'
 import re, sys
 tmp = sys.argv[1]
 
@@ -201,31 +231,47 @@ def lat(half, name, size):  # perftest latency row: #bytes #iter t_min t_max t_t
             return float(f[4]), float(f[5])
     return None
 
-def ratio(u, r):
-    return "n/a" if u is None or not r else f"{u / r:.2f}"
+rounds = int(sys.argv[2])
 
+def med(v):
+    v = sorted(v)
+    return None if not v else (v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2)
+
+def cell(v, fmt):  # median over the rounds, and their range
+    if not v:
+        return "n/a"
+    return fmt(med(v)) + ("" if len(v) < 2 else f" ({fmt(min(v)).split()[0]}-{fmt(max(v)).split()[0]})")
+
+# Each row: the median of each stack over the rounds (and the range), urxe/rxe of the medians, and
+# urxe/rxe per round (the two halves of a round ran next to each other).
 rows = []
+def row(label, get, fmt):
+    rv = [get("rxe", r) for r in range(1, rounds + 1)]
+    uv = [get("urxe", r) for r in range(1, rounds + 1)]
+    rm, um = med([x for x in rv if x is not None]), med([x for x in uv if x is not None])
+    per = " ".join("n/a" if x is None or y is None or not x else f"{y / x:.2f}" for x, y in zip(rv, uv))
+    rows.append((label, cell([x for x in rv if x is not None], fmt), cell([x for x in uv if x is not None], fmt),
+                 "n/a" if rm is None or um is None or not rm else f"{um / rm:.2f}", per))
+
+def pick(f, i):
+    return lambda half, r: (lambda v: None if v is None else v[i])(f(f"{half}.{r}"))
 for name, app, size in (("send_lat_64", "ib_send_lat", 64), ("write_lat_64", "ib_write_lat", 64)):
-    r, u = lat("rxe", name, size), lat("urxe", name, size)
     for i, kind in ((0, "typical"), (1, "average")):
-        rows.append((f"{app} 64 B {kind}", "n/a" if r is None else f"{r[i]:.1f} us",
-                     "n/a" if u is None else f"{u[i]:.1f} us", ratio(u and u[i], r and r[i])))
-r, u = bw("rxe", "write_bw_64", 64), bw("urxe", "write_bw_64", 64)
-rows.append(("ib_write_bw 64 B", "n/a" if r is None else f"{r[0]:.4f} Mpps",
-             "n/a" if u is None else f"{u[0]:.4f} Mpps", ratio(u and u[0], r and r[0])))
+        row(f"{app} 64 B {kind}", pick(lambda h, name=name, size=size: lat(h, name, size), i), lambda x: f"{x:.1f} us")
+row("ib_write_bw 64 B", pick(lambda h: bw(h, "write_bw_64", 64), 0), lambda x: f"{x:.4f} Mpps")
 for name, app in (("write_bw_64k", "ib_write_bw"), ("read_bw_64k", "ib_read_bw")):
-    r, u = bw("rxe", name, 65536), bw("urxe", name, 65536)
-    rows.append((f"{app} 64 KiB", "n/a" if r is None else f"{r[1]:.3f} Gbit/s ({r[2]:.1f} MB/s)",
-                 "n/a" if u is None else f"{u[1]:.3f} Gbit/s ({u[2]:.1f} MB/s)", ratio(u and u[1], r and r[1])))
-hdr = ("", "kernel rxe (rxe0)", "urxe (urxe0, socket port)", "urxe/rxe")
-w = [max(len(x[i]) for x in rows + [hdr]) for i in range(4)]
+    row(f"{app} 64 KiB", pick(lambda h, name=name: bw(h, name, 65536), 2), lambda x: f"{x:.1f} MB/s")
+hdr = ("", "kernel rxe (rxe0)", "urxe (urxe0, socket port)", "urxe/rxe", "per round")
+w = [max(len(x[i]) for x in rows + [hdr]) for i in range(5)]
 line = lambda x: "  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(x)).rstrip()
 print()
 print(line(hdr))
-print("  " + "-" * (sum(w) + 6))
+print("  " + "-" * (sum(w) + 8))
 for x in rows:
     print(line(x))
-print("  latency: lower is better (ratio > 1: urxe slower); bandwidth: higher is better (ratio < 1: urxe slower)")
+print(f"  each stack: the median of {rounds} rounds (their range); urxe/rxe of the medians, then of each round's")
+print("  two halves. Latency: lower is better (ratio > 1: urxe slower); bandwidth: higher is better (ratio < 1:")
+print("  urxe slower). MB/s as perftest prints them (2^20 bytes).")
 
 def snmp(half, n, when):
     t = [l for l in text(f"{half}.snmp{n}.{when}").splitlines() if not l.startswith("rdma:")]
@@ -237,11 +283,11 @@ def snmp(half, n, when):
                 out[k[0].rstrip(":") + a] = int(b)
     return out
 print()
-for half in ("rxe", "urxe"):
+for half in [f"{h}.{r}" for r in range(1, rounds + 1) for h in ("rxe", "urxe")]:
     for n in (1, 2):
         a, b = snmp(half, n, 0), snmp(half, n, 1)
         d = lambda k: b.get(k, 0) - a.get(k, 0) if k in a and k in b else "n/a"
-        print(f"  {half:4} half, guest {n}: ICMP port unreachable sent {d('IcmpOutDestUnreachs')}, "
+        print(f"  {half:6} half, guest {n}: ICMP port unreachable sent {d('IcmpOutDestUnreachs')}, "
               f"UDP datagrams to no port {d('UdpNoPorts')}, UDP in errors {d('UdpInErrors')}")
         for when in (0, 1):
             m = re.search(r"^rdma: (.*)$", text(f"{half}.snmp{n}.{when}"), re.M)
