@@ -31,13 +31,15 @@ ROOT=$BUILD/root              # guest root filesystem (becomes the initramfs)
 # Guest user space.  rdma-core (the package) is NOT needed: it only carries
 # systemd/udev glue; the verbs libraries + rxe provider live in libibverbs1 /
 # ibverbs-providers.
+# nftables: for urxe in the guest (vs-rxe.sh), whose `urxe link add` drops RoCE's UDP port at the
+# interface's ingress with it by default, as on a host.
 GUEST_PKGS="busybox-static dash libibverbs1 ibverbs-providers ibverbs-utils librdmacm1
-            rdmacm-utils perftest iproute2 kmod socat tcpdump"
+            rdmacm-utils perftest iproute2 kmod socat tcpdump nftables"
 KERNEL_META=linux-image-amd64
 # Kernel modules to put in the initramfs (dependencies are resolved with modprobe).
 GUEST_MODULES="virtio_pci virtio_net rdma_rxe ib_uverbs ib_umad rdma_ucm
                crc32_generic crc32_pclmul sch_netem sch_prio cls_u32 act_gact
-               ifb act_mirred sch_ingress cls_matchall"
+               ifb act_mirred sch_ingress cls_matchall nf_tables"
 
 log() { printf '[build-guest %(%T)T] %s\n' -1 "$*" >&2; }
 t0=$(date +%s.%N)

@@ -7,8 +7,8 @@
 #   2. rxe half: the perftest matrix over rxe0, server in guest 1, client in guest 2;
 #   3. in both guests: `rdma link delete rxe0` and the kernel's RDMA modules unloaded (with ib_core loaded,
 #      libibverbs lists the kernel's devices only and would never see urxe's), then
-#      `urxe link add urxe0 netdev eth0 --port socket --no-filter` (no nftables in the guest: each urxe
-#      process holds UDP 4791 itself, see hostnet/kernel_guard.h, so the kernel sends no ICMP);
+#      `urxe link add urxe0 netdev eth0 --port socket`, which, as on a host, drops UDP 4791 at eth0's ingress
+#      with nftables (hostnet/kernel_guard.h): the kernel's IP and UDP never see RoCE and send no ICMP;
 #   4. urxe half: the same matrix over urxe0 (`urxe run -- perftest ...`);
 #   5. steps 2-4 again, URXE_VS_RXE_ROUNDS times in all (default 2): before each further rxe half, urxe0
 #      deleted, the modules loaded and rxe0 made again;
@@ -160,7 +160,7 @@ to_urxe() {
       if [ -e /sys/module/$m/refcnt ]; then rmmod $m 2>&1 || break; fi
     done
     if [ -d /sys/module/ib_core ]; then echo "ib_core still loaded:"; lsmod | grep -E "^(ib|rdma|iw)_"; exit 1; fi
-    . /opt/urxe/env && urxe link add urxe0 netdev eth0 --port socket --no-filter' >"$tmp/switch$1.log" 2>&1 &&
+    modprobe nf_tables && . /opt/urxe/env && urxe link add urxe0 netdev eth0 --port socket' >"$tmp/switch$1.log" 2>&1 &&
     px "$1" 'ls /sys/class/infiniband 2>/dev/null | grep -q . && exit 1; exit 0' || {
     cat "$tmp/switch$1.log" >&2
     echo "vs-rxe: switching peer $1 to urxe failed" >&2
@@ -169,10 +169,11 @@ to_urxe() {
   sed "s/^/  peer$1: /" "$tmp/switch$1.log"
 }
 # to_rxe N: in guest N, urxe0 deleted (its /dev/infiniband node would take the name the kernel's uverbs
-# device needs), the modules loaded again as the guest's init does and rxe0 made again; a bounded wait for
-# its port to be ACTIVE.
+# device needs, and its nftables drop of UDP 4791 would starve rxe: checked gone), the modules loaded again
+# as the guest's init does and rxe0 made again; a bounded wait for its port to be ACTIVE.
 to_rxe() {
   px "$1" '. /opt/urxe/env && urxe link del urxe0 || exit 1
+    if nft list tables | grep -q urxe; then echo "urxe nftables table left:"; nft list tables; exit 1; fi
     rm -f /etc/modprobe.d/vs-rxe-no-ib_core.conf
     for m in rdma_rxe ib_uverbs ib_umad rdma_ucm; do modprobe $m || exit 1; done
     rdma link add rxe0 type rxe netdev eth0 || exit 1
@@ -292,8 +293,8 @@ for half in [f"{h}.{r}" for r in range(1, rounds + 1) for h in ("rxe", "urxe")]:
         for when in (0, 1):
             m = re.search(r"^rdma: (.*)$", text(f"{half}.snmp{n}.{when}"), re.M)
             print(f"    kernel RDMA {('before', 'after')[when]}: {m.group(1).strip() if m else 'n/a'}")
-print("  (urxe half: each urxe process holds UDP 4791 with a drop-all filter, hostnet/kernel_guard.h, so the")
-print("  kernel counts RoCE datagrams as UDP in errors and sends no ICMP; rxe0 and ib_core are gone by then)")
+print("  (urxe half: `urxe link add` drops UDP 4791 at eth0's ingress with nftables, hostnet/kernel_guard.h, so")
+print("  RoCE datagrams never reach the kernel's UDP and it sends no ICMP; rxe0 and ib_core are gone by then)")
 EOF
 echo
 echo "  guests: $(grep -o 'accel=[a-z]*' "$tmp/boot.log" | head -1), $SMP vCPU and $MEM MiB each, MTU $MTU; iterations: latency $iters, 64 B bandwidth $bw_small, 64 KiB bandwidth $bw_large"
