@@ -16,7 +16,7 @@
 #      round, plus the guests' ICMP port-unreachable and UDP counters for each half (only one stack answers
 #      RoCE at a time, and no ICMP storm).
 # Matrix: ib_send_lat and ib_write_lat 64 B (typical and average us), ib_write_bw 64 B (Mpps) and 64 KiB,
-# ib_read_bw 64 KiB (Gbit/s and MB/s).
+# ib_read_bw 64 KiB (MB/s).
 #
 # The peers get their own run directory and network namespace (RUN_DIR=$STATE/run-vs-rxe,
 # NETNS=urxe-vsrxe), so peers 1 and 2 of the interop tests (namespace urxe-rxenet) are not touched; all
