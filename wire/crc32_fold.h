@@ -1,6 +1,7 @@
-// zlib-compatible CRC-32 (reflected polynomial 0xEDB88320) by carry-less-multiply folding, dispatched at run
-// time by CPUID: 256-bit VPCLMULQDQ (AVX2) with several independent accumulators, else 128-bit PCLMULQDQ,
-// else ISA-L. No global -march: each level is a function compiled with its own target attribute.
+// zlib-compatible CRC-32 (reflected polynomial 0xEDB88320) by carry-less-multiply folding: 256-bit VPCLMULQDQ
+// (AVX2) with several independent accumulators, 128-bit PCLMULQDQ, or ISA-L. Dispatched at run time to the
+// level the CPU has (CPUID) that measured fastest, once, for small inputs (ACK-sized) and for large ones
+// (data frames) apart. No global -march: each level is a function compiled with its own target attribute.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,8 +13,10 @@ const char* crc_fold_level_name(CrcFoldLevel level);
 
 // Whether this CPU (and OS, for the YMM state) can run `level`; isal always can.
 bool crc_fold_level_supported(CrcFoldLevel level);
-// The level crc32_fold() uses: the first supported one in enum order.
-CrcFoldLevel crc_fold_best_level();
+// The level crc32_fold() and crc32_fold2() use for an input of `len` bytes (head and data together): of the
+// supported ones, the fastest when timed at first use (64 and 2,048 bytes; 256 and more count as large).
+// The first call times them (~100 us natively, a few ms under an emulator): Engine's constructor makes it.
+CrcFoldLevel crc_fold_best_level(size_t len);
 
 // Same contract as zlib's crc32(): running value, crc32_fold(crc32_fold(0, a), b) == crc32_fold(0, a ++ b).
 uint32_t crc32_fold(uint32_t crc, const uint8_t* data, size_t len);

@@ -10,9 +10,9 @@
 
 namespace urxe::wire {
 
-// zlib-compatible running CRC-32: crc32(crc32(0, a), b) == crc32(0, a ++ b). Carry-less-multiply folding at
-// the fastest level this CPU has, else ISA-L (wire/crc32_fold.h). tests/bench compares it with other
-// CRC-32 implementations.
+// zlib-compatible running CRC-32: crc32(crc32(0, a), b) == crc32(0, a ++ b). Carry-less-multiply folding or
+// ISA-L, whichever measured fastest on this CPU at first use (wire/crc32_fold.h). tests/bench compares it
+// with other CRC-32 implementations.
 uint32_t crc32(uint32_t crc, const uint8_t* data, size_t len);
 
 // The masked pseudo-header the ICRC starts with: 8 × 0xff (LRH), then the IP, UDP and BTH headers of `l3`

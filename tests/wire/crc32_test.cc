@@ -113,21 +113,27 @@ INSTANTIATE_TEST_SUITE_P(Levels, CrcFold, ::testing::ValuesIn(kLevels),
                          [](const auto& level) { return std::string(crc_fold_level_name(level.param)); });
 
 TEST(CrcFoldDispatch, BestLevelIsSupportedAndUsed) {
-  const CrcFoldLevel best = crc_fold_best_level();
+  // The measured choice is a level this CPU has, for either size class.
+  const CrcFoldLevel best = crc_fold_best_level(3000), small = crc_fold_best_level(64);
   EXPECT_TRUE(crc_fold_level_supported(best));
+  EXPECT_TRUE(crc_fold_level_supported(small));
   EXPECT_TRUE(crc_fold_level_supported(CrcFoldLevel::isal));
-  // A level is "best" only if no earlier (faster) one is supported.
-  for (CrcFoldLevel l : kLevels) {
-    if (l == best) break;
-    EXPECT_FALSE(crc_fold_level_supported(l)) << crc_fold_level_name(l);
-  }
+  EXPECT_EQ(crc_fold_best_level(0), small);
+  EXPECT_EQ(crc_fold_best_level(255), small);
+  EXPECT_EQ(crc_fold_best_level(256), best);
+  // Every length on both sides of the size classes' boundary, through the dispatch, with and without a head.
   const Bytes m = random_bytes(3000, 5);
-  EXPECT_EQ(crc32_fold(0, m.data(), m.size()), zlib_crc(0, m.data(), m.size()));
+  for (size_t n : {0u, 1u, 15u, 16u, 63u, 64u, 200u, 239u, 240u, 241u, 255u, 256u, 257u, 1024u, 3000u}) {
+    EXPECT_EQ(crc32_fold(3, m.data(), n), zlib_crc(3, m.data(), n)) << n;
+    if (n >= 48) {
+      EXPECT_EQ(crc32_fold2(1, m.data(), 48, m.data() + 48, n - 48), zlib_crc(1, m.data(), n)) << n;
+    }
+  }
   EXPECT_EQ(crc32(0, m.data(), m.size()), zlib_crc(0, m.data(), m.size()));
-  EXPECT_EQ(crc32_fold2(1, m.data(), 48, m.data() + 48, m.size() - 48), zlib_crc(1, m.data(), m.size()));
   EXPECT_EQ(crc32_with(CrcImpl::fold, 7, m.data(), m.size()), zlib_crc(7, m.data(), m.size()));
   EXPECT_STREQ(crc_impl_name(CrcImpl::fold), "fold");
-  std::printf("crc32_fold level on this CPU: %s\n", crc_fold_level_name(best));
+  std::printf("crc32_fold levels on this CPU (measured): %s below 256 bytes, %s from 256\n",
+              crc_fold_level_name(small), crc_fold_level_name(best));
 }
 
 }  // namespace
