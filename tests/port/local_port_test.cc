@@ -48,8 +48,6 @@ struct Device {
     port = LocalPathPort::open(inner, cfg, err);
     EXPECT_TRUE(port) << err;
   }
-  // Sends one RoCE frame (a SEND ONLY to dqpn, `tag` in its PSN) to dst_mac; true when the port took it.
-  // no_icrc: as the engine builds it for this port (tx_icrc_offload), the ICRC's bytes left zero.
   // A SEND ONLY from this device to dst_mac, QP dqpn, `tag` in its PSN.
   wire::FrameSpec spec_to(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag) const {
     wire::FrameSpec spec;
@@ -61,6 +59,8 @@ struct Device {
     spec.bth.psn = tag;
     return spec;
   }
+  // Sends that frame with 64 B of payload; true when the port took it. no_icrc: as the engine builds it
+  // for this port (tx_icrc_offload), the ICRC's bytes left zero.
   bool send(const wire::MacAddr& dst_mac, uint32_t dqpn, uint32_t tag, bool no_icrc = false) {
     const uint8_t payload[64] = {};
     engine::PacketBuf buf{};
