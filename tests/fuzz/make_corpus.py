@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes the parse_frame seed corpus: a few frames of every opcode found in real captures, plus frames the
-captures lack (IPv6, 802.1Q, IPv4 options, UDP checksum, CNP, non-RoCE). Run with Debian's python3 (scapy):
+captures lack (IPv6, 802.1Q, IPv4 options, UDP checksum, CNP, a UDP GSO datagram, non-RoCE). Run with Debian's python3 (scapy):
     /usr/bin/python3 tests/fuzz/make_corpus.py [PCAP_DIR ...]   (default pcap-fixtures/)
 Files are named by the SHA-1 of their contents, like libFuzzer names its own finds."""
 import glob
@@ -116,6 +116,15 @@ def crafted():
         out[name] = seal(f)
     # CNP as DCQCN sends it (BECN set, 16 reserved bytes).
     out["cnp"] = bytes(Ether(**mac) / IP(tos=0xC2, **v4) / UDP(sport=0, dport=4791, chksum=0) / cnp(0x11))
+    # A UDP GSO datagram (wire/gso.h) of three SEND_MIDDLEs: headers once, segment i's ICRC over the
+    # headers the kernel gives it (IPv4 ID 5 + i, its own lengths).
+    segs = []
+    for i in range(3):
+        body = bth(0x01, dqpn=0x11, psn=100 + i) + bytes((i * 7 + k) & 0xFF for k in range(256))
+        f = bytes(Ether(**mac) / IP(id=5 + i, **v4) / UDP(sport=49152, dport=4791, chksum=0) / Raw(body + icrc0))
+        segs.append(seal(f)[42:])
+    out["gso-send-middle-x3"] = bytes(Ether(**mac) / IP(id=5, **v4) / UDP(sport=49152, dport=4791, chksum=0) /
+                                      Raw(b"".join(segs)))
     # Not RoCE at all.
     out["arp"] = bytes(Ether(**mac) / ARP())
     out["tcp"] = bytes(Ether(**mac) / IP(**v4) / TCP(dport=18515) / Raw(b"0000:000000:000000"))

@@ -10,13 +10,16 @@
 //    canonical frames (what build_frame itself emits) reproduces the input byte for byte;
 //  - a QP1 frame's MAD, and the input read as a bare MAD, decode (parse_cm_mad) without reading past the 256
 //    bytes; a decoded CM message rebuilt with build_cm_mad decodes to the same message and rebuilds to the
-//    same bytes.
+//    same bytes;
+//  - the input read as a UDP GSO datagram (wire/gso.h): a segment length only when segment 0 is then a good
+//    RoCEv2 frame, and cutting every segment stays within the input and the output buffer.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "wire/gso.h"
 #include "wire/mad.h"
 #include "wire/packet.h"
 
@@ -270,7 +273,28 @@ void run(const uint8_t* data, size_t size) {
 
 }  // namespace
 
+void run_gso(const uint8_t* data, size_t size) {
+  const ByteSpan d(data, size);
+  const uint32_t seg = gso_segment_len(d);
+  if (seg == 0) return;
+  std::vector<uint8_t> out(size);
+  uint32_t total = 0;
+  for (uint32_t i = 0;; ++i) {
+    const uint32_t n = gso_segment(d, seg, i, MutByteSpan(out));
+    if (n == 0) break;
+    INVARIANT(n <= size);
+    if (i == 0) {
+      Packet p;
+      INVARIANT(parse_frame(ByteSpan(out.data(), n), p) == ParseError::ok && p.icrc_ok);
+    }
+    total += n;
+    INVARIANT(i < size);
+  }
+  INVARIANT(total > 0);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   run(data, size);
+  run_gso(data, size);
   return 0;
 }
