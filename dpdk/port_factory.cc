@@ -56,6 +56,7 @@ std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* not
   c.ifname = opt.ifname;
   c.gids = opt.gids;
   c.guard_udp_port = opt.guard_udp_port;
+  c.gso = opt.gso;
   std::string serr;
   auto p = SocketPort::open(c, &serr);
   if (!p) {
@@ -63,8 +64,8 @@ std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* not
     return nullptr;
   }
   if (notice)
-    *notice =
-        "urxe: " + opt.ifname + ": using the kernel-socket port" + (why.empty() ? "" : " (" + why + ")");
+    *notice = "urxe: " + opt.ifname + ": using the kernel-socket port" +
+              (why.empty() ? "" : " (" + why + ")") + (p->gso_tx() ? ", with UDP GSO" : "");
   return p;
 }
 

@@ -23,6 +23,7 @@ struct PortOptions {
   PortKind kind = PortKind::automatic;
   std::vector<wire::Gid> gids;  // GID table override; empty = from the interface
   bool guard_udp_port = true;   // hold a UdpPortGuard (see hostnet/kernel_guard.h)
+  int gso = -1;                 // the socket port's UDP GSO (SocketPortConfig::gso)
   // loop and null: the attributes the port presents (nothing to read them from), and the loop's bus (ports
   // with the same bus name in this process hear each other; the provider uses the device name).
   engine::PortAttr attr;

@@ -6,13 +6,16 @@
 #include <linux/if_packet.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <numeric>
 
+#include "wire/gso.h"
 #include "wire/opcode.h"
+#include "wire/packet.h"
 
 namespace urxe::dpdk {
 namespace {
@@ -25,6 +28,41 @@ uint32_t status_load(const tpacket2_hdr* h) {
 }
 void status_store(tpacket2_hdr* h, uint32_t v) {
   __atomic_store_n(&h->tp_status, v, __ATOMIC_RELEASE);
+}
+
+// The virtio-net header a packet socket with PACKET_VNET_HDR puts before each frame (linux/virtio_net.h,
+// little-endian fields on the hosts urxe runs on). Debian 12's headers predate GSO_UDP_L4 (kernel 6.2).
+struct VnetHdr {
+  uint8_t flags;
+  uint8_t gso_type;
+  uint16_t hdr_len, gso_size, csum_start, csum_offset;
+};
+static_assert(sizeof(VnetHdr) == 10);
+constexpr uint8_t kVnetNeedsCsum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
+constexpr uint8_t kVnetGsoUdpL4 = 5;   // VIRTIO_NET_HDR_GSO_UDP_L4
+constexpr int kPacketVnetHdr = 15;     // PACKET_VNET_HDR
+constexpr int kPacketCopyThresh = 7;   // PACKET_COPY_THRESH
+
+// A GSO batch: at most this many frames and bytes (IPv4 total length is 16 bits).
+constexpr uint32_t kGsoMaxSegs = 64, kGsoMaxBytes = 65000;
+// Buffers for the frames split from received batches.
+constexpr uint32_t kSegBufs = 256;
+
+// Whether two frames with `hdr` bytes of headers are of one flow: equal in every header field the kernel
+// copies from a GSO datagram's header into each segment (all but lengths, IPv4 ID and checksums).
+bool same_flow(const uint8_t* a, const uint8_t* b, uint32_t hdr) {
+  if (hdr == 42)  // MACs, type, version/IHL, TOS | flags/fragment, TTL, protocol | addresses, UDP ports
+    return std::memcmp(a, b, 16) == 0 && std::memcmp(a + 20, b + 20, 4) == 0 &&
+           std::memcmp(a + 26, b + 26, 12) == 0;
+  // MACs, type, version/class/flow label | next header, hop limit, addresses, UDP ports
+  return std::memcmp(a, b, 18) == 0 && std::memcmp(a + 20, b + 20, 38) == 0;
+}
+
+// The 16-bit big-endian words of p[0, n) summed (n even), unfolded.
+uint32_t sum_words(const uint8_t* p, uint32_t n) {
+  uint32_t s = 0;
+  for (uint32_t i = 0; i < n; i += 2) s += wire::load_be16(p + i);
+  return s;
 }
 
 std::string errno_msg(const char* what) {
@@ -154,6 +192,16 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     return nullptr;
   }
   int one = 1;
+  // Every frame with a virtio-net header: received UDP GSO datagrams say their segment size in it (and
+  // the ring frames carry one too, zero: no offload). With PACKET_COPY_THRESH a datagram larger than a
+  // slot also waits whole in the socket's queue, in order with the ring (TP_STATUS_COPY).
+  if (setsockopt(p->fd_, SOL_PACKET, kPacketVnetHdr, &one, sizeof one) == 0) {
+    p->vnet_ = sizeof(VnetHdr);
+    setsockopt(p->fd_, SOL_PACKET, kPacketCopyThresh, &one, sizeof one);
+    int rcvbuf = 8 << 20;  // a few batches of 64 KiB queue there while the progress thread is away
+    if (setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) != 0)
+      setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);  // capped at net.core.rmem_max
+  }
   // Malformed tx frames are skipped instead of stalling the ring.
   setsockopt(p->fd_, SOL_PACKET, PACKET_LOSS, &one, sizeof one);
   if (cfg.qdisc_bypass) setsockopt(p->fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
@@ -185,6 +233,24 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     return nullptr;
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
+  const bool gso = p->vnet_ && (cfg.gso > 0 || (cfg.gso < 0 && hostnet::link_driver(cfg.ifname) == "veth"));
+  if (gso) {
+    // Batches are sent from a socket of their own: one with rings sends only from its tx ring.
+    p->gso_fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (p->gso_fd_ >= 0 && (setsockopt(p->gso_fd_, SOL_PACKET, kPacketVnetHdr, &one, sizeof one) != 0 ||
+                            bind(p->gso_fd_, reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0)) {
+      close(p->gso_fd_);
+      p->gso_fd_ = -1;
+    }
+    if (p->gso_fd_ >= 0 && cfg.qdisc_bypass)
+      setsockopt(p->gso_fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+  }
+  if (p->vnet_) {
+    p->seg_pool_.resize(static_cast<size_t>(kSegBufs) * p->max_frame_);
+    p->seg_free_.reserve(kSegBufs);
+    for (uint32_t i = kSegBufs; i-- > 0;) p->seg_free_.push_back(i);
+    p->seg_ready_.reserve(kSegBufs);
+  }
   p->rx_held_.assign(p->rx_frame_nr_, 0);
   p->pool_.resize(static_cast<size_t>(p->tx_frame_nr_) * p->max_frame_);
   p->pool_free_.reserve(p->tx_frame_nr_);
@@ -203,6 +269,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
 SocketPort::~SocketPort() {
   if (ring_) munmap(ring_, ring_bytes_);
   if (fd_ >= 0) close(fd_);
+  if (gso_fd_ >= 0) close(gso_fd_);
 }
 
 bool SocketPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
@@ -222,17 +289,106 @@ void SocketPort::tx_free(engine::PacketBuf& buf) {
   buf.data = nullptr;
 }
 
+// How many frames from bufs[0] make one GSO batch: one flow (same_flow), each as long as the first but the
+// last, which may be shorter, within kGsoMaxSegs/kGsoMaxBytes. 1 when bufs[0] cannot start one.
+uint32_t SocketPort::gso_run(const engine::PacketBuf* bufs, uint32_t n) const {
+  const engine::PacketBuf& b = bufs[0];
+  if (n < 2 || b.gather || b.len > max_frame_) return 1;
+  const uint32_t hdr = wire::gso_headers_len(b.data, b.len);
+  if (hdr == 0 || b.len <= hdr) return 1;
+  const uint32_t seg = b.len - hdr;
+  const uint32_t most = std::min(kGsoMaxSegs, (kGsoMaxBytes - hdr) / seg);
+  uint32_t k = 1;
+  while (k < n && k < most) {
+    const engine::PacketBuf& c = bufs[k];
+    if (c.gather || c.len > b.len || c.len <= hdr || !same_flow(b.data, c.data, hdr)) break;
+    ++k;
+    if (c.len < b.len) break;
+  }
+  return k;
+}
+
+// Sends bufs[0, k) as one UDP GSO datagram: their headers once, then each frame's UDP payload. The kernel
+// (or a NIC) cuts it at the first frame's length and gives segment i the first's headers with IPv4 ID
+// first + i, so each frame is given that ID and its ICRC first. 1 = sent, 0 = no room now (EAGAIN),
+// -1 = refused (batches are off from now on; the frames, with their new IDs, are whole).
+int SocketPort::send_gso(engine::PacketBuf* bufs, uint32_t k) {
+  const uint8_t* f0 = bufs[0].data;
+  const uint32_t hdr = wire::gso_headers_len(f0, bufs[0].len);
+  uint32_t payload = 0;
+  const uint16_t id0 = hdr == 42 ? wire::load_be16(f0 + 18) : 0;
+  iovec iov[2 + kGsoMaxSegs];
+  for (uint32_t i = 0; i < k; ++i) {
+    engine::PacketBuf& b = bufs[i];
+    if (hdr == 42 && i > 0) {
+      wire::set_gso_segment_headers(b.data, hdr, b.len - hdr, id0, i);
+      b.icrc_absent = true;  // its ICRC covers the ID
+    }
+    if (b.icrc_absent) {
+      wire::write_icrc(wire::MutByteSpan(b.data, b.len));
+      b.icrc_absent = false;
+    }
+    iov[2 + i] = {b.data + hdr, b.len - hdr};
+    payload += b.len - hdr;
+  }
+  uint8_t head[64];
+  std::memcpy(head, f0, hdr);
+  wire::set_gso_segment_headers(head, hdr, payload, id0, 0);
+  // CHECKSUM_PARTIAL: the UDP checksum field holds the pseudo-header sum, the kernel completes each
+  // segment's (a UDP checksum is allowed on RoCEv2; the ICRC does not cover it).
+  uint32_t sum =
+      sum_words(hdr == 42 ? head + 26 : head + 22, hdr == 42 ? 8 : 32) + wire::kIpProtoUdp + 8 + payload;
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  wire::store_be16(head + hdr - 2, static_cast<uint16_t>(sum));
+  VnetHdr vh{kVnetNeedsCsum,
+             kVnetGsoUdpL4,
+             static_cast<uint16_t>(hdr),
+             static_cast<uint16_t>(bufs[0].len - hdr),
+             static_cast<uint16_t>(hdr - 8),
+             6};
+  iov[0] = {&vh, sizeof vh};
+  iov[1] = {head, hdr};
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = 2 + k;
+  if (sendmsg(gso_fd_, &m, MSG_DONTWAIT) >= 0) return 1;
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+  close(gso_fd_);  // e.g. ENOBUFS: the interface would need software GSO, which qdisc bypass does not do
+  gso_fd_ = -1;
+  return -1;
+}
+
 uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   uint32_t done = 0;
   bool kick = false;
-  for (; done < n; ++done) {
+  while (done < n) {
     engine::PacketBuf& b = bufs[done];
     uint32_t len = b.len <= max_frame_ ? b.len : max_frame_;
     if (is_to_mac(b.data, len, attr_.mac)) {
       if (!loop_.send(b.data, len)) break;  // socket buffer full: backpressure
       ++stats_.tx_loopback;
       tx_free(b);
+      ++done;
       continue;
+    }
+    if (gso_fd_ >= 0) {
+      const uint32_t k = gso_run(bufs + done, n - done);
+      if (k > 1) {
+        if (kick) {  // what the ring holds goes first
+          if (send(fd_, nullptr, 0, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS)
+            ++stats_.tx_kick_errors;
+          kick = false;
+        }
+        const int r = send_gso(bufs + done, k);
+        if (r == 0) break;
+        if (r > 0) {
+          for (uint32_t i = 0; i < k; ++i) tx_free(bufs[done + i]);
+          done += k;
+          ++stats_.tx_gso_batches;
+          stats_.tx_gso_frames += k;
+          continue;
+        }
+      }
     }
     auto* h = reinterpret_cast<tpacket2_hdr*>(tx_slot(tx_head_));
     kick = true;
@@ -240,11 +396,14 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
       ++stats_.tx_ring_full;
       break;
     }
-    std::memcpy(reinterpret_cast<uint8_t*>(h) + kTxDataOffset, b.data, len);
-    h->tp_len = len;
+    uint8_t* out = reinterpret_cast<uint8_t*>(h) + kTxDataOffset;
+    std::memset(out, 0, vnet_);  // no offload asked
+    std::memcpy(out + vnet_, b.data, len);
+    h->tp_len = vnet_ + len;
     status_store(h, TP_STATUS_SEND_REQUEST);
     tx_head_ = tx_head_ + 1 == tx_frame_nr_ ? 0 : tx_head_ + 1;
     tx_free(b);
+    ++done;
   }
   stats_.tx_frames += done;
   // One syscall per burst; with MSG_DONTWAIT the kernel sends what is queued and returns. A full ring is
@@ -256,17 +415,106 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   return done;
 }
 
+// A slot marked TP_STATUS_COPY: the frame was larger than a slot, and a whole copy of it waits in the
+// socket's queue (one per such slot, in the same order). A UDP GSO datagram (another urxe's batch, or any
+// sender's UDP GSO) is read from there straight into frame buffers, a segment each, and every segment gets
+// the headers the kernel would have given it: lengths, IPv4 ID first + i, header checksum, UDP checksum 0.
+SocketPort::Split SocketPort::split_gso(tpacket2_hdr* h, uint32_t status) {
+  const uint8_t* f = reinterpret_cast<const uint8_t*>(h) + h->tp_mac;
+  VnetHdr vh{};
+  std::memcpy(&vh, f - sizeof vh, sizeof vh);
+  const uint32_t hdr = wire::gso_headers_len(f, h->tp_snaplen);
+  const uint32_t total = h->tp_len;
+  const uint32_t seg = vh.gso_size;
+  uint32_t nseg = 0;
+  if ((vh.gso_type & 0x7f) == kVnetGsoUdpL4 && hdr && seg && total > hdr && hdr + seg <= max_frame_ &&
+      !(status & TP_STATUS_VLAN_VALID))
+    nseg = (total - hdr + seg - 1) / seg;
+  if (nseg > seg_free_.size()) {
+    if (nseg <= kSegBufs) return Split::no_buffers;  // the engine returns some first
+    nseg = 0;
+  }
+  if (!(status & TP_STATUS_COPY)) {  // the whole datagram is in the slot
+    if (nseg == 0 || h->tp_snaplen != total) {
+      ++stats_.rx_gso_dropped;
+      return Split::done;
+    }
+    for (uint32_t i = 0; i < nseg; ++i) {
+      const uint32_t len = i + 1 < nseg ? seg : total - hdr - i * seg;
+      std::memcpy(seg_buf(seg_free_[seg_free_.size() - 1 - i]) + hdr, f + hdr + i * seg, len);
+    }
+  } else if (!read_copy(nseg, hdr, seg, total)) {
+    ++stats_.rx_gso_dropped;
+    return Split::done;
+  }
+  const uint16_t id0 = hdr == 42 ? wire::load_be16(f + 18) : 0;
+  for (uint32_t i = 0; i < nseg; ++i) {
+    const uint32_t b = seg_free_.back();
+    seg_free_.pop_back();
+    const uint32_t len = i + 1 < nseg ? seg : total - hdr - i * seg;
+    uint8_t* out = seg_buf(b);
+    std::memcpy(out, f, hdr);
+    wire::set_gso_segment_headers(out, hdr, len, id0, i);
+    wire::store_be16(out + hdr - 2, 0);
+    seg_ready_.push_back({b, hdr + len});
+  }
+  ++stats_.rx_gso_batches;
+  stats_.rx_gso_frames += nseg;
+  return Split::done;
+}
+
+// Reads the whole copy of a TP_STATUS_COPY slot from the socket's queue: its virtio header and headers
+// to a scratch buffer, segment i into the i-th free segment buffer from the back, after room for its
+// headers. nseg 0: read and discard. True when all of it came.
+bool SocketPort::read_copy(uint32_t nseg, uint32_t hdr, uint32_t seg, uint32_t total) {
+  uint8_t skip[sizeof(VnetHdr) + 64];
+  iovec iov[2 + kSegBufs];
+  uint32_t niov = 0;
+  if (nseg) {
+    iov[niov++] = {skip, sizeof(VnetHdr) + hdr};
+    for (uint32_t i = 0; i < nseg; ++i)
+      iov[niov++] = {seg_buf(seg_free_[seg_free_.size() - 1 - i]) + hdr, seg};
+  } else {
+    iov[niov++] = {skip, sizeof skip};
+  }
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = niov;
+  const ssize_t r = recvmsg(fd_, &m, MSG_DONTWAIT | MSG_TRUNC);
+  return nseg && r == static_cast<ssize_t>(sizeof(VnetHdr) + total);
+}
+
 uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   uint32_t got = 0;
   while (got < n) {
+    if (seg_next_ <
+        seg_ready_.size()) {  // the rest of a split datagram first: it came before the ring's next
+      const auto [b, len] = seg_ready_[seg_next_++];
+      if (seg_next_ == seg_ready_.size()) {
+        seg_ready_.clear();
+        seg_next_ = 0;
+      }
+      bufs[got++] = engine::PacketBuf{.data = seg_buf(b), .len = len, .opaque = seg_buf(b)};
+      continue;
+    }
     // A slot still held by the engine (not yet rx_free'd) after a full lap: the ring is full, stop.
     if (rx_held_[rx_head_]) break;
     auto* h = reinterpret_cast<tpacket2_hdr*>(rx_slot(rx_head_));
     uint32_t st = status_load(h);
     if (!(st & TP_STATUS_USER)) break;
     const uint32_t slot = rx_head_;
+    // A UDP GSO datagram (in the slot, or larger than one and then whole in the socket's queue).
+    if ((st & TP_STATUS_COPY) ||
+        (vnet_ &&
+         reinterpret_cast<const VnetHdr*>(reinterpret_cast<uint8_t*>(h) + h->tp_mac - vnet_)->gso_type !=
+             0)) {
+      if (split_gso(h, st) == Split::no_buffers) break;
+      rx_head_ = rx_head_ + 1 == rx_frame_nr_ ? 0 : rx_head_ + 1;
+      status_store(h, TP_STATUS_KERNEL);
+      continue;
+    }
     rx_head_ = rx_head_ + 1 == rx_frame_nr_ ? 0 : rx_head_ + 1;
-    if (h->tp_snaplen != h->tp_len || (st & TP_STATUS_COPY)) {  // larger than a slot: not deliverable whole
+    if (h->tp_snaplen != h->tp_len) {  // larger than a slot, and no copy: not deliverable whole
       __atomic_fetch_add(&stats_.rx_truncated, 1, __ATOMIC_RELAXED);  // read by rx_loss()
       status_store(h, TP_STATUS_KERNEL);
       continue;
@@ -291,10 +539,13 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
 
 void SocketPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
-    if (bufs[i].opaque) {
-      auto* h = static_cast<tpacket2_hdr*>(bufs[i].opaque);
-      rx_held_[static_cast<size_t>(reinterpret_cast<uint8_t*>(h) - ring_) / frame_size_] = 0;
-      status_store(h, TP_STATUS_KERNEL);
+    if (auto* o = static_cast<uint8_t*>(bufs[i].opaque)) {
+      if (o >= ring_ && o < ring_ + rx_bytes_) {
+        rx_held_[static_cast<size_t>(o - ring_) / frame_size_] = 0;
+        status_store(reinterpret_cast<tpacket2_hdr*>(o), TP_STATUS_KERNEL);
+      } else {  // a frame split from a GSO datagram
+        seg_free_.push_back(static_cast<uint32_t>(static_cast<size_t>(o - seg_pool_.data()) / max_frame_));
+      }
     }
     bufs[i].opaque = nullptr;
   }

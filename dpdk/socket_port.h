@@ -19,6 +19,8 @@
 #include "hostnet/interface.h"
 #include "hostnet/kernel_guard.h"
 
+struct tpacket2_hdr;
+
 namespace urxe::dpdk {
 
 // Bytes of receive ring per port (socket port and DPDK's af_packet vdev): 4096 frames at MTU 1500.
@@ -33,6 +35,10 @@ struct SocketPortConfig {
   uint32_t max_frame = 0;       // largest Ethernet frame handled; 0 = interface MTU + 18 (Ethernet + VLAN)
   bool qdisc_bypass = true;     // ~10 % faster; other packet sockets (tcpdump) then do not see our tx frames
   bool guard_udp_port = true;   // hold a UdpPortGuard so the kernel does not answer RoCE with ICMP
+  // Transmit runs of equal-size frames of one flow as one UDP GSO datagram (dpdk/README.md, "UDP GSO"):
+  // -1 = when the interface is a veth, 0 = never, 1 = wherever the kernel takes them. Receiving such
+  // datagrams (splitting them into their frames) is always on.
+  int gso = -1;
   std::vector<wire::Gid> gids;  // GID table override; empty = build_gid_table(interface)
 };
 
@@ -40,6 +46,9 @@ struct PortStats {
   uint64_t rx_frames = 0, rx_truncated = 0, tx_frames = 0, tx_ring_full = 0, tx_kick_errors = 0;
   uint64_t tx_loopback = 0;  // frames to our own MAC, sent through the LoopbackSender
   uint64_t kernel_rx_packets = 0, kernel_rx_drops = 0;  // PACKET_STATISTICS (reset on every read)
+  // UDP GSO: datagrams sent / frames in them; received / frames split from them; received ones dropped
+  // (no split possible: not UDP GSO, tagged, too many or too large segments, the copy missing).
+  uint64_t tx_gso_batches = 0, tx_gso_frames = 0, rx_gso_batches = 0, rx_gso_frames = 0, rx_gso_dropped = 0;
 };
 
 // Destination QPNs a port delivers: [first, end). Several processes share a device, each with its own block
@@ -97,6 +106,9 @@ class SocketPort final : public engine::Port {
   int rx_wait_fd() const override { return fd_; }  // POLLIN when the rx ring holds a frame
 
   const hostnet::Interface& netdev() const { return info_; }
+  // Whether runs of frames currently leave as UDP GSO datagrams (it turns itself off when the kernel
+  // refuses one: an interface that would have to segment them in software under qdisc bypass).
+  bool gso_tx() const { return gso_fd_ >= 0; }
   bool udp_guard_active() const { return guard_.active(); }
   PortStats stats();
   engine::PortRxLoss rx_loss() override;
@@ -107,6 +119,12 @@ class SocketPort final : public engine::Port {
   SocketPort() = default;
   uint8_t* rx_slot(uint32_t i) const { return ring_ + static_cast<size_t>(i) * frame_size_; }
   uint8_t* tx_slot(uint32_t i) const { return ring_ + rx_bytes_ + static_cast<size_t>(i) * frame_size_; }
+  uint32_t gso_run(const engine::PacketBuf* bufs, uint32_t n) const;
+  int send_gso(engine::PacketBuf* bufs, uint32_t k);
+  enum class Split { done, no_buffers };
+  Split split_gso(tpacket2_hdr* h, uint32_t status);
+  bool read_copy(uint32_t nseg, uint32_t hdr, uint32_t seg, uint32_t total);
+  uint8_t* seg_buf(uint32_t i) { return seg_pool_.data() + static_cast<size_t>(i) * max_frame_; }
 
   int fd_ = -1;
   uint8_t* ring_ = nullptr;
@@ -117,6 +135,15 @@ class SocketPort final : public engine::Port {
   std::vector<uint8_t> pool_;
   std::vector<uint32_t> pool_free_;
   std::vector<uint8_t> rx_held_;  // rx slots handed to the engine and not yet returned
+  // UDP GSO. fd_ carries a virtio_net_hdr before every frame (vnet_ bytes: in its rings and reads) when the
+  // kernel has PACKET_VNET_HDR; gso_fd_ sends the batches (no ring), -1 when batches are off.
+  uint32_t vnet_ = 0;
+  int gso_fd_ = -1;
+  // Frames split from a received GSO datagram: a fixed pool of frame buffers and those not handed out yet.
+  std::vector<uint8_t> seg_pool_;
+  std::vector<uint32_t> seg_free_;
+  std::vector<std::pair<uint32_t, uint32_t>> seg_ready_;  // (buffer, length), handed out from seg_next_
+  size_t seg_next_ = 0;
   PortStats stats_;
   std::mutex stats_mu_;  // stats() from a statistics thread
   hostnet::Interface info_;

@@ -164,6 +164,22 @@ uint32_t link_speed_mbps(const std::string& name) {
   return mbps;
 }
 
+std::string link_driver(const std::string& name) {
+  if (name.empty() || name.size() >= IFNAMSIZ) return {};
+  const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return {};
+  ethtool_drvinfo info{};
+  info.cmd = ETHTOOL_GDRVINFO;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, name.c_str(), name.size());
+  ifr.ifr_data = reinterpret_cast<char*>(&info);
+  std::string driver;
+  if (::ioctl(s, SIOCETHTOOL, &ifr) == 0)
+    driver.assign(info.driver, strnlen(info.driver, sizeof info.driver));
+  ::close(s);
+  return driver;
+}
+
 namespace {
 struct QdiscDump {
   int ifindex;

@@ -45,6 +45,10 @@ int address_ifindex(const wire::Gid& addr);
 // namespace where sysfs may not); 0 when unknown (veth, lo) or the interface is not there.
 uint32_t link_speed_mbps(const std::string& name);
 
+// The interface's driver as ethtool names it ("veth", "virtio_net", "mlx5_core"; ETHTOOL_GDRVINFO, no
+// capability needed); "" when unknown or the interface is not there.
+std::string link_driver(const std::string& name);
+
 // The interfaces of this network namespace, "lo, eth0, ..." (for "no such interface" errors).
 std::string interface_names();
 

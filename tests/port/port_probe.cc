@@ -4,6 +4,8 @@
 //     info                      port kind, MAC, MTU, GID table (one "gid N ADDR" line each)
 //     neigh --dst-ip IP         resolve the destination MAC of IP from the kernel's neighbour table
 //     send --dst-ip IP --count N --sizes a,b,..   N RoCEv2 SEND-only frames (payload sizes cycling), paced
+//                               (--frames K: K frames a transmit call; --flow: all with one UDP source port,
+//                               as one QP's are, so equal-size runs leave as UDP GSO datagrams on a veth)
 //     recv --count N --sizes a,b,.. --timeout-ms T   receive, verify each frame (parse, ICRC, payload) and
 //                               exit 0 only when all N arrived intact exactly once; sleeps on rx_wait_fd.
 //                               With --dst-ip (an own address) it sends them itself, one at a time: loopback
@@ -82,6 +84,7 @@ struct Args {
   double seconds = 3;
   bool guard = true;
   bool sleep = false;                   // ping/pong: sleep on rx_wait_fd when idle instead of busy polling
+  bool flow = false;                    // send: one UDP source port for every frame
   uint32_t frames = 1;                  // ping/pong: frames per turn
   uint32_t qpn_first = 0, qpn_end = 0;  // --qpn-range FIRST:END (0:0 = not set)
 };
@@ -118,6 +121,8 @@ Args parse_args(int argc, char** argv) {
       a.guard = false;
     else if (k == "--sleep")
       a.sleep = true;
+    else if (k == "--flow")
+      a.flow = true;
     else if (k == "--frames")
       a.frames = std::max(1u, std::min(16u, static_cast<uint32_t>(std::stoul(val()))));
     else if (k == "--qpn-range") {
@@ -162,12 +167,14 @@ wire::FrameSpec make_spec(engine::Port& port, const hostnet::Interface& info, co
   return spec;
 }
 
+bool g_flow = false;  // --flow
+
 uint32_t build_into(uint8_t* out, uint32_t cap, wire::FrameSpec& spec, uint32_t seq, uint32_t payload_len,
                     std::vector<uint8_t>& payload) {
   payload.resize(payload_len);
   for (uint32_t i = 0; i < payload_len; ++i) payload[i] = pattern(seq, i);
   spec.bth.psn = seq & 0xffffff;
-  spec.udp_sport = static_cast<uint16_t>(0xc000 | (seq & 0x3fff));
+  spec.udp_sport = static_cast<uint16_t>(0xc000 | (g_flow ? 0x123 : seq & 0x3fff));
   return wire::build_frame(wire::MutByteSpan(out, cap), spec, wire::ByteSpan(payload.data(), payload.size()));
 }
 
@@ -269,18 +276,25 @@ int main(int argc, char** argv) {
            r.local ? 1 : 0, r.mac[0], r.mac[1], r.mac[2], r.mac[3], r.mac[4], r.mac[5]);
     return r.state == hostnet::NeighState::resolved ? 0 : 1;
   }
+  auto* sock = dynamic_cast<dpdk::SocketPort*>(port.get());
   if (a.cmd == "send") {
     auto sizes = parse_sizes(a.sizes);
     wire::FrameSpec spec = make_spec(*port, info, a.dst_ip);
     std::vector<uint8_t> pl;
     uint32_t sent = 0;
-    for (uint32_t seq = 0; seq < a.count; ++seq) {
-      if (!send_one(*port, spec, seq, sizes[seq % sizes.size()], pl)) break;
-      ++sent;
+    g_flow = a.flow;
+    // --frames K: K frames (one size, the first of the turn's) per transmit call.
+    for (uint32_t seq = 0; seq < a.count; seq += a.frames) {
+      const uint32_t k = std::min(a.frames, a.count - seq);
+      if (!send_one(*port, spec, seq, sizes[seq % sizes.size()], pl, k)) break;
+      sent += k;
       std::this_thread::sleep_for(std::chrono::microseconds(a.gap_us));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the ring drain before closing
-    printf("kind=%s sent=%u\n", kind, sent);
+    const dpdk::PortStats st = sock ? sock->stats() : dpdk::PortStats{};
+    printf("kind=%s sent=%u gso_batches=%llu gso_frames=%llu\n", kind, sent,
+           static_cast<unsigned long long>(st.tx_gso_batches),
+           static_cast<unsigned long long>(st.tx_gso_frames));
     return sent == a.count ? 0 : 1;
   }
   if (a.cmd == "recv") {
@@ -331,8 +345,10 @@ int main(int argc, char** argv) {
           continue;
         }
         uint32_t seq = pkt.bth.psn;
+        // (--frames K on the sender: a turn's frames have its first frame's size)
+        const uint32_t want = sizes[(seq - seq % a.frames) % sizes.size()];
         bool good = e == wire::ParseError::ok && pkt.icrc_ok && pkt.bth.opcode == kSendOnly &&
-                    pkt.bth.dqpn == kDqpn && seq < a.count && pkt.payload_len == sizes[seq % sizes.size()];
+                    pkt.bth.dqpn == kDqpn && seq < a.count && pkt.payload_len == want;
         for (uint32_t j = 0; good && j < pkt.payload_len; ++j)
           good = pkt.payload.data()[j] == pattern(seq, j);
         if (!good) {
@@ -348,8 +364,13 @@ int main(int argc, char** argv) {
       }
       port->rx_free(bufs, n);
     }
-    printf("kind=%s expected=%u ok=%u dup=%u bad=%u other=%u wakeups=%u timeouts=%u\n", kind, a.count, ok,
-           dup, bad, other, wakeups, timeouts);
+    const dpdk::PortStats st = sock ? sock->stats() : dpdk::PortStats{};
+    printf(
+        "kind=%s expected=%u ok=%u dup=%u bad=%u other=%u wakeups=%u timeouts=%u gso_batches=%llu "
+        "gso_frames=%llu\n",
+        kind, a.count, ok, dup, bad, other, wakeups, timeouts,
+        static_cast<unsigned long long>(st.rx_gso_batches),
+        static_cast<unsigned long long>(st.rx_gso_frames));
     return ok == a.count && dup == 0 && bad == 0 ? 0 : 1;
   }
   if (a.cmd == "pong" || a.cmd == "ping") {

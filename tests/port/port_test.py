@@ -10,7 +10,10 @@ dissects them as RoCE without malformed fields; the receiving kernel sends no IC
 unreachable (Icmp OutDestUnreachs, Icmp6OutDestUnreachs, Udp(6) NoPorts unchanged); the socket port works
 with CAP_NET_RAW alone (setpriv), chosen automatically with a notice, and DPDK is refused there with a
 clear error; GID table, MAC, MTU and neighbour resolution agree with `ip`; frames to the port's own
-address reach another process on the same interface and the sending port itself (loopback).
+address reach another process on the same interface and the sending port itself (loopback); runs of
+equal-size frames of one flow leave the socket port as UDP GSO datagrams that the receiving socket port
+splits into the frames again, IPv4 and IPv6, and with the veth's UDP segmentation off the sender falls back
+to single frames by itself.
 Exit 77 (skip) when not root or network namespaces are unavailable.
 """
 import argparse
@@ -128,10 +131,10 @@ def tshark_problems(pcap, tmp):
 
 # ---- probe processes ---------------------------------------------------------------------------------------
 class Receiver:
-    def __init__(self, pair, side, probe, port, count, sizes, caps=(), timeout_ms=8000):
+    def __init__(self, pair, side, probe, port, count, sizes, caps=(), timeout_ms=8000, extra=()):
         cmd = pair.prefix(side) + list(caps) + [probe, "--port", port, "--if", pair.ifname[side], "recv",
                                                 "--count", str(count), "--sizes", ",".join(map(str, sizes)),
-                                                "--timeout-ms", str(timeout_ms)]
+                                                "--timeout-ms", str(timeout_ms)] + list(extra)
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.timeout = timeout_ms / 1000 + 10
 
@@ -204,6 +207,40 @@ def transfer(pair, probe, tmp, src, dst, ipver, tx_port, rx_port, caps=(), captu
     after = pair.snmp(dst)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in ICMP_COUNTERS}
     check(all(v == 0 for v in delta.values()), f"{what}: receiving kernel sent no ICMP unreachable {delta}")
+
+
+def gso_transfer(pair, probe, ipver, segmentation):
+    """Runs of equal-size frames of one flow (--flow, 16 a transmit call) leave the socket port as UDP GSO
+    datagrams on the veth, and the receiving socket port splits them into the frames, each whole with a
+    valid ICRC. With the veth's UDP segmentation offload off the kernel refuses such datagrams under
+    qdisc bypass: the port must notice, send each frame on its own, and lose none."""
+    dst_ip = pair.ip4["b"] if ipver == 4 else pair.ip6["b"]
+    sizes = [1024] * 4 + [256] * 4 + [60] * 4 + [1000]  # (a turn's frames take its first's size)
+    count, frames = 16 * 40, 16
+    what = f"UDP GSO IPv{ipver}, segmentation offload {'on' if segmentation else 'off'}"
+    pair.exec("a", ["ethtool", "-K", pair.ifname["a"], "tx-udp-segmentation", "on" if segmentation else "off"])
+    try:
+        rx = Receiver(pair, "b", probe, "socket", count, sizes, extra=["--frames", str(frames)])
+        if not check(rx.wait_ready(), f"{what}: receiver ready"):
+            print(rx.finish())
+            return
+        tx = pair.exec("a", [probe, "--port", "socket", "--if", pair.ifname["a"], "send", "--dst-ip", dst_ip,
+                             "--count", str(count), "--sizes", ",".join(map(str, sizes)), "--frames", str(frames),
+                             "--flow", "--gap-us", "2000"], check=False, timeout=60)
+        rc, out, err = rx.finish()
+        check(tx.returncode == 0 and rc == 0, f"{what}: all {count} frames arrived once, intact, ICRC valid "
+                                              f"({tx.stdout.strip()} / {out})")
+        sent = dict(kv.split("=") for kv in tx.stdout.split() if "=" in kv)
+        got = dict(kv.split("=") for kv in out.split() if "=" in kv)
+        if segmentation:
+            check(int(sent.get("gso_frames", 0)) == count and int(got.get("gso_frames", 0)) == count,
+                  f"{what}: every frame went in a GSO datagram and was split from one ({sent}, {got})")
+            check("with UDP GSO" in tx.stderr, f"{what}: the notice says so ({tx.stderr.strip()})")
+        else:
+            check(int(sent.get("gso_batches", -1)) == 0 and int(got.get("gso_batches", -1)) == 0,
+                  f"{what}: the port turned GSO off and sent every frame alone ({sent}, {got})")
+    finally:
+        pair.exec("a", ["ethtool", "-K", pair.ifname["a"], "tx-udp-segmentation", "on"], check=False)
 
 
 def local_transfer(pair, probe, port, ipver):
@@ -366,6 +403,9 @@ def main():
             for ipver in (4, 6):
                 local_transfer(pair, args.probe, port, ipver)
         memif_transfer(pair, args.probe, tmp)
+        for ipver in (4, 6):
+            for segmentation in (True, False):
+                gso_transfer(pair, args.probe, ipver, segmentation)
         for port in ("socket", "dpdk"):
             qpn_filter(pair, args.probe, port)
             ring_overflow(pair, args.probe, port)
