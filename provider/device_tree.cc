@@ -120,6 +120,7 @@ std::string config_text(const DeviceConfig& c) {
     << "\nport=" << c.port << "\ngid_tbl_len=" << c.gid_tbl_len << "\nuverbs=" << c.uverbs << "\n";
   if (!c.netns.empty()) o << "netns=" << c.netns << "\n";
   if (!c.local_path) o << "local_path=0\n";
+  if (!c.gso) o << "gso=0\n";
   if (!c.pcap.empty())
     o << "pcap=" << c.pcap << "\npcap_size=" << c.pcap_size_mb << "\npcap_files=" << c.pcap_files << "\n";
   return o.str();
@@ -454,6 +455,8 @@ bool load_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
       cfg.netns = v;
     } else if (k == "local_path") {
       cfg.local_path = v != "0";
+    } else if (k == "gso") {
+      cfg.gso = v != "0";
     }
   }
   return have_name && !cfg.netdev.empty() && cfg.gid_tbl_len > 0;

@@ -54,6 +54,10 @@ struct DeviceConfig {
   // shared memory instead of the interface. Off for a device whose interface must see every frame (netem, a
   // firewall, a capture on the veth): `urxe link add ... --no-local-path`.
   bool local_path = true;
+  // UDP GSO on the kernel-socket port (dpdk/README.md): runs of equal-size frames of one flow leave as one
+  // datagram where the interface is a veth. Off for a veth whose other end cannot take such datagrams (a
+  // DPDK af_packet or AF_XDP receiver) or is captured frame by frame: `urxe link add ... --no-gso`.
+  bool gso = true;
   // Whether the device takes the same-host path: asked for, and a port with an interface (not loop/null).
   bool uses_local_path() const { return local_path && port != "loop" && port != "null"; }
 };

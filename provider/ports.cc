@@ -36,6 +36,8 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
   opt.gids = req.attr.gids;
   opt.attr = req.attr;
   opt.bus = req.config.name;  // loop: every context of this device in this process
+  opt.gso = req.config.gso ? -1 : 0;
+  if (const char* e = std::getenv("URXE_GSO"); e && *e) opt.gso = std::string(e) != "0";  // one run
   std::string notice;
   auto port = dpdk::open_port(opt, &notice, &err);
   // One line per process and device, the first time a port is opened (stderr, as rdma-core warns).

@@ -31,7 +31,7 @@ namespace prov = urxe::provider;
 constexpr char kAddUsage[] =
     "usage: urxe link add NAME netdev IFACE [--dpdk 'EAL/vdev ARGS'] [--mtu N] [--port KIND] [--gids N]\n"
     "                     [--pcap DIR [--pcap-size MB] [--pcap-files N]] [--no-filter]\n"
-    "                     [--no-local-path]\n"
+    "                     [--no-local-path] [--no-gso]\n"
     "Create the RDMA device NAME (e.g. urxe0) on the Ethernet interface IFACE of this network namespace:\n"
     "a sysfs-like tree under $URXE_RUN_DIR (default /run/urxe), /dev/infiniband/uverbsN, and the device's\n"
     "config. GIDs are built from IFACE's IPv4/IPv6 addresses in the kernel's RoCE order ('urxe link "
@@ -55,9 +55,17 @@ constexpr char kAddUsage[] =
     "  --no-filter   do not install the nftables ingress drop described below\n"
     "  --no-local-path  send every frame through IFACE, also to another urxe device (or process) of this\n"
     "                run directory, which is otherwise reached through shared memory (the same-host path):\n"
-    "                for an IFACE whose traffic must pass the kernel (a firewall, tcpdump on it; a tc ingress\n"
+    "                for an IFACE whose traffic must pass the kernel (a firewall, tcpdump on it; a tc "
+    "ingress\n"
     "                qdisc on IFACE, as netem through an ifb needs, turns the path off by itself).\n"
     "                URXE_LOCAL_PATH=0 turns the path off for one run\n"
+    "  --no-gso      on a veth, send every frame on its own. By default the kernel-socket port sends a run "
+    "of\n"
+    "                equal-size frames of one connection (a message's middle packets) as one UDP GSO\n"
+    "                datagram, which the kernel cuts into those frames where they leave the host, and which\n"
+    "                another urxe's socket port, the kernel's UDP stack (rxe) and a NIC take; a DPDK or\n"
+    "                AF_XDP receiver on the veth's other end does not, and a capture on the veth shows the\n"
+    "                datagram whole (urxe pcap decode splits it again). URXE_GSO=0/1 overrides for one run\n"
     "  --pcap DIR    capture every frame the device sends and receives, in every process that opens it, as\n"
     "                pcapng files in DIR (Wireshark/tshark open them): one ring of files per process,\n"
     "                DIR/NAME_PID_COMM_NNNNN_YYYYmmddHHMMSS.pcapng; inbound/outbound in each packet's\n"
@@ -211,7 +219,8 @@ constexpr Option kAddOptions[] = {{"dpdk", Option::required},
                                   {"pcap-size", Option::required},
                                   {"pcap-files", Option::required},
                                   {"no-filter"},
-                                  {"no-local-path"}};
+                                  {"no-local-path"},
+                                  {"no-gso"}};
 
 int add_main(Args args) {
   OptionParser opts(args, kAddOptions, {.leading = 3});
@@ -244,6 +253,10 @@ int add_main(Args args) {
     }
     if (k == "--no-local-path") {
       cfg.local_path = false;
+      continue;
+    }
+    if (k == "--no-gso") {
+      cfg.gso = false;
       continue;
     }
     const std::string_view v = *t.value;
@@ -425,6 +438,12 @@ int link_show(const prov::Paths& paths, const std::string& only) {
       std::printf(" local-path off (ingress qdisc %s)", qdisc.c_str());
     else
       std::printf(" local-path %s", local ? "on" : "off");
+    // UDP GSO of the socket port: asked for, and where it applies (a veth; hostnet::link_driver).
+    if (!d.config.gso)
+      std::printf(" gso off");
+    else if (present && !d.other_netns && (d.config.port == "auto" || d.config.port == "socket") &&
+             d.config.dpdk.empty())
+      std::printf(" gso %s", hostnet::link_driver(d.config.netdev) == "veth" ? "on" : "off (not a veth)");
     std::printf(" dev %s%s", d.uverbs_name.c_str(), d.dev_node_ok ? "" : " (no /dev node)");
     if (d.other_netns)
       std::printf(" netns %s (another network namespace)", d.config.netns.c_str());

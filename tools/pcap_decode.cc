@@ -10,8 +10,10 @@
 #include <ostream>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "tools/json_writer.h"
+#include "wire/gso.h"
 
 namespace urxe::tools {
 namespace {
@@ -307,6 +309,7 @@ std::string format_text(const DecodedFrame& f, int64_t t0_sec, uint32_t t0_nsec)
   std::snprintf(b, sizeof b, "%5" PRIu64 " %4" PRId64 ".%06" PRId64, f.number, dns / 1000000000,
                 (dns % 1000000000) / 1000);
   s += b;
+  if (f.gso_count) s += " gso " + std::to_string(f.gso_index) + "/" + std::to_string(f.gso_count);
   if (f.has_src_mac || f.has_dst_mac) {
     s += ' ';
     s += f.has_src_mac ? mac_str(f.pkt.eth.src) : "?";
@@ -418,6 +421,7 @@ std::string format_json(const DecodedFrame& f) {
     j.str("time", b);  // a string: a double cannot hold nanoseconds since 1970
   }
   j.num("caplen", f.caplen).num("len", f.wirelen);
+  if (f.gso_count) j.num("gso_index", f.gso_index).num("gso_count", f.gso_count);
   j.boolean("roce", f.roce);
   if (!f.roce) j.str("skipped", f.skip_reason);
   j.begin_object("eth");
@@ -627,21 +631,42 @@ int decode_file(const std::string& path, const DecodeOptions& opt, std::ostream&
   int64_t t0_sec = 0;
   uint32_t t0_nsec = 0;
   int rc;
+  std::vector<uint8_t> seg;
   while ((rc = r.next(fr, e)) == 1) {
     ++sum.frames;
-    DecodedFrame d = decode_frame(fr.eth, sum.frames, fr.wirelen);
-    d.ts_sec = fr.ts_sec;
-    d.ts_nsec = fr.ts_nsec;
-    d.has_src_mac = fr.has_src_mac;
-    d.has_dst_mac = fr.has_dst_mac;
     if (sum.frames == 1) t0_sec = fr.ts_sec, t0_nsec = fr.ts_nsec;
-    if (d.roce) {
-      ++sum.roce;
-      ++(d.good() ? sum.good : sum.bad);
-    } else {
-      ++sum.skipped;
+    auto emit = [&](DecodedFrame d) {
+      d.ts_sec = fr.ts_sec;
+      d.ts_nsec = fr.ts_nsec;
+      d.has_src_mac = fr.has_src_mac;
+      d.has_dst_mac = fr.has_dst_mac;
+      if (d.roce) {
+        ++sum.roce;
+        ++(d.good() ? sum.good : sum.bad);
+      } else {
+        ++sum.skipped;
+      }
+      out << (opt.json ? format_json(d) : format_text(d, t0_sec, t0_nsec)) << '\n';
+    };
+    DecodedFrame d = decode_frame(fr.eth, sum.frames, fr.wirelen);
+    // Not one good RoCEv2 frame: maybe several, as a UDP GSO datagram (wire/gso.h) a capture on the
+    // sending side of a veth shows whole. Each is shown and judged as the frame it becomes on a wire.
+    const uint32_t s = d.roce && !d.good() ? wire::gso_segment_len(fr.eth) : 0;
+    if (s == 0) {
+      emit(d);
+      continue;
     }
-    out << (opt.json ? format_json(d) : format_text(d, t0_sec, t0_nsec)) << '\n';
+    ++sum.gso_datagrams;
+    seg.resize(fr.eth.size());
+    uint32_t count = 0;
+    while (wire::gso_segment(fr.eth, s, count, wire::MutByteSpan(seg)) != 0) ++count;
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint32_t len = wire::gso_segment(fr.eth, s, i, wire::MutByteSpan(seg));
+      DecodedFrame x = decode_frame(wire::ByteSpan(seg.data(), len), sum.frames, 0);
+      x.gso_index = i + 1;
+      x.gso_count = count;
+      emit(std::move(x));
+    }
   }
   if (summary) *summary = sum;
   out.flush();
@@ -651,7 +676,9 @@ int decode_file(const std::string& path, const DecodeOptions& opt, std::ostream&
   }
   if (!opt.json) {
     err << "# " << sum.frames << " frames: " << sum.roce << " RoCEv2 (" << sum.good << " good, " << sum.bad
-        << " malformed or bad ICRC), " << sum.skipped << " skipped\n";
+        << " malformed or bad ICRC), " << sum.skipped << " skipped";
+    if (sum.gso_datagrams) err << "; " << sum.gso_datagrams << " UDP GSO datagrams split into their frames";
+    err << "\n";
   }
   return opt.strict && sum.bad ? kExitBadFrames : kExitOk;
 }

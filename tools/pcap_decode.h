@@ -32,6 +32,10 @@ struct DecodedFrame {
   wire::MadError mad_error = wire::MadError::ok;
   wire::CmMad cm;
 
+  // One of the frames a UDP GSO datagram held (wire/gso.h: a capture on the sending side of a veth shows
+  // them as one), 1-based, of gso_count; 0 for a frame as captured.
+  uint32_t gso_index = 0, gso_count = 0;
+
   bool good() const { return roce && error == wire::ParseError::ok && pkt.icrc_ok; }
 };
 
@@ -76,6 +80,7 @@ struct DecodeOptions {
 };
 struct DecodeSummary {
   uint64_t frames = 0, roce = 0, good = 0, bad = 0, skipped = 0;
+  uint64_t gso_datagrams = 0;  // captured frames that were UDP GSO datagrams, each counted as its frames
 };
 inline constexpr int kExitOk = 0, kExitBadFrames = 1, kExitError = 2;
 

@@ -54,20 +54,24 @@ out=$("$U" link add urxe1 netdev vb --port loop 2>&1); expect_rc "a second devic
 out=$("$U" link show 2>&1); rc=$?
 expect_rc "link show" 0 $rc
 check "link show: urxe0 like rdma link show" "^link urxe0/1 state ACTIVE physical_state LINK_UP netdev va" "$out"
-check "link show: urxe0 with the same-host path" "^link urxe0/1 .* local-path on dev uverbs0" "$out"
+check "link show: urxe0 with the same-host path" "^link urxe0/1 .* local-path on gso on dev uverbs0" "$out"
 if tc qdisc add dev va clsact 2>/dev/null; then
   out=$("$U" link show urxe0 2>&1)
-  check "  off while va has an ingress qdisc" "^link urxe0/1 .* local-path off \(ingress qdisc clsact\) dev uverbs0" "$out"
+  check "  off while va has an ingress qdisc" "^link urxe0/1 .* local-path off \(ingress qdisc clsact\) gso on dev uverbs0" "$out"
   tc qdisc del dev va clsact
   out=$("$U" link show 2>&1)
 fi
 check "link show: urxe0's IPv4 GID" "gid 10\.66\.0\.1" "$out"
 check "link show: urxe1 on vb" "^link urxe1/1 state ACTIVE .*netdev vb port loop local-path off dev uverbs1" "$out"
 "$U" link del urxe1 >/dev/null 2>&1
-out=$("$U" link add urxe1 netdev vb --no-local-path 2>&1); expect_rc "link add urxe1 --no-local-path" 0 $?
+out=$("$U" link add urxe1 netdev vb --no-local-path --no-gso 2>&1)
+expect_rc "link add urxe1 --no-local-path --no-gso" 0 $?
 out=$("$U" link show urxe1 2>&1)
-check "  link show: local-path off" "^link urxe1/1 state ACTIVE .*netdev vb port auto local-path off dev uverbs1" "$out"
-check "  kept in urxe.conf" "^local_path=0$" "$(cat "$URXE_RUN_DIR/sys/class/infiniband/urxe1/urxe.conf")"
+check "  link show: local-path off, gso off" \
+  "^link urxe1/1 state ACTIVE .*netdev vb port auto local-path off gso off dev uverbs1" "$out"
+conf=$(cat "$URXE_RUN_DIR/sys/class/infiniband/urxe1/urxe.conf")
+check "  kept in urxe.conf" "^local_path=0$" "$conf"
+check "  kept in urxe.conf" "^gso=0$" "$conf"
 "$U" link del urxe1 >/dev/null 2>&1
 out=$("$U" link add urxe1 netdev vb --port loop 2>&1); expect_rc "urxe1 again (loop port)" 0 $?
 out=$("$U" link 2>&1); check "bare 'urxe link' shows too" "^link urxe0/1" "$out"
