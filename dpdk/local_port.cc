@@ -145,6 +145,7 @@ std::unique_ptr<LocalPathPort> LocalPathPort::open(std::unique_ptr<engine::Port>
     }
   }
   p->inner_ = std::move(inner);
+  p->inner_icrc_ = p->inner_->tx_icrc_offload();
   {
     static std::once_flag once;
     // the list first: statics are destroyed in reverse order of construction, after this exit handler
@@ -261,7 +262,7 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
 uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {  // (once per frame: a frame the port refuses has it next time)
     make_whole(bufs[i]);
-    if (bufs[i].icrc_absent) {
+    if (bufs[i].icrc_absent && !inner_icrc_) {  // (a port that writes ICRCs itself gets none)
       wire::write_icrc(wire::MutByteSpan(bufs[i].data, bufs[i].len));
       bufs[i].icrc_absent = false;
     }

@@ -79,6 +79,7 @@ class LocalPathPort final : public engine::Port {
   uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
 
   std::unique_ptr<engine::Port> inner_;
+  bool inner_icrc_ = false;  // inner_->tx_icrc_offload(): frames go to it without their ICRC
   LocalPathConfig cfg_;
   LocalReceiver rx_;
   static constexpr uint32_t kMaxDests = 16;   // destination MACs remembered (local or not)

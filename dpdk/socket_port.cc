@@ -311,7 +311,7 @@ uint32_t SocketPort::gso_run(const engine::PacketBuf* bufs, uint32_t n) const {
 // Sends bufs[0, k) as one UDP GSO datagram: their headers once, then each frame's UDP payload. The kernel
 // (or a NIC) cuts it at the first frame's length and gives segment i the first's headers with IPv4 ID
 // first + i, so each frame is given that ID and its ICRC first. 1 = sent, 0 = no room now (EAGAIN),
-// -1 = refused (batches are off from now on; the frames, with their new IDs, are whole).
+// -1 = not sent (the frames, with their new IDs, are whole and go out one by one instead).
 int SocketPort::send_gso(engine::PacketBuf* bufs, uint32_t k) {
   const uint8_t* f0 = bufs[0].data;
   const uint32_t hdr = wire::gso_headers_len(f0, bufs[0].len);
@@ -351,10 +351,19 @@ int SocketPort::send_gso(engine::PacketBuf* bufs, uint32_t k) {
   msghdr m{};
   m.msg_iov = iov;
   m.msg_iovlen = 2 + k;
-  if (sendmsg(gso_fd_, &m, MSG_DONTWAIT) >= 0) return 1;
+  if (sendmsg(gso_fd_, &m, MSG_DONTWAIT) >= 0) {
+    gso_refused_ = 0;
+    return 1;
+  }
   if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-  close(gso_fd_);  // e.g. ENOBUFS: the interface would need software GSO, which qdisc bypass does not do
-  gso_fd_ = -1;
+  // ENOBUFS: the interface would have to cut the datagram in software, which qdisc bypass does not do (no
+  // UDP segmentation offload), or it dropped it. Refused three times running: batches off for good.
+  // Other errors (ENETDOWN while the link is down) are the ring's too.
+  if ((errno == ENOBUFS || errno == EINVAL || errno == EOPNOTSUPP || errno == EMSGSIZE) &&
+      ++gso_refused_ >= 3) {
+    close(gso_fd_);
+    gso_fd_ = -1;
+  }
   return -1;
 }
 
@@ -365,6 +374,10 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
     engine::PacketBuf& b = bufs[done];
     uint32_t len = b.len <= max_frame_ ? b.len : max_frame_;
     if (is_to_mac(b.data, len, attr_.mac)) {
+      if (b.icrc_absent) {
+        wire::write_icrc(wire::MutByteSpan(b.data, b.len));
+        b.icrc_absent = false;
+      }
       if (!loop_.send(b.data, len)) break;  // socket buffer full: backpressure
       ++stats_.tx_loopback;
       tx_free(b);
@@ -379,7 +392,7 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
             ++stats_.tx_kick_errors;
           kick = false;
         }
-        const int r = send_gso(bufs + done, k);
+        const int r = send_gso(bufs + done, k);  // (writes the run's ICRCs)
         if (r == 0) break;
         if (r > 0) {
           for (uint32_t i = 0; i < k; ++i) tx_free(bufs[done + i]);
@@ -389,6 +402,10 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
           continue;
         }
       }
+    }
+    if (b.icrc_absent) {
+      wire::write_icrc(wire::MutByteSpan(b.data, b.len));
+      b.icrc_absent = false;
     }
     auto* h = reinterpret_cast<tpacket2_hdr*>(tx_slot(tx_head_));
     kick = true;
@@ -443,7 +460,7 @@ SocketPort::Split SocketPort::split_gso(tpacket2_hdr* h, uint32_t status) {
       const uint32_t len = i + 1 < nseg ? seg : total - hdr - i * seg;
       std::memcpy(seg_buf(seg_free_[seg_free_.size() - 1 - i]) + hdr, f + hdr + i * seg, len);
     }
-  } else if (!read_copy(nseg, hdr, seg, total)) {
+  } else if (!read_copy(f, h->tp_snaplen, nseg, hdr, seg, total)) {
     ++stats_.rx_gso_dropped;
     return Split::done;
   }
@@ -463,10 +480,16 @@ SocketPort::Split SocketPort::split_gso(tpacket2_hdr* h, uint32_t status) {
   return Split::done;
 }
 
-// Reads the whole copy of a TP_STATUS_COPY slot from the socket's queue: its virtio header and headers
-// to a scratch buffer, segment i into the i-th free segment buffer from the back, after room for its
-// headers. nseg 0: read and discard. True when all of it came.
-bool SocketPort::read_copy(uint32_t nseg, uint32_t hdr, uint32_t seg, uint32_t total) {
+// Reads the whole copy of a TP_STATUS_COPY slot (`f`, `snap` bytes of it there) from the socket's queue:
+// its virtio header and headers to a scratch buffer, segment i into the i-th free segment buffer from the
+// back, after room for its headers. nseg 0: read and discard. True when all of it came and it is the
+// slot's datagram. The queue must stay in step with the ring's copy slots: a socket error (ENETDOWN when
+// the interface went down) is reported by a read that returns no datagram, so the read is retried; a
+// datagram that is not the slot's (its length, headers or first BTH differ) means the queue got out of
+// step, and it is emptied (the slots still waiting then find no copy and are dropped, as a lossy link
+// would: RC resends).
+bool SocketPort::read_copy(const uint8_t* f, uint32_t snap, uint32_t nseg, uint32_t hdr, uint32_t seg,
+                           uint32_t total) {
   uint8_t skip[sizeof(VnetHdr) + 64];
   iovec iov[2 + kSegBufs];
   uint32_t niov = 0;
@@ -480,8 +503,21 @@ bool SocketPort::read_copy(uint32_t nseg, uint32_t hdr, uint32_t seg, uint32_t t
   msghdr m{};
   m.msg_iov = iov;
   m.msg_iovlen = niov;
-  const ssize_t r = recvmsg(fd_, &m, MSG_DONTWAIT | MSG_TRUNC);
-  return nseg && r == static_cast<ssize_t>(sizeof(VnetHdr) + total);
+  ssize_t r = -1;
+  for (int tries = 0; tries < 4 && r < 0; ++tries) {
+    r = recvmsg(fd_, &m, MSG_DONTWAIT | MSG_TRUNC);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;  // no copy came
+  }
+  if (r < 0 || nseg == 0) return false;
+  const uint8_t* seg0 = static_cast<const uint8_t*>(iov[1].iov_base);
+  const uint32_t bth = std::min<uint32_t>(std::min(seg, wire::kBthLen), snap > hdr ? snap - hdr : 0);
+  if (r == static_cast<ssize_t>(sizeof(VnetHdr) + total) &&
+      std::memcmp(skip + sizeof(VnetHdr), f, hdr) == 0 && std::memcmp(seg0, f + hdr, bth) == 0)
+    return true;
+  ++stats_.rx_gso_resync;
+  for (int i = 0; i < 4096 && recv(fd_, skip, sizeof skip, MSG_DONTWAIT | MSG_TRUNC) >= 0; ++i) {
+  }
+  return false;
 }
 
 uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {

@@ -49,6 +49,7 @@ struct PortStats {
   // UDP GSO: datagrams sent / frames in them; received / frames split from them; received ones dropped
   // (no split possible: not UDP GSO, tagged, too many or too large segments, the copy missing).
   uint64_t tx_gso_batches = 0, tx_gso_frames = 0, rx_gso_batches = 0, rx_gso_frames = 0, rx_gso_dropped = 0;
+  uint64_t rx_gso_resync = 0;  // the socket queue's copies were out of step with the ring, and emptied
 };
 
 // Destination QPNs a port delivers: [first, end). Several processes share a device, each with its own block
@@ -104,6 +105,9 @@ class SocketPort final : public engine::Port {
   uint32_t rx_burst(engine::PacketBuf* bufs, uint32_t n) override;
   void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
   int rx_wait_fd() const override { return fd_; }  // POLLIN when the rx ring holds a frame
+  // The port writes each frame's ICRC as it sends it: a frame of a GSO run needs one over its new IPv4 ID,
+  // so one the engine computed would be computed again.
+  bool tx_icrc_offload() const override { return true; }
 
   const hostnet::Interface& netdev() const { return info_; }
   // Whether runs of frames currently leave as UDP GSO datagrams (it turns itself off when the kernel
@@ -123,7 +127,7 @@ class SocketPort final : public engine::Port {
   int send_gso(engine::PacketBuf* bufs, uint32_t k);
   enum class Split { done, no_buffers };
   Split split_gso(tpacket2_hdr* h, uint32_t status);
-  bool read_copy(uint32_t nseg, uint32_t hdr, uint32_t seg, uint32_t total);
+  bool read_copy(const uint8_t* f, uint32_t snap, uint32_t nseg, uint32_t hdr, uint32_t seg, uint32_t total);
   uint8_t* seg_buf(uint32_t i) { return seg_pool_.data() + static_cast<size_t>(i) * max_frame_; }
 
   int fd_ = -1;
@@ -139,6 +143,7 @@ class SocketPort final : public engine::Port {
   // kernel has PACKET_VNET_HDR; gso_fd_ sends the batches (no ring), -1 when batches are off.
   uint32_t vnet_ = 0;
   int gso_fd_ = -1;
+  uint32_t gso_refused_ = 0;  // datagrams refused in a row
   // Frames split from a received GSO datagram: a fixed pool of frame buffers and those not handed out yet.
   std::vector<uint8_t> seg_pool_;
   std::vector<uint32_t> seg_free_;
