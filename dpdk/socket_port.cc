@@ -453,7 +453,7 @@ SocketPort::Split SocketPort::split_gso(tpacket2_hdr* h, uint32_t status) {
   }
   if (!(status & TP_STATUS_COPY)) {  // the whole datagram is in the slot
     if (nseg == 0 || h->tp_snaplen != total) {
-      ++stats_.rx_gso_dropped;
+      __atomic_fetch_add(&stats_.rx_gso_dropped, 1, __ATOMIC_RELAXED);  // read by rx_loss()
       return Split::done;
     }
     for (uint32_t i = 0; i < nseg; ++i) {
@@ -461,7 +461,7 @@ SocketPort::Split SocketPort::split_gso(tpacket2_hdr* h, uint32_t status) {
       std::memcpy(seg_buf(seg_free_[seg_free_.size() - 1 - i]) + hdr, f + hdr + i * seg, len);
     }
   } else if (!read_copy(f, h->tp_snaplen, nseg, hdr, seg, total)) {
-    ++stats_.rx_gso_dropped;
+    __atomic_fetch_add(&stats_.rx_gso_dropped, 1, __ATOMIC_RELAXED);
     return Split::done;
   }
   const uint16_t id0 = hdr == 42 ? wire::load_be16(f + 18) : 0;
@@ -612,7 +612,8 @@ engine::PortRxLoss SocketPort::rx_loss() {
   }
   return {.ring_full = stats_.kernel_rx_drops,
           .no_buffer = 0,
-          .errors = __atomic_load_n(&stats_.rx_truncated, __ATOMIC_RELAXED)};
+          .errors = __atomic_load_n(&stats_.rx_truncated, __ATOMIC_RELAXED) +
+                    __atomic_load_n(&stats_.rx_gso_dropped, __ATOMIC_RELAXED)};
 }
 
 }  // namespace urxe::dpdk

@@ -50,7 +50,8 @@ struct PortAttr {
 struct PortRxLoss {
   uint64_t ring_full = 0;  // its receive ring was full: not drained in time (packet socket tp_drops, imissed)
   uint64_t no_buffer = 0;  // no buffer for a received frame (DPDK rx_nombuf)
-  uint64_t errors = 0;     // received but not whole (DPDK ierrors, truncated or multi-segment frames)
+  uint64_t errors = 0;     // received but not whole (DPDK ierrors, truncated or multi-segment frames, a
+                           // GSO datagram that could not be split)
 };
 
 class Port {
