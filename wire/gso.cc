@@ -73,12 +73,12 @@ uint32_t gso_segment_len(ByteSpan d) {
   const OpcodeInfo& info = opcode_info(b0.opcode);
   if (!info.valid()) return 0;
   std::vector<uint8_t> first;
-  // RoCEv2 packets are whole 4-byte words. The next packet must be the same QP's, with the next PSN
-  // (acknowledgements, all of one size, may repeat theirs); then the first one's ICRC decides.
+  // RoCEv2 packets are whole 4-byte words. The next packet must be a valid one to the same QP (a message's
+  // next packet, or the acknowledgement a sender put after its own request: another PSN space); then the
+  // first one's ICRC decides.
   for (uint32_t s = kBthLen + info.ext_len + kIcrcLen; s + kBthLen <= total; s += 4) {
     const Bth b1 = parse_bth(u + s);
-    if (b1.dqpn == b0.dqpn && b1.opcode != 0xff &&
-        (!info.has_payload || b1.psn == ((b0.psn + 1) & 0xffffff))) {
+    if (b1.dqpn == b0.dqpn && opcode_info(b1.opcode).valid()) {
       first.resize(p.hdr + s);
       if (gso_segment(d, s, 0, MutByteSpan(first)) != first.size()) return 0;
       Packet pkt;

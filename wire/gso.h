@@ -25,8 +25,8 @@ void set_gso_segment_headers(uint8_t* frame, uint32_t hdr, uint32_t payload, uin
 
 // If `datagram` (a whole captured frame) is a batch as above that still holds several RoCEv2 frames: the
 // segment length (BTH to ICRC) at which its first frame, given its own headers, has a valid ICRC and the
-// next one starts with the same destination QP and the next PSN (or is an acknowledgement of the same
-// size). 0 otherwise (a single RoCEv2 frame, or not RoCE).
+// next one starts with a valid BTH to the same destination QP. 0 otherwise (a single RoCEv2 frame, or not
+// RoCE).
 uint32_t gso_segment_len(ByteSpan datagram);
 
 // Writes segment `index` of `datagram` (segment length `seg`) into `out` as a whole frame: the datagram's

@@ -81,6 +81,17 @@ TEST(WireGso, SmallMessagesAndAcknowledgements) {
   // Equal SEND_ONLYs of 64 bytes: a segment size that is no path MTU.
   expect_cut_back(make_run(kVariants[0], std::vector<std::pair<uint8_t, uint32_t>>(6, {kSendOnly, 64}), 5, 0),
                   kBthLen + 64 + kIcrcLen);
+  // A SEND and, shorter and last, the ACK of the peer's request: another PSN space.
+  {
+    Batch r = make_run(kVariants[0], {{kSendOnly, 64}, {kAck, 0}}, 40, 3);
+    FrameSpec s = make_spec(kAck, kVariants[0]);
+    s.bth.psn = 0x777777;
+    s.ip_id = 4;
+    r.frames[1] = build(s, {});
+    std::copy(r.frames[1].begin() + 42, r.frames[1].end(),
+              r.datagram.begin() + 42 + (r.frames[0].size() - 42));
+    expect_cut_back(r, kBthLen + 64 + kIcrcLen);
+  }
   // Acknowledgements repeat their PSN.
   expect_cut_back(make_run(kVariants[1], std::vector<std::pair<uint8_t, uint32_t>>(5, {kAck, 0}), 77, 0,
                            /*same_psn=*/true),
