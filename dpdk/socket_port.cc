@@ -464,15 +464,11 @@ SocketPort::Split SocketPort::split_gso(tpacket2_hdr* h, uint32_t status) {
     __atomic_fetch_add(&stats_.rx_gso_dropped, 1, __ATOMIC_RELAXED);
     return Split::done;
   }
-  const uint16_t id0 = hdr == 42 ? wire::load_be16(f + 18) : 0;
   for (uint32_t i = 0; i < nseg; ++i) {
     const uint32_t b = seg_free_.back();
     seg_free_.pop_back();
     const uint32_t len = i + 1 < nseg ? seg : total - hdr - i * seg;
-    uint8_t* out = seg_buf(b);
-    std::memcpy(out, f, hdr);
-    wire::set_gso_segment_headers(out, hdr, len, id0, i);
-    wire::store_be16(out + hdr - 2, 0);
+    wire::copy_gso_segment_headers(seg_buf(b), f, hdr, len, i);
     seg_ready_.push_back({b, hdr + len});
   }
   ++stats_.rx_gso_batches;

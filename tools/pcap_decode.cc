@@ -658,13 +658,14 @@ int decode_file(const std::string& path, const DecodeOptions& opt, std::ostream&
     }
     ++sum.gso_datagrams;
     seg.resize(fr.eth.size());
-    uint32_t count = 0;
-    while (wire::gso_segment(fr.eth, s, count, wire::MutByteSpan(seg)) != 0) ++count;
-    for (uint32_t i = 0; i < count; ++i) {
-      const uint32_t len = wire::gso_segment(fr.eth, s, i, wire::MutByteSpan(seg));
-      DecodedFrame x = decode_frame(wire::ByteSpan(seg.data(), len), sum.frames, 0);
-      x.gso_index = i + 1;
-      x.gso_count = count;
+    std::vector<DecodedFrame> parts;
+    for (uint32_t len; (len = wire::gso_segment(fr.eth, s, static_cast<uint32_t>(parts.size()),
+                                                wire::MutByteSpan(seg))) != 0;) {
+      parts.push_back(decode_frame(wire::ByteSpan(seg.data(), len), sum.frames, 0));
+      parts.back().gso_index = static_cast<uint32_t>(parts.size());
+    }
+    for (DecodedFrame& x : parts) {
+      x.gso_count = static_cast<uint32_t>(parts.size());
       emit(std::move(x));
     }
   }

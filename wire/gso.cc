@@ -48,6 +48,14 @@ void set_gso_segment_headers(uint8_t* f, uint32_t hdr, uint32_t payload, uint16_
   store_be16(f + hdr - 4, static_cast<uint16_t>(kUdpLen + payload));
 }
 
+void copy_gso_segment_headers(uint8_t* out, const uint8_t* d, uint32_t hdr, uint32_t payload,
+                              uint32_t index) {
+  std::memcpy(out, d, hdr);
+  const uint16_t id0 = hdr == kEthLen + kIpv4MinLen + kUdpLen ? load_be16(d + kEthLen + 4) : 0;
+  set_gso_segment_headers(out, hdr, payload, id0, index);
+  store_be16(out + hdr - 2, 0);
+}
+
 uint32_t gso_segment(ByteSpan d, uint32_t seg, uint32_t index, MutByteSpan out) {
   const Span p = udp_payload(d);
   if (p.hdr == 0 || seg == 0) return 0;
@@ -55,11 +63,8 @@ uint32_t gso_segment(ByteSpan d, uint32_t seg, uint32_t index, MutByteSpan out) 
   if (index >= (total + seg - 1) / seg) return 0;
   const uint32_t len = std::min(seg, total - index * seg);
   if (out.size() < p.hdr + len) return 0;
-  std::memcpy(out.data(), d.data(), p.hdr);
+  copy_gso_segment_headers(out.data(), d.data(), p.hdr, len, index);
   std::memcpy(out.data() + p.hdr, d.data() + p.hdr + index * seg, len);
-  const uint16_t id0 = p.hdr == kEthLen + kIpv4MinLen + kUdpLen ? load_be16(d.data() + kEthLen + 4) : 0;
-  set_gso_segment_headers(out.data(), p.hdr, len, id0, index);
-  store_be16(out.data() + p.hdr - 2, 0);
   return p.hdr + len;
 }
 

@@ -23,6 +23,12 @@ uint32_t gso_headers_len(const uint8_t* frame, uint32_t len);
 void set_gso_segment_headers(uint8_t* frame, uint32_t hdr, uint32_t payload, uint16_t ipv4_id0,
                              uint32_t index);
 
+// Writes at `out` the headers segment `index` of the datagram whose headers are at `datagram` (hdr bytes)
+// carries with `payload` UDP payload bytes: set_gso_segment_headers with the datagram's IPv4 ID as the
+// first, and UDP checksum 0 (what a receiver that splits the datagram itself hands on).
+void copy_gso_segment_headers(uint8_t* out, const uint8_t* datagram, uint32_t hdr, uint32_t payload,
+                              uint32_t index);
+
 // If `datagram` (a whole captured frame) is a batch as above that still holds several RoCEv2 frames: the
 // segment length (BTH to ICRC) at which its first frame, given its own headers, has a valid ICRC and the
 // next one starts with a valid BTH to the same destination QP. 0 otherwise (a single RoCEv2 frame, or not
