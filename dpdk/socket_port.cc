@@ -160,6 +160,13 @@ bool LoopbackSender::send(const uint8_t* frame, uint32_t len) {
   return true;
 }
 
+GsoCut gso_cut(const std::string& ifname, int gso) {
+  if (gso == 0) return GsoCut::off;
+  if (hostnet::link_feature(ifname, "tx-udp-segmentation") == 0) return GsoCut::kernel;
+  if (hostnet::link_driver(ifname) == "veth") return GsoCut::peer;
+  return gso > 0 ? GsoCut::device : GsoCut::off;
+}
+
 std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::string* err) {
   std::unique_ptr<SocketPort> p(new SocketPort());
   if (!hostnet::query_interface(cfg.ifname, p->info_, err)) return nullptr;
@@ -204,7 +211,11 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
   }
   // Malformed tx frames are skipped instead of stalling the ring.
   setsockopt(p->fd_, SOL_PACKET, PACKET_LOSS, &one, sizeof one);
-  if (cfg.qdisc_bypass) setsockopt(p->fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+  const GsoCut cut = p->vnet_ ? gso_cut(cfg.ifname, cfg.gso) : GsoCut::off;
+  // Where the kernel cuts the batches, they and the ring's frames go through the qdisc layer alike: a frame
+  // that bypassed it could overtake a batch waiting there.
+  const bool bypass = cfg.qdisc_bypass && cut != GsoCut::kernel;
+  if (bypass) setsockopt(p->fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
   tpacket_req rx_req{block_size, rx_blocks, p->frame_size_, p->rx_frame_nr_};
   if (setsockopt(p->fd_, SOL_PACKET, PACKET_RX_RING, &rx_req, sizeof rx_req) != 0) {
     if (err) *err = errno_msg("PACKET_RX_RING");
@@ -233,8 +244,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     return nullptr;
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
-  const bool gso = p->vnet_ && (cfg.gso > 0 || (cfg.gso < 0 && hostnet::link_driver(cfg.ifname) == "veth"));
-  if (gso) {
+  if (cut != GsoCut::off) {
     // Batches are sent from a socket of their own: one with rings sends only from its tx ring.
     p->gso_fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
     if (p->gso_fd_ >= 0 && (setsockopt(p->gso_fd_, SOL_PACKET, kPacketVnetHdr, &one, sizeof one) != 0 ||
@@ -242,8 +252,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
       close(p->gso_fd_);
       p->gso_fd_ = -1;
     }
-    if (p->gso_fd_ >= 0 && cfg.qdisc_bypass)
-      setsockopt(p->gso_fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+    if (p->gso_fd_ >= 0 && bypass) setsockopt(p->gso_fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
   }
   if (p->vnet_) {
     p->seg_pool_.resize(static_cast<size_t>(kSegBufs) * p->max_frame_);
@@ -356,8 +365,9 @@ int SocketPort::send_gso(engine::PacketBuf* bufs, uint32_t k) {
     return 1;
   }
   if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-  // ENOBUFS: the interface would have to cut the datagram in software, which qdisc bypass does not do (no
-  // UDP segmentation offload), or it dropped it. Refused three times running: batches off for good.
+  // ENOBUFS: the interface lost its UDP segmentation offload since the port opened (the kernel would have
+  // to cut the datagram in software, which qdisc bypass does not do), or it dropped it. Refused three times
+  // running: batches off for good.
   // Other errors (ENETDOWN while the link is down) are the ring's too.
   if ((errno == ENOBUFS || errno == EINVAL || errno == EOPNOTSUPP || errno == EMSGSIZE) &&
       ++gso_refused_ >= 3) {
@@ -553,6 +563,16 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
     }
     uint8_t* data = reinterpret_cast<uint8_t*>(h) + h->tp_mac;
     uint32_t len = h->tp_snaplen;
+    // A frame from this host whose UDP checksum the kernel left to an offload that never ran (a segment the
+    // kernel cut from a datagram sent over a veth: the field holds only the pseudo-header's sum, and the
+    // kernel vouches for the data): made 0, no checksum, as a segment split here gets. (csum_start counts
+    // from the frame's start with its VLAN tag, which goes back in below; read before that overwrites it.)
+    uint32_t csum_at = 0;
+    if (vnet_) {
+      VnetHdr vh;
+      std::memcpy(&vh, data - sizeof vh, sizeof vh);
+      if (vh.flags & kVnetNeedsCsum) csum_at = uint32_t{vh.csum_start} + vh.csum_offset;
+    }
     if ((st & TP_STATUS_VLAN_VALID) && h->tp_mac >= 4 + sizeof(tpacket2_hdr)) {
       // The kernel moved the 802.1Q tag to metadata; put it back so the engine sees the frame as sent.
       uint16_t tpid = (st & TP_STATUS_VLAN_TPID_VALID) ? h->tp_vlan_tpid : ETH_P_8021Q;
@@ -562,6 +582,7 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       wire::store_be16(data + 14, h->tp_vlan_tci);
       len += 4;
     }
+    if (csum_at && csum_at + 2 <= len) wire::store_be16(data + csum_at, 0);
     rx_held_[slot] = 1;
     bufs[got++] = engine::PacketBuf{.data = data, .len = len, .opaque = h};
   }

@@ -33,14 +33,29 @@ struct SocketPortConfig {
   // milliseconds (2 shared cores) must not lose frames, which UC/UD never resend and RC resends slowly.
   uint32_t rx_ring_bytes = kRxRingBytes;
   uint32_t max_frame = 0;       // largest Ethernet frame handled; 0 = interface MTU + 18 (Ethernet + VLAN)
-  bool qdisc_bypass = true;     // ~10 % faster; other packet sockets (tcpdump) then do not see our tx frames
+  // ~10 % faster; other packet sockets (tcpdump) then do not see our tx frames. Not where the kernel cuts
+  // the UDP GSO batches (GsoCut::kernel), which it does only in the qdisc layer.
+  bool qdisc_bypass = true;
   bool guard_udp_port = true;   // hold a UdpPortGuard so the kernel does not answer RoCE with ICMP
   // Transmit runs of equal-size frames of one flow as one UDP GSO datagram (dpdk/README.md, "UDP GSO"):
-  // -1 = when the interface is a veth, 0 = never, 1 = wherever the kernel takes them. Receiving such
-  // datagrams (splitting them into their frames) is always on.
+  // -1 = where gso_cut says, 0 = never, 1 = wherever the kernel takes them. Receiving such datagrams
+  // (splitting them into their frames) is always on.
   int gso = -1;
   std::vector<wire::Gid> gids;  // GID table override; empty = build_gid_table(interface)
 };
+
+// Where a run of frames the socket port sends as one UDP GSO datagram is cut into its frames.
+enum class GsoCut {
+  off,     // not sent as datagrams: asked so, or by default where the interface segments UDP itself (a
+           // NIC's own USO, whose IPv4 ID numbering these machines cannot check) or says nothing
+  peer,    // a veth: the datagram reaches the other namespace whole
+  kernel,  // the interface does not segment UDP: the kernel cuts the datagram in software on its way to the
+           // driver, which then takes the frames in one go. Only through the qdisc layer (qdisc bypass
+           // refuses what needs cutting), so both of the port's sockets go through it then.
+  device,  // asked for (gso 1) where the interface segments UDP itself or says nothing
+};
+// By the interface (its driver, its tx-udp-segmentation feature) and SocketPortConfig::gso.
+GsoCut gso_cut(const std::string& ifname, int gso);
 
 struct PortStats {
   uint64_t rx_frames = 0, rx_truncated = 0, tx_frames = 0, tx_ring_full = 0, tx_kick_errors = 0;

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -178,6 +179,47 @@ std::string link_driver(const std::string& name) {
     driver.assign(info.driver, strnlen(info.driver, sizeof info.driver));
   ::close(s);
   return driver;
+}
+
+int link_feature(const std::string& name, const std::string& feature) {
+  if (name.empty() || name.size() >= IFNAMSIZ) return -1;
+  const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, name.c_str(), name.size());
+  auto ethtool = [&](void* data) {
+    ifr.ifr_data = static_cast<char*>(data);
+    return ::ioctl(s, SIOCETHTOOL, &ifr) == 0;
+  };
+  int on = -1;
+  // The feature's bit is its index among the kernel's feature names (string set ETH_SS_FEATURES), which
+  // differ between kernels: count them, find the name, then read the active bits.
+  alignas(ethtool_sset_info) uint8_t sset_buf[sizeof(ethtool_sset_info) + sizeof(uint32_t)] = {};
+  auto* sset = reinterpret_cast<ethtool_sset_info*>(sset_buf);
+  sset->cmd = ETHTOOL_GSSET_INFO;
+  sset->sset_mask = uint64_t{1} << ETH_SS_FEATURES;
+  if (ethtool(sset) && sset->sset_mask && sset->data[0] > 0 && sset->data[0] <= 4096) {
+    const uint32_t n = sset->data[0];
+    std::vector<uint8_t> strings(sizeof(ethtool_gstrings) + size_t{n} * ETH_GSTRING_LEN);
+    auto* gs = reinterpret_cast<ethtool_gstrings*>(strings.data());
+    gs->cmd = ETHTOOL_GSTRINGS;
+    gs->string_set = ETH_SS_FEATURES;
+    gs->len = n;
+    uint32_t bit = n;
+    if (ethtool(gs))
+      for (uint32_t i = 0; i < std::min(n, gs->len) && bit == n; ++i) {
+        const char* str = reinterpret_cast<const char*>(gs->data) + size_t{i} * ETH_GSTRING_LEN;
+        if (feature == std::string(str, strnlen(str, ETH_GSTRING_LEN))) bit = i;
+      }
+    const uint32_t blocks = (n + 31) / 32;
+    std::vector<uint8_t> feat(sizeof(ethtool_gfeatures) + blocks * sizeof(ethtool_get_features_block));
+    auto* gf = reinterpret_cast<ethtool_gfeatures*>(feat.data());
+    gf->cmd = ETHTOOL_GFEATURES;
+    gf->size = blocks;
+    if (bit < n && ethtool(gf)) on = (gf->features[bit / 32].active >> (bit % 32)) & 1;
+  }
+  ::close(s);
+  return on;
 }
 
 namespace {

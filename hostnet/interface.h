@@ -49,6 +49,10 @@ uint32_t link_speed_mbps(const std::string& name);
 // capability needed); "" when unknown or the interface is not there.
 std::string link_driver(const std::string& name);
 
+// Whether the interface's ethtool feature `feature` (as `ethtool -k` names it: "tx-udp-segmentation") is
+// active: 1 on, 0 off, -1 unknown (no such interface or feature). ETHTOOL_GFEATURES, no capability needed.
+int link_feature(const std::string& name, const std::string& feature);
+
 // The interfaces of this network namespace, "lo, eth0, ..." (for "no such interface" errors).
 std::string interface_names();
 

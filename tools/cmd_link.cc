@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dpdk/socket_port.h"
 #include "hostnet/capability.h"
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
@@ -59,13 +60,15 @@ constexpr char kAddUsage[] =
     "ingress\n"
     "                qdisc on IFACE, as netem through an ifb needs, turns the path off by itself).\n"
     "                URXE_LOCAL_PATH=0 turns the path off for one run\n"
-    "  --no-gso      on a veth, send every frame on its own. By default the kernel-socket port sends a run "
-    "of\n"
-    "                equal-size frames of one connection (a message's middle packets) as one UDP GSO\n"
-    "                datagram, which the kernel cuts into those frames where they leave the host, and which\n"
-    "                another urxe's socket port, the kernel's UDP stack (rxe) and a NIC take; a DPDK or\n"
-    "                AF_XDP receiver on the veth's other end does not, and a capture on the veth shows the\n"
-    "                datagram whole (urxe pcap decode splits it again). URXE_GSO=0/1 overrides for one run\n"
+    "  --no-gso      send every frame on its own. By default the kernel-socket port sends a run of\n"
+    "                equal-size frames of one connection (a message's middle packets, a request and the ACK\n"
+    "                after it) as one UDP GSO datagram: on a veth, which carries it whole to another urxe's\n"
+    "                socket port, the kernel's UDP stack (rxe) or a bridge, and on an interface without UDP\n"
+    "                segmentation offload (QEMU's virtio-net, many NICs), where the kernel cuts it into the "
+    "frames\n"
+    "                on its way out; not where the interface would cut it itself. A DPDK or AF_XDP receiver\n"
+    "                on a veth's other end does not take such datagrams, and a capture on the veth shows\n"
+    "                them whole (urxe pcap decode splits them). URXE_GSO=0/1 overrides for one run\n"
     "  --pcap DIR    capture every frame the device sends and receives, in every process that opens it, as\n"
     "                pcapng files in DIR (Wireshark/tshark open them): one ring of files per process,\n"
     "                DIR/NAME_PID_COMM_NNNNN_YYYYmmddHHMMSS.pcapng; inbound/outbound in each packet's\n"
@@ -438,12 +441,18 @@ int link_show(const prov::Paths& paths, const std::string& only) {
       std::printf(" local-path off (ingress qdisc %s)", qdisc.c_str());
     else
       std::printf(" local-path %s", local ? "on" : "off");
-    // UDP GSO of the socket port: asked for, and where it applies (a veth; hostnet::link_driver).
-    if (!d.config.gso)
+    // UDP GSO of the socket port: asked for, and where it applies (dpdk::gso_cut).
+    if (!d.config.gso) {
       std::printf(" gso off");
-    else if (present && !d.other_netns && (d.config.port == "auto" || d.config.port == "socket") &&
-             d.config.dpdk.empty())
-      std::printf(" gso %s", hostnet::link_driver(d.config.netdev) == "veth" ? "on" : "off (not a veth)");
+    } else if (present && !d.other_netns && (d.config.port == "auto" || d.config.port == "socket") &&
+               d.config.dpdk.empty()) {
+      const dpdk::GsoCut cut = dpdk::gso_cut(d.config.netdev, -1);
+      std::printf(" gso %s", cut == dpdk::GsoCut::peer     ? "on"
+                             : cut == dpdk::GsoCut::kernel ? "on (cut by the kernel)"
+                             : hostnet::link_feature(d.config.netdev, "tx-udp-segmentation") == 1
+                                 ? "off (the interface segments UDP itself)"
+                                 : "off (offloads unknown)");
+    }
     std::printf(" dev %s%s", d.uverbs_name.c_str(), d.dev_node_ok ? "" : " (no /dev node)");
     if (d.other_netns)
       std::printf(" netns %s (another network namespace)", d.config.netns.c_str());

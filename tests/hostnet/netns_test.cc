@@ -1,5 +1,5 @@
 // hostnet/netns.h and the small interface queries without a network: namespace identity text, presence of
-// an interface in the caller's own namespace, and a namespace nothing refers to any more.
+// an interface in the caller's own namespace, a namespace nothing refers to any more, ethtool answers.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -39,6 +39,16 @@ TEST(Interface, LinkSpeedUnknownForLoopbackAndMissing) {
   EXPECT_EQ(link_speed_mbps("lo"), 0u);
   EXPECT_EQ(link_speed_mbps("urxe-nonexist0"), 0u);
   EXPECT_EQ(link_speed_mbps(""), 0u);
+}
+
+TEST(Interface, FeatureByEthtoolName) {
+  // The loopback segments UDP itself (what the socket port's UDP GSO asks of an interface) and has no
+  // IPv4-only checksum offload (it has the generic one), on every kernel with these features.
+  EXPECT_EQ(link_feature("lo", "tx-udp-segmentation"), 1);
+  EXPECT_EQ(link_feature("lo", "tx-checksum-ipv4"), 0);
+  EXPECT_EQ(link_feature("lo", "no-such-feature"), -1);
+  EXPECT_EQ(link_feature("urxe-nonexist0", "tx-udp-segmentation"), -1);
+  EXPECT_EQ(link_feature("", "tx-udp-segmentation"), -1);
 }
 
 TEST(Interface, NamesIncludeLoopback) {

@@ -5,7 +5,8 @@
 //     neigh --dst-ip IP         resolve the destination MAC of IP from the kernel's neighbour table
 //     send --dst-ip IP --count N --sizes a,b,..   N RoCEv2 SEND-only frames (payload sizes cycling), paced
 //                               (--frames K: K frames a transmit call; --flow: all with one UDP source port,
-//                               as one QP's are, so equal-size runs leave as UDP GSO datagrams on a veth)
+//                               as one QP's are, so equal-size runs leave as UDP GSO datagrams on a veth;
+//                               --wait-go: once the port is open, print "ready" and wait for a line on stdin)
 //     recv --count N --sizes a,b,.. --timeout-ms T   receive, verify each frame (parse, ICRC, payload) and
 //                               exit 0 only when all N arrived intact exactly once; sleeps on rx_wait_fd.
 //                               With --dst-ip (an own address) it sends them itself, one at a time: loopback
@@ -85,6 +86,7 @@ struct Args {
   bool guard = true;
   bool sleep = false;                   // ping/pong: sleep on rx_wait_fd when idle instead of busy polling
   bool flow = false;                    // send: one UDP source port for every frame
+  bool wait_go = false;                 // send: once the port is open, print "ready" and wait for a line
   uint32_t frames = 1;                  // ping/pong: frames per turn
   uint32_t qpn_first = 0, qpn_end = 0;  // --qpn-range FIRST:END (0:0 = not set)
 };
@@ -123,6 +125,8 @@ Args parse_args(int argc, char** argv) {
       a.sleep = true;
     else if (k == "--flow")
       a.flow = true;
+    else if (k == "--wait-go")
+      a.wait_go = true;
     else if (k == "--frames")
       a.frames = std::max(1u, std::min(16u, static_cast<uint32_t>(std::stoul(val()))));
     else if (k == "--qpn-range") {
@@ -283,6 +287,12 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> pl;
     uint32_t sent = 0;
     g_flow = a.flow;
+    if (a.wait_go) {  // (the caller changes the interface under the open port, then says go)
+      printf("ready\n");
+      fflush(stdout);
+      char line[16];
+      if (!fgets(line, sizeof line, stdin)) die("no go");
+    }
     // --frames K: K frames (one size, the first of the turn's) per transmit call.
     for (uint32_t seq = 0; seq < a.count; seq += a.frames) {
       const uint32_t k = std::min(a.frames, a.count - seq);

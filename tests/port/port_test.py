@@ -12,8 +12,9 @@ with CAP_NET_RAW alone (setpriv), chosen automatically with a notice, and DPDK i
 clear error; GID table, MAC, MTU and neighbour resolution agree with `ip`; frames to the port's own
 address reach another process on the same interface and the sending port itself (loopback); runs of
 equal-size frames of one flow leave the socket port as UDP GSO datagrams that the receiving socket port
-splits into the frames again, IPv4 and IPv6, and with the veth's UDP segmentation off the sender falls back
-to single frames by itself.
+splits into the frames again, IPv4 and IPv6; with the veth's UDP segmentation off the kernel cuts them
+into the frames the sender numbered, and when it is turned off under an open port the sender falls back to
+single frames by itself.
 Exit 77 (skip) when not root or network namespaces are unavailable.
 """
 import argparse
@@ -210,37 +211,55 @@ def transfer(pair, probe, tmp, src, dst, ipver, tx_port, rx_port, caps=(), captu
 
 
 def gso_transfer(pair, probe, ipver, segmentation):
-    """Runs of equal-size frames of one flow (--flow, 16 a transmit call) leave the socket port as UDP GSO
-    datagrams on the veth, and the receiving socket port splits them into the frames, each whole with a
-    valid ICRC. With the veth's UDP segmentation offload off the kernel refuses such datagrams under
-    qdisc bypass: the port must notice, send each frame on its own, and lose none."""
+    """Runs of equal-size frames of one flow (--flow, 16 a transmit call) go out of the socket port as UDP GSO
+    datagrams. segmentation "on" (a veth's default): they cross the veth whole and the receiving socket port
+    splits them into the frames, each whole with a valid ICRC. "off" (the veth's UDP segmentation offload off
+    before the port opens, as on an interface without it): the kernel cuts them on their way out and the
+    receiver gets single frames, each with the IPv4 ID the sender gave it (the ICRC covers it).
+    "off-after-open" (turned off under the open port): the kernel refuses the datagrams under qdisc
+    bypass, and the port must notice, send each frame on its own, and lose none."""
     dst_ip = pair.ip4["b"] if ipver == 4 else pair.ip6["b"]
     sizes = [1024] * 4 + [256] * 4 + [60] * 4 + [1000]  # (a turn's frames take its first's size)
     count, frames = 16 * 40, 16
-    what = f"UDP GSO IPv{ipver}, segmentation offload {'on' if segmentation else 'off'}"
-    pair.exec("a", ["ethtool", "-K", pair.ifname["a"], "tx-udp-segmentation", "on" if segmentation else "off"])
+    what = f"UDP GSO IPv{ipver}, segmentation offload {segmentation}"
+    seg = lambda on: pair.exec("a", ["ethtool", "-K", pair.ifname["a"], "tx-udp-segmentation", on], check=False)
+    seg("off" if segmentation == "off" else "on")
     try:
         rx = Receiver(pair, "b", probe, "socket", count, sizes, extra=["--frames", str(frames)])
         if not check(rx.wait_ready(), f"{what}: receiver ready"):
             print(rx.finish())
             return
-        tx = pair.exec("a", [probe, "--port", "socket", "--if", pair.ifname["a"], "send", "--dst-ip", dst_ip,
-                             "--count", str(count), "--sizes", ",".join(map(str, sizes)), "--frames", str(frames),
-                             "--flow", "--gap-us", "2000"], check=False, timeout=60)
+        cmd = pair.prefix("a") + [probe, "--port", "socket", "--if", pair.ifname["a"], "send", "--dst-ip", dst_ip,
+                                  "--count", str(count), "--sizes", ",".join(map(str, sizes)), "--frames",
+                                  str(frames), "--flow", "--gap-us", "2000", "--wait-go"]
+        tx = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            r, _, _ = select.select([tx.stdout], [], [], 20)
+            ready = bool(r) and tx.stdout.readline().strip() == "ready"
+            if ready and segmentation == "off-after-open":
+                seg("off")
+            tx_out, tx_err = tx.communicate("go\n", timeout=60)
+        except subprocess.TimeoutExpired:
+            tx.kill()
+            tx_out, tx_err = tx.communicate()
         rc, out, err = rx.finish()
-        check(tx.returncode == 0 and rc == 0, f"{what}: all {count} frames arrived once, intact, ICRC valid "
-                                              f"({tx.stdout.strip()} / {out})")
-        sent = dict(kv.split("=") for kv in tx.stdout.split() if "=" in kv)
+        check(ready and tx.returncode == 0 and rc == 0,
+              f"{what}: all {count} frames arrived once, intact, ICRC valid ({tx_out.strip()} / {out})")
+        sent = dict(kv.split("=") for kv in tx_out.split() if "=" in kv)
         got = dict(kv.split("=") for kv in out.split() if "=" in kv)
-        if segmentation:
+        if segmentation == "on":
             check(int(sent.get("gso_frames", 0)) == count and int(got.get("gso_frames", 0)) == count,
                   f"{what}: every frame went in a GSO datagram and was split from one ({sent}, {got})")
-            check("with UDP GSO" in tx.stderr, f"{what}: the notice says so ({tx.stderr.strip()})")
+        elif segmentation == "off":
+            check(int(sent.get("gso_frames", 0)) == count and int(got.get("gso_batches", -1)) == 0,
+                  f"{what}: every frame went in a GSO datagram, which the kernel cut ({sent}, {got})")
         else:
             check(int(sent.get("gso_batches", -1)) == 0 and int(got.get("gso_batches", -1)) == 0,
                   f"{what}: the port turned GSO off and sent every frame alone ({sent}, {got})")
+        if segmentation != "off-after-open":
+            check("with UDP GSO" in tx_err, f"{what}: the notice says so ({tx_err.strip()})")
     finally:
-        pair.exec("a", ["ethtool", "-K", pair.ifname["a"], "tx-udp-segmentation", "on"], check=False)
+        seg("on")
 
 
 def local_transfer(pair, probe, port, ipver):
@@ -370,6 +389,7 @@ def check_neigh(pair, probe):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--probe", required=True)
+    ap.add_argument("--only-gso", action="store_true", help="only the UDP GSO checks (a quicker run by hand)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         skip("needs root (creates network namespaces and a veth pair)")
@@ -380,6 +400,11 @@ def main():
 
     pair = NetnsPair().open()
     with tempfile.TemporaryDirectory(prefix="urxe-port-") as tmp:
+        if args.only_gso:
+            for ipver in (4, 6):
+                for segmentation in ("on", "off", "off-after-open"):
+                    gso_transfer(pair, args.probe, ipver, segmentation)
+            return done(pair)
         check_info(pair, args.probe)
         check_neigh(pair, args.probe)
         # Control: with no urxe port on the receiving side the kernel does answer RoCE with ICMP, so the
@@ -404,7 +429,7 @@ def main():
                 local_transfer(pair, args.probe, port, ipver)
         memif_transfer(pair, args.probe, tmp)
         for ipver in (4, 6):
-            for segmentation in (True, False):
+            for segmentation in ("on", "off", "off-after-open"):
                 gso_transfer(pair, args.probe, ipver, segmentation)
         for port in ("socket", "dpdk"):
             qpn_filter(pair, args.probe, port)
@@ -426,6 +451,10 @@ def main():
                       check=False)
         check(r.returncode != 0 and "NET_ADMIN" in r.stderr,
               "NET_RAW only: forcing DPDK fails with an error naming CAP_NET_ADMIN")
+    return done(pair)
+
+
+def done(pair):
     pair.close()
     print(f"{len(failures)} failure(s)" if failures else "all port checks passed", flush=True)
     return 1 if failures else 0
