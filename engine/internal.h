@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -565,10 +566,17 @@ struct WrInfo {
 };
 const WrInfo& wr_info(WrOpcode op);
 
+// The packet of a message that byte `offset` falls in, at path MTU `mtu`: a power of two (mtu_to_bytes), so
+// a shift instead of two 64-bit divisions per packet (engine_bench BM_Send64, three interleaved pairs:
+// 0.570-0.579 -> 0.557-0.573 ms).
+inline uint32_t packet_at(uint64_t offset, uint32_t mtu) {
+  return static_cast<uint32_t>(offset >> std::countr_zero(mtu));
+}
+
 // Packets a message of `len` bytes takes at path MTU `mtu` (a zero-length message is one packet): the
 // requester's segmentation and the responder's READ responses.
 inline uint32_t packets_for(uint64_t len, uint32_t mtu) {
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+  return len == 0 ? 1 : packet_at(len + mtu - 1, mtu);
 }
 
 // The local ACK timeout of QP attribute `timeout` (IBTA 9.7.6.1.3: 4.096 µs × 2^timeout; 0 = infinite,

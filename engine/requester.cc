@@ -160,7 +160,7 @@ bool EngineImpl::requester_run(Qp& q) {
       spec.deth.src_qp = q.qpn;
     }
     const uint8_t base = transport_base(q.type);
-    const uint32_t psn = wire::psn_add(w.first_psn, static_cast<uint32_t>(q.req.offset / q.mtu));
+    const uint32_t psn = wire::psn_add(w.first_psn, packet_at(q.req.offset, q.mtu));
     spec.bth.psn = psn;
     uint32_t payload = 0;
     uint32_t psn_used = 1;
