@@ -566,12 +566,14 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
     // A frame from this host whose UDP checksum the kernel left to an offload that never ran (a segment the
     // kernel cut from a datagram sent over a veth: the field holds only the pseudo-header's sum, and the
     // kernel vouches for the data): made 0, no checksum, as a segment split here gets. (csum_start counts
-    // from the frame's start with its VLAN tag, which goes back in below; read before that overwrites it.)
-    uint32_t csum_at = 0;
+    // from the frame as the slot holds it; read before a VLAN tag goes back in below, which overwrites the
+    // header's last bytes and moves only the MAC addresses.)
+    uint8_t* csum_field = nullptr;
     if (vnet_) {
       VnetHdr vh;
       std::memcpy(&vh, data - sizeof vh, sizeof vh);
-      if (vh.flags & kVnetNeedsCsum) csum_at = uint32_t{vh.csum_start} + vh.csum_offset;
+      const uint32_t at = uint32_t{vh.csum_start} + vh.csum_offset;
+      if ((vh.flags & kVnetNeedsCsum) && at >= wire::kEthLen && at + 2 <= len) csum_field = data + at;
     }
     if ((st & TP_STATUS_VLAN_VALID) && h->tp_mac >= 4 + sizeof(tpacket2_hdr)) {
       // The kernel moved the 802.1Q tag to metadata; put it back so the engine sees the frame as sent.
@@ -582,7 +584,7 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       wire::store_be16(data + 14, h->tp_vlan_tci);
       len += 4;
     }
-    if (csum_at && csum_at + 2 <= len) wire::store_be16(data + csum_at, 0);
+    if (csum_field) wire::store_be16(csum_field, 0);
     rx_held_[slot] = 1;
     bufs[got++] = engine::PacketBuf{.data = data, .len = len, .opaque = h};
   }
