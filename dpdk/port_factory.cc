@@ -65,7 +65,10 @@ std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* not
   }
   if (notice)
     *notice = "urxe: " + opt.ifname + ": using the kernel-socket port" +
-              (why.empty() ? "" : " (" + why + ")") + (p->gso_tx() ? ", with UDP GSO" : "");
+              (why.empty() ? "" : " (" + why + ")") +
+              (p->tx_gso_cut() == GsoCut::kernel ? ", with UDP GSO (cut by the kernel)"
+               : p->gso_tx()                     ? ", with UDP GSO"
+                                                 : "");
   return p;
 }
 

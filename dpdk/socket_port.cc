@@ -244,6 +244,7 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     return nullptr;
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
+  p->cut_ = cut;
   if (cut != GsoCut::off) {
     // Batches are sent from a socket of their own: one with rings sends only from its tx ring.
     p->gso_fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);

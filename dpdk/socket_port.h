@@ -128,6 +128,7 @@ class SocketPort final : public engine::Port {
   // Whether runs of frames currently leave as UDP GSO datagrams (it turns itself off when the kernel
   // refuses one: an interface that would have to segment them in software under qdisc bypass).
   bool gso_tx() const { return gso_fd_ >= 0; }
+  GsoCut tx_gso_cut() const { return gso_fd_ >= 0 ? cut_ : GsoCut::off; }  // where its batches are cut
   bool udp_guard_active() const { return guard_.active(); }
   PortStats stats();
   engine::PortRxLoss rx_loss() override;
@@ -158,6 +159,7 @@ class SocketPort final : public engine::Port {
   // kernel has PACKET_VNET_HDR; gso_fd_ sends the batches (no ring), -1 when batches are off.
   uint32_t vnet_ = 0;
   int gso_fd_ = -1;
+  GsoCut cut_ = GsoCut::off;
   uint32_t gso_refused_ = 0;  // datagrams refused in a row
   // Frames split from a received GSO datagram: a fixed pool of frame buffers and those not handed out yet.
   std::vector<uint8_t> seg_pool_;

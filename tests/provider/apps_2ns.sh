@@ -15,7 +15,9 @@
 # (ucx_perftest -d) are skipped there: ucx_perftest hands the client's device name to the server, and
 # the two devices cannot share a name in one run directory (the 1ns matrix runs them on the path).
 # URXE_TEST_LINK_OPTS: more `urxe link add` options for both devices. URXE_TEST_PCAP=1: both processes
-# capture (URXE_PCAP), every frame passing `urxe pcap decode --strict`.
+# capture (URXE_PCAP), every frame passing `urxe pcap decode --strict`. URXE_TEST_NO_USO=1: both veth ends
+# without UDP segmentation offload (as a VM's virtio-net, many NICs), so the socket port's UDP GSO runs are
+# cut by the sending kernel; both sides' notices must say so.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 . "$(dirname "$0")/../lib/check.sh"
@@ -25,6 +27,10 @@ mkdir -p /dev/infiniband
 a=urxeA$$; b=urxeB$$
 netns_tmpdir tmp urxe-apps || exit 1
 netns_pair $a $b va vb 10.88.0.1/24 10.88.0.2/24 || exit 1
+if [ "${URXE_TEST_NO_USO:-0}" = 1 ]; then
+  ip netns exec $a ethtool -K va tx-udp-segmentation off >/dev/null || exit 1
+  ip netns exec $b ethtool -K vb tx-udp-segmentation off >/dev/null || exit 1
+fi
 
 shared=${URXE_TEST_SHARED_RUN:-0}
 run=""
@@ -121,6 +127,15 @@ for app in "$@"; do
   else
     echo "ok: $app ($(elapsed "$t0"))"
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
+  fi
+  if [ "${URXE_TEST_NO_USO:-0}" = 1 ]; then
+    if grep -q "with UDP GSO (cut by the kernel)" "$tmp/server" && grep -q "with UDP GSO (cut by the kernel)" "$tmp/client"; then
+      echo "  ok: both ports' batches cut by the kernel"
+    else
+      echo "  FAIL: the ports' notices do not say their batches are cut by the kernel"
+      grep -h "kernel-socket port" "$tmp/server" "$tmp/client" | sed 's/^/  /'
+      fail=1
+    fi
   fi
   if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
     unset URXE_PCAP
