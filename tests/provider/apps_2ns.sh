@@ -129,7 +129,8 @@ for app in "$@"; do
     grep -E "iters in|^ *[0-9]+ +[0-9]+ +[0-9.]+" "$tmp/client" | sed 's/^/  /'
   fi
   if [ "${URXE_TEST_NO_USO:-0}" = 1 ]; then
-    if grep -q "with UDP GSO (cut by the kernel)" "$tmp/server" && grep -q "with UDP GSO (cut by the kernel)" "$tmp/client"; then
+    cut="with UDP GSO (cut by the kernel)"
+    if grep -q "$cut" "$tmp/server" && grep -q "$cut" "$tmp/client"; then
       echo "  ok: both ports' batches cut by the kernel"
     else
       echo "  FAIL: the ports' notices do not say their batches are cut by the kernel"
