@@ -67,7 +67,7 @@ std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* not
     *notice = "urxe: " + opt.ifname + ": using the kernel-socket port" +
               (why.empty() ? "" : " (" + why + ")") +
               (p->tx_gso_cut() == GsoCut::kernel ? ", with UDP GSO (cut by the kernel)"
-               : p->gso_tx()                     ? ", with UDP GSO"
+               : p->tx_gso_cut() != GsoCut::off  ? ", with UDP GSO"
                                                  : "");
   return p;
 }

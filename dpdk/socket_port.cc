@@ -546,11 +546,11 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
     uint32_t st = status_load(h);
     if (!(st & TP_STATUS_USER)) break;
     const uint32_t slot = rx_head_;
+    uint8_t* data = reinterpret_cast<uint8_t*>(h) + h->tp_mac;
+    VnetHdr vh{};  // (read once: its GSO type and checksum flags)
+    if (vnet_) std::memcpy(&vh, data - sizeof vh, sizeof vh);
     // A UDP GSO datagram (in the slot, or larger than one and then whole in the socket's queue).
-    if ((st & TP_STATUS_COPY) ||
-        (vnet_ &&
-         reinterpret_cast<const VnetHdr*>(reinterpret_cast<uint8_t*>(h) + h->tp_mac - vnet_)->gso_type !=
-             0)) {
+    if ((st & TP_STATUS_COPY) || vh.gso_type != 0) {
       if (split_gso(h, st) == Split::no_buffers) break;
       rx_head_ = rx_head_ + 1 == rx_frame_nr_ ? 0 : rx_head_ + 1;
       status_store(h, TP_STATUS_KERNEL);
@@ -562,19 +562,16 @@ uint32_t SocketPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       status_store(h, TP_STATUS_KERNEL);
       continue;
     }
-    uint8_t* data = reinterpret_cast<uint8_t*>(h) + h->tp_mac;
     uint32_t len = h->tp_snaplen;
     // A frame from this host whose UDP checksum the kernel left to an offload that never ran (a segment the
     // kernel cut from a datagram sent over a veth: the field holds only the pseudo-header's sum, and the
     // kernel vouches for the data): made 0, no checksum, as a segment split here gets. (csum_start counts
-    // from the frame as the slot holds it; read before a VLAN tag goes back in below, which overwrites the
-    // header's last bytes and moves only the MAC addresses.)
+    // from the frame as the slot holds it, before a VLAN tag goes back in below, which moves only the MAC
+    // addresses.)
     uint8_t* csum_field = nullptr;
-    if (vnet_) {
-      VnetHdr vh;
-      std::memcpy(&vh, data - sizeof vh, sizeof vh);
+    if (vh.flags & kVnetNeedsCsum) {
       const uint32_t at = uint32_t{vh.csum_start} + vh.csum_offset;
-      if ((vh.flags & kVnetNeedsCsum) && at >= wire::kEthLen && at + 2 <= len) csum_field = data + at;
+      if (at >= wire::kEthLen && at + 2 <= len) csum_field = data + at;
     }
     if ((st & TP_STATUS_VLAN_VALID) && h->tp_mac >= 4 + sizeof(tpacket2_hdr)) {
       // The kernel moved the 802.1Q tag to metadata; put it back so the engine sees the frame as sent.

@@ -125,10 +125,9 @@ class SocketPort final : public engine::Port {
   bool tx_icrc_offload() const override { return true; }
 
   const hostnet::Interface& netdev() const { return info_; }
-  // Whether runs of frames currently leave as UDP GSO datagrams (it turns itself off when the kernel
-  // refuses one: an interface that would have to segment them in software under qdisc bypass).
-  bool gso_tx() const { return gso_fd_ >= 0; }
-  GsoCut tx_gso_cut() const { return gso_fd_ >= 0 ? cut_ : GsoCut::off; }  // where its batches are cut
+  // Where runs of frames leaving as UDP GSO datagrams are cut; off when they do not (also once it turned
+  // itself off because the kernel refused them: an interface that lost its offload under qdisc bypass).
+  GsoCut tx_gso_cut() const { return gso_fd_ >= 0 ? cut_ : GsoCut::off; }
   bool udp_guard_active() const { return guard_.active(); }
   PortStats stats();
   engine::PortRxLoss rx_loss() override;
