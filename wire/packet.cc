@@ -151,7 +151,6 @@ ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
   if (info.kind == OpKind::cnp) pos += kCnpPayloadLen;
   out.payload_offset = pos;
   const uint32_t region = icrc_off - pos;
-  out.icrc = load_le32(f + icrc_off);
   if (!info.has_payload) {
     if (region != 0) return ParseError::bad_length;
     if (out.bth.pad != 0) return ParseError::bad_pad;
@@ -161,6 +160,7 @@ ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
     out.payload = ByteSpan(f + pos, out.payload_len);
   }
   if (opt.verify_icrc) {
+    out.icrc = load_le32(f + icrc_off);
     out.icrc_checked = true;
     out.icrc_expected = compute_icrc(ByteSpan(ip, icrc_off - l3), out.ip_version, ip_hdr_len);
     out.icrc_ok = out.icrc_expected == out.icrc;

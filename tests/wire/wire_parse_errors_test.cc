@@ -237,6 +237,7 @@ TEST(ParseErrors, BadIcrcStillReportsTheFields) {
       Packet q;
       EXPECT_EQ(parse(f, q, ParseOptions{.verify_icrc = false}), ParseError::ok);
       EXPECT_FALSE(q.icrc_checked);
+      EXPECT_EQ(q.icrc, 0u);  // not read
     }
   }
 }
