@@ -3,16 +3,18 @@
 # run here (not root, a tool missing).
 #
 #   urxe_netns_test(NAME name COMMAND cmd [args...] LABELS label... [TIMEOUT seconds]
-#                   [ENVIRONMENT VAR=value...] [RESOURCE_LOCK resource...] [PRIVATE_NETNS]
+#                   [ENVIRONMENT VAR=value...] [RESOURCE_LOCK resource...] [SERIAL]
 #                   [PROPERTIES prop value...])
 #
-# By default the test runs alone (RUN_SERIAL): it creates namespaces, veths and addresses with fixed names.
-# PRIVATE_NETNS: everything it creates lives in private mount + network namespaces of its own
-# (tests/lib/netns.sh netns_private), so it may run beside other tests. RESOURCE_LOCK: what it shares with
-# other tests that are not RUN_SERIAL (e.g. the rxe guest). TIMEOUT defaults to 120 s. PROPERTIES: any
-# other test properties (FIXTURES_REQUIRED, ...).
+# The test runs beside others: everything it creates has a name of its own (namespaces named after the
+# script's pid, veths made inside them, a private mount namespace or URXE_RUN_DIR of its own, DPDK's
+# per-process --file-prefix). The machine's cores stay over half idle while these tests wait on guests,
+# carriers and listeners, so running them two at a time halves ctest's time. SERIAL: the test runs alone
+# (RUN_SERIAL), for one that works on the build tree or the host as a whole. RESOURCE_LOCK: what it shares
+# with other tests (e.g. the rxe guest). TIMEOUT defaults to 120 s. PROPERTIES: any other test properties
+# (FIXTURES_REQUIRED, COST, ...).
 function(urxe_netns_test)
-  cmake_parse_arguments(PARSE_ARGV 0 T "PRIVATE_NETNS" "NAME;TIMEOUT"
+  cmake_parse_arguments(PARSE_ARGV 0 T "SERIAL" "NAME;TIMEOUT"
                         "COMMAND;LABELS;ENVIRONMENT;RESOURCE_LOCK;PROPERTIES")
   if(NOT T_NAME OR NOT T_COMMAND OR NOT T_LABELS)
     message(FATAL_ERROR "urxe_netns_test: NAME, COMMAND and LABELS are required")
@@ -25,7 +27,7 @@ function(urxe_netns_test)
   endif()
   add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77)
-  if(NOT T_PRIVATE_NETNS)
+  if(T_SERIAL)
     set_tests_properties(${T_NAME} PROPERTIES RUN_SERIAL ON)
   endif()
   if(T_ENVIRONMENT)
