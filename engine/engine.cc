@@ -16,8 +16,9 @@ constexpr uint8_t kNone = 0xff;  // no such packet position
 constexpr wire::MsgOpcodes single(uint8_t only) {
   return {.first = kNone, .middle = kNone, .last = kNone, .only = only};
 }
+}  // namespace
 // Which transports take the WR, the completion opcode and the wire opcodes.
-constexpr WrInfo kWrTable[] = {
+constexpr WrInfo kWrTable[kWrRows] = {
     {.opcode = WR_RDMA_WRITE,
      .valid = true,
      .rc = true,
@@ -100,18 +101,15 @@ constexpr WrInfo kWrTable[] = {
      .has_inv = true,
      .is_send = true},
 };
+namespace {
 constexpr bool wr_rows_placed() {
   for (size_t i = 0; i < std::size(kWrTable); i++)
     if (kWrTable[i].opcode != i) return false;
   return true;
 }
 static_assert(wr_rows_placed(), "kWrTable: each row at its WrOpcode");
-constexpr WrInfo kInvalidWr{};
 }  // namespace
-
-const WrInfo& wr_info(WrOpcode op) {
-  return op < std::size(kWrTable) ? kWrTable[op] : kInvalidWr;
-}
+constexpr WrInfo kInvalidWr{};
 
 uint16_t udp_sport_connected(uint32_t flow_label, uint32_t lqpn, uint32_t rqpn) {
   uint32_t fl = flow_label & 0xfffff;

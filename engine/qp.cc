@@ -541,7 +541,7 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
     rc = EINVAL;
   } else {
     std::lock_guard<SpinLock> g(q.sq.lock);
-    const uint32_t ud_max = e.active_mtu_bytes();
+    const uint32_t ud_max = q.type == QPT_UD ? e.active_mtu_bytes() : 0;  // the port's MTU: UD only
     for (; wr; wr = wr->next) {
       const WrInfo& info = wr_info(wr->opcode);
       if (wr->opcode == WR_BIND_MW || wr->opcode == WR_TSO) {
