@@ -95,6 +95,9 @@ bool EngineImpl::requester_run(Qp& q) {
   while (budget > 0 && !requester_blocked(q)) {
     SendWqe& w = q.sq.at(q.req.idx);
     const WrInfo& info = wr_info(w.opcode);
+    // A WQE of one SGE started in this pass: where its bytes are, from the check below (nothing can change
+    // the MR before its first packet is built), so that packet copies without resolving the key again.
+    const uint8_t* start_src = nullptr;
     if (!w.started) {
       w.status = WC_SUCCESS;
       w.resp_offset = 0;
@@ -112,8 +115,11 @@ bool EngineImpl::requester_run(Qp& q) {
         const uint32_t need = (info.is_read || info.is_atomic) ? uint32_t{ACCESS_LOCAL_WRITE} : 0u;
         for (uint32_t k = 0; k < w.num_sge && ok; k++) {
           const Sge& s = q.sq_sges[w.sge_base + k];
+          if (!s.length) continue;
           MrError err;
-          if (s.length && !mr_resolve(s.lkey, q.pd, need, s.addr, s.length, err)) ok = false;
+          const uint8_t* p = mr_resolve(s.lkey, q.pd, need, s.addr, s.length, err);
+          if (!p) ok = false;
+          if (w.num_sge == 1) start_src = p;
         }
       }
       if (!ok) w.status = WC_LOC_PROT_ERR;
@@ -203,6 +209,11 @@ bool EngineImpl::requester_run(Qp& q) {
       const Sge* sges = q.sq_sges.data() + w.sge_base;
       if (inline_src) {
         std::memcpy(dst, inline_src, payload);
+      } else if (start_src && q.req.offset == 0) {
+        if (gathers(payload))
+          gather_payload(start_src, payload);
+        else
+          std::memcpy(dst, start_src, payload);
       } else if (const uint8_t* src = gathers(payload)
                                           ? sge_span(*this, q.pd, sges, w.num_sge, q.req.offset, payload)
                                           : nullptr) {

@@ -253,7 +253,8 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
 
 void seal_frame(MutByteSpan frame, const FrameLayout& layout, bool icrc) {
   uint8_t* f = frame.data();
-  std::memset(f + layout.payload_offset + layout.payload_len, 0, layout.pad);
+  // (A call to memset for the usual 0 bytes was ~15 instructions of every frame.)
+  for (uint32_t i = 0; i < layout.pad; i++) f[layout.payload_offset + layout.payload_len + i] = 0;
   const uint32_t icrc_off = layout.frame_len - kIcrcLen;
   uint8_t* ip = f + layout.l3_offset;
   if (icrc || layout.udp_checksum)
