@@ -264,7 +264,8 @@ void EngineImpl::async_event(EventType t, uint32_t element) {
   if (sink) sink->async_event(AsyncEvent{t, element});
 }
 
-uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_len) {
+uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_len,
+                                 const wire::HeaderPrefix* prefix) {
   const uint32_t size = wire::frame_size(spec, payload_len);
   if (tx.size() >= kTxBatch) {
     tx_flush();
@@ -278,7 +279,9 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
     count(Counter::tx_no_buf);
     return nullptr;
   }
-  if (!wire::build_headers(wire::MutByteSpan(cur_buf.data, size), spec, payload_len, cur_layout)) {
+  const wire::MutByteSpan out(cur_buf.data, size);
+  if (!(prefix ? wire::build_headers(out, *prefix, spec, payload_len, cur_layout)
+              : wire::build_headers(out, spec, payload_len, cur_layout))) {
     port.tx_free(cur_buf);
     return nullptr;
   }

@@ -195,6 +195,7 @@ struct Qp {
   QpCap cap;
   uint32_t mtu = 1024;   // effective path MTU in bytes
   wire::FrameSpec spec;  // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
+  wire::HeaderPrefix prefix;  // spec's headers up to UDP, built once (wire::make_prefix) with spec
   // this QP's share of the counters; engine lock
   std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};
   bool comm_est = false;
@@ -476,7 +477,9 @@ struct EngineImpl {
   void rx_frame(PacketBuf& buf);
   // Allocates a frame for `spec` with `payload_len` bytes, writes the headers; returns the payload
   // pointer (or nullptr when the port has no buffer). Then finish_frame() seals and queues it.
-  uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len);
+  // `prefix`: spec's headers up to UDP, made already (a QP's frames toward its peer).
+  uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len,
+                       const wire::HeaderPrefix* prefix = nullptr);
   // The IP traffic class of an AV as sent: ECT(0) added (keeping the DSCP) unless ECN is off or the AV
   // sets ECN bits itself. Applied where a frame template is made, not per frame.
   uint8_t wire_traffic_class(uint8_t tc) const {

@@ -431,6 +431,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
     f.udp_sport = q.type == QPT_UD ? udp_sport_ud(q.qpn)
                                    : udp_sport_connected(s.ah_attr.flow_label, q.qpn, s.dest_qp_num);
     f.bth.dqpn = s.dest_qp_num;
+    wire::make_prefix(f, q.prefix);
     if (q.type == QPT_RC || q.type == QPT_UC) qp_set_path(q, &s.ah_attr.dgid);
   }
   if (mask & (QP_RETRY_CNT | QP_RNR_RETRY)) {

@@ -203,7 +203,7 @@ bool EngineImpl::requester_run(Qp& q) {
       spec.bth.ack_req = q.type == QPT_RC && (last || q.req.noack_pkts + 1 >= every);
       if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req.offset;
     }
-    uint8_t* dst = begin_frame(spec, payload);
+    uint8_t* dst = begin_frame(spec, payload, q.type == QPT_UD ? nullptr : &q.prefix);
     if (!dst) break;  // port backpressure: try again next round
     if (payload) {
       const Sge* sges = q.sq_sges.data() + w.sge_base;

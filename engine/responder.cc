@@ -25,7 +25,7 @@ void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn
   spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::acknowledge);
   spec.bth.psn = psn;
   spec.aeth = wire::Aeth{syndrome, msn & wire::kPsnMask};
-  if (e.begin_frame(spec, 0)) e.finish_frame(/*ack_only=*/true);
+  if (e.begin_frame(spec, 0, &q.prefix)) e.finish_frame(/*ack_only=*/true);
 }
 
 // An ACK/NAK is owed. It goes out in the QP's visit later in this same round (responder_tx; rx_frame
@@ -553,7 +553,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
       spec.bth.psn = r.first_psn;
       spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       spec.atomic_ack_eth.orig_data = r.orig;
-      if (!begin_frame(spec, 0)) return did;
+      if (!begin_frame(spec, 0, &q.prefix)) return did;
       finish_frame();
       r.pending = false;
       did = true;
@@ -585,7 +585,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
       spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::kReadResponseOpcodes.pick(first, last));
       spec.bth.psn = r.cur_psn;
       spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
-      uint8_t* dst = begin_frame(spec, len);
+      uint8_t* dst = begin_frame(spec, len, &q.prefix);
       if (!dst) return did;
       if (gathers(len))
         gather_payload(src, len);

@@ -169,14 +169,14 @@ ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
   return ParseError::ok;
 }
 
-bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout) {
-  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
-  if (!info.valid() || (!info.has_payload && payload_len != 0)) return false;
-  if (payload_len > 0xffffu) return false;
-  const uint32_t total = frame_size(spec, payload_len);
-  if (out.size() < total) return false;
-  uint8_t* f = out.data();
-  const uint8_t ip_version = spec.ip_version == 6 ? 6 : 4;
+namespace {
+
+// The IP header's offset in a frame of `spec`.
+uint32_t l3_offset(const FrameSpec& spec) { return kEthLen + (spec.has_vlan ? kVlanLen : 0); }
+
+// Ethernet (+ VLAN), IPv4 or IPv6 and UDP of `spec` for a UDP datagram of `udp_len` bytes. `ipv4_sum`: the
+// IPv4 header's sum before the total length is added (see HeaderPrefix).
+void write_l2_l4(uint8_t* f, const FrameSpec& spec, uint8_t ip_version, uint32_t udp_len, uint32_t& ipv4_sum) {
   std::memcpy(f, spec.dst_mac.data(), 6);
   std::memcpy(f + 6, spec.src_mac.data(), 6);
   uint32_t l3 = kEthLen;
@@ -191,7 +191,7 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
   }
   uint8_t* ip = f + l3;
   const uint32_t ip_hdr_len = ip_version == 4 ? kIpv4MinLen : kIpv6Len;
-  const uint32_t udp_len = total - l3 - ip_hdr_len;
+  ipv4_sum = 0;
   if (ip_version == 4) {
     const uint32_t ver_tos = 0x4500u | spec.traffic_class, tot_len = ip_hdr_len + udp_len, id = spec.ip_id,
                    frag = spec.df ? kIpv4FlagDf : 0u, ttl_proto = uint32_t{spec.ttl} << 8 | kIpProtoUdp;
@@ -199,8 +199,8 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
     // The checksum from the fields themselves, not read back from the bytes just stored (that read waits
     // for the stores: it took a quarter of this function's time), and in scalars (an array of the words
     // went through the stack the same way).
-    uint32_t sum = ver_tos + tot_len + id + frag + ttl_proto + (src >> 16) + (src & 0xffffu) + (dst >> 16) +
-                   (dst & 0xffffu);
+    ipv4_sum = ver_tos + id + frag + ttl_proto + (src >> 16) + (src & 0xffffu) + (dst >> 16) + (dst & 0xffffu);
+    uint32_t sum = ipv4_sum + tot_len;
     sum = (sum & 0xffffu) + (sum >> 16);
     sum = (sum & 0xffffu) + (sum >> 16);
     store_be16(ip, static_cast<uint16_t>(ver_tos));
@@ -224,9 +224,12 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
   store_be16(udp + 2, spec.udp_dport);
   store_be16(udp + 4, static_cast<uint16_t>(udp_len));
   store_be16(udp + 6, 0);
+}
+
+// BTH and the extension headers `info` names, from `spec`, at `p`; returns where the payload goes.
+uint8_t* write_transport(uint8_t* p, const FrameSpec& spec, const OpcodeInfo& info, uint8_t pad) {
   Bth bth = spec.bth;
-  bth.pad = static_cast<uint8_t>(info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0);
-  uint8_t* p = udp + kUdpLen;
+  bth.pad = pad;
   write_bth(p, bth);
   p += kBthLen;
   const uint16_t h = info.headers;
@@ -238,16 +241,84 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
   if (h & kImmDt) store_be32(p, spec.imm), p += kImmDtLen;
   if (h & kIeth) store_be32(p, spec.ieth_rkey), p += kIethLen;
   if (info.kind == OpKind::cnp) std::memset(p, 0, kCnpPayloadLen), p += kCnpPayloadLen;
+  return p;
+}
+
+}  // namespace
+
+bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout) {
+  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
+  if (!info.valid() || (!info.has_payload && payload_len != 0)) return false;
+  if (payload_len > 0xffffu) return false;
+  const uint32_t total = frame_size(spec, payload_len);
+  if (out.size() < total) return false;
+  uint8_t* f = out.data();
+  const uint8_t ip_version = spec.ip_version == 6 ? 6 : 4;
+  const uint32_t l3 = l3_offset(spec);
+  const uint32_t ip_hdr_len = ip_version == 4 ? kIpv4MinLen : kIpv6Len;
+  uint32_t ipv4_sum;
+  write_l2_l4(f, spec, ip_version, total - l3 - ip_hdr_len, ipv4_sum);
+  const uint8_t pad = static_cast<uint8_t>(info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0);
+  uint8_t* p = write_transport(f + l3 + ip_hdr_len + kUdpLen, spec, info, pad);
   // Whole, in one assignment: zeroing it first and then setting fields made the compiler copy it through
   // the stack in overlapping pieces, each read waiting for the stores before it.
   layout = FrameLayout{.l3_offset = l3,
                        .ip_hdr_len = ip_hdr_len,
                        .payload_offset = static_cast<uint32_t>(p - f),
                        .payload_len = payload_len,
-                       .pad = bth.pad,
+                       .pad = pad,
                        .frame_len = total,
                        .ip_version = ip_version,
                        .udp_checksum = spec.udp_checksum};
+  return true;
+}
+
+void make_prefix(const FrameSpec& spec, HeaderPrefix& prefix) {
+  prefix = HeaderPrefix{};
+  prefix.ip_version = spec.ip_version == 6 ? 6 : 4;
+  prefix.ip_hdr_len = prefix.ip_version == 4 ? kIpv4MinLen : kIpv6Len;
+  prefix.l3 = l3_offset(spec);
+  write_l2_l4(prefix.bytes.data(), spec, prefix.ip_version, kUdpLen, prefix.ipv4_sum);
+  prefix.len = prefix.l3 + prefix.ip_hdr_len + kUdpLen;
+  prefix.udp_checksum = spec.udp_checksum;
+}
+
+bool build_headers(MutByteSpan out, const HeaderPrefix& prefix, const FrameSpec& spec, uint32_t payload_len,
+                   FrameLayout& layout) {
+  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
+  if (!info.valid() || (!info.has_payload && payload_len != 0)) return false;
+  if (payload_len > 0xffffu) return false;
+  const uint8_t pad = static_cast<uint8_t>(info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0);
+  const uint32_t total = prefix.len + kBthLen + info.ext_len + payload_len + pad + kIcrcLen;
+  if (out.size() < total) return false;
+  uint8_t* f = out.data();
+  // The usual IPv4 prefix without a tag in one fixed-size copy.
+  if (prefix.len == kEthLen + kIpv4MinLen + kUdpLen)
+    std::memcpy(f, prefix.bytes.data(), kEthLen + kIpv4MinLen + kUdpLen);
+  else
+    std::memcpy(f, prefix.bytes.data(), prefix.len);
+  uint8_t* ip = f + prefix.l3;
+  const uint32_t udp_len = total - prefix.l3 - prefix.ip_hdr_len;
+  if (prefix.ip_version == 4) {
+    const uint32_t tot_len = prefix.ip_hdr_len + udp_len;
+    uint32_t sum = prefix.ipv4_sum + tot_len;
+    sum = (sum & 0xffffu) + (sum >> 16);
+    sum = (sum & 0xffffu) + (sum >> 16);
+    store_be16(ip + 2, static_cast<uint16_t>(tot_len));
+    store_be16(ip + 10, static_cast<uint16_t>(~sum));
+  } else {
+    store_be16(ip + 4, static_cast<uint16_t>(udp_len));
+  }
+  store_be16(ip + prefix.ip_hdr_len + 4, static_cast<uint16_t>(udp_len));
+  uint8_t* p = write_transport(f + prefix.len, spec, info, pad);
+  layout = FrameLayout{.l3_offset = prefix.l3,
+                       .ip_hdr_len = prefix.ip_hdr_len,
+                       .payload_offset = static_cast<uint32_t>(p - f),
+                       .payload_len = payload_len,
+                       .pad = pad,
+                       .frame_len = total,
+                       .ip_version = prefix.ip_version,
+                       .udp_checksum = prefix.udp_checksum};
   return true;
 }
 

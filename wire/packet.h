@@ -2,6 +2,7 @@
 // ICRC. parse_frame never reads outside the given bytes; build_headers + seal_frame write into a caller's
 // buffer so the engine can gather payload straight into the frame.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -109,6 +110,22 @@ inline uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len) {
 // Writes every header; the caller then puts payload_len bytes at out[layout.payload_offset] and calls
 // seal_frame. Returns false (writing nothing) when `out` is too small or the opcode is unknown.
 bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout);
+// The Ethernet, IP and UDP headers of one connection's frames, built once from its FrameSpec (make_prefix) and
+// copied into each frame by the build_headers below, which fills in the lengths and the IPv4 checksum: a QP's
+// frames differ there only (and in BTH and what follows). The checksum comes from `ipv4_sum`, the
+// one's-complement sum (unfolded) of every IPv4 header word but the total length and the checksum.
+struct HeaderPrefix {
+  std::array<uint8_t, kEthLen + kVlanLen + kIpv6Len + kUdpLen> bytes{};
+  uint32_t len = 0, l3 = 0, ip_hdr_len = 0, ipv4_sum = 0;
+  uint8_t ip_version = 4;
+  bool udp_checksum = false;
+};
+void make_prefix(const FrameSpec& spec, HeaderPrefix& prefix);
+// build_headers with the headers up to UDP from `prefix` (made from a spec equal to `spec` in those fields);
+// of `spec` only the BTH and the extension headers are read. The same bytes and layout as
+// build_headers(out, spec, ...).
+bool build_headers(MutByteSpan out, const HeaderPrefix& prefix, const FrameSpec& spec, uint32_t payload_len,
+                   FrameLayout& layout);
 // Zeroes the pad, writes the ICRC (and the UDP checksum if asked). `icrc` false leaves the ICRC's 4 bytes
 // for write_icrc later (a port that fills it where the frame needs one); not with a UDP checksum, which
 // covers them.

@@ -208,6 +208,55 @@ TEST(Frame, BuildHeadersPlusSealEqualsBuildFrame) {
   }
 }
 
+// A connection's prefix (make_prefix, once) plus build_headers from it writes the same bytes and layout as
+// build_headers from the whole spec, for every opcode, L2/L3 variant, payload length (every pad), with and
+// without a UDP checksum; only the BTH and the extension headers come from the spec then, so a spec that
+// differs below UDP is not read. Exactly sized buffers: ASan sees any overrun; a byte short is refused.
+TEST(Frame, HeadersFromPrefixEqualHeadersFromSpec) {
+  for (uint8_t op : valid_opcodes()) {
+    for (const Variant& v : kVariants) {
+      for (uint32_t len : {0u, 1u, 2u, 3u, 4u, 61u, 1024u}) {
+        if (!opcode_info(op).has_payload && len) continue;
+        for (bool udp_csum : {false, true}) {
+          SCOPED_TRACE(name_of(op) + " " + v.name + " payload " + std::to_string(len) + (udp_csum ? " udp-csum" : ""));
+          FrameSpec s = make_spec(op, v);
+          s.udp_checksum = udp_csum;
+          HeaderPrefix prefix;
+          make_prefix(s, prefix);
+          const uint32_t size = frame_size(s, len);
+          Bytes want(size, 0xcc), got(size, 0x33);
+          FrameLayout lw, lg;
+          ASSERT_TRUE(build_headers(want, s, len, lw));
+          FrameSpec transport_only = s;  // what the prefix carries, changed: must not be read
+          transport_only.dst_mac = {};
+          transport_only.src_ip = transport_only.dst_ip = {};
+          transport_only.ttl = 1;
+          transport_only.has_vlan = !v.vlan;
+          transport_only.ip_version = v.ip_version == 4 ? 6 : 4;
+          ASSERT_TRUE(build_headers(got, prefix, transport_only, len, lg));
+          EXPECT_EQ(Bytes(got.begin(), got.begin() + lg.payload_offset),
+                    Bytes(want.begin(), want.begin() + lw.payload_offset));
+          EXPECT_EQ(lg.l3_offset, lw.l3_offset);
+          EXPECT_EQ(lg.ip_hdr_len, lw.ip_hdr_len);
+          EXPECT_EQ(lg.payload_offset, lw.payload_offset);
+          EXPECT_EQ(lg.payload_len, lw.payload_len);
+          EXPECT_EQ(lg.pad, lw.pad);
+          EXPECT_EQ(lg.frame_len, lw.frame_len);
+          EXPECT_EQ(lg.ip_version, lw.ip_version);
+          EXPECT_EQ(lg.udp_checksum, lw.udp_checksum);
+          // sealed, the frame parses with its checksums and ICRC good
+          std::fill(got.begin() + lg.payload_offset, got.begin() + lg.payload_offset + len, 0x5a);
+          seal_frame(got, lg);
+          Packet pkt;
+          EXPECT_EQ(parse_frame(got, pkt), ParseError::ok);
+          Bytes short_buf(size - 1);
+          EXPECT_FALSE(build_headers(short_buf, prefix, s, len, lg));
+        }
+      }
+    }
+  }
+}
+
 // write_icrc refuses, writing nothing, what is not a whole enough IP frame: every prefix of a frame too
 // short for the headers, and non-IP Ethernet types. (Exactly sized buffers: ASan sees any overread.)
 TEST(Frame, WriteIcrcRefusesWhatIsNoRoceFrame) {
