@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -94,8 +95,11 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
 
 // Writes each counter into ports/1/hw_counters/<name> (rxe's names always, 0 when absent), the PMA-style
 // ports/1/counters/port_{xmit,rcv}_{data,packets} (data in 4-octet words: sent_bytes / 4, ...; packets are
-// sent_pkts and rcvd_pkts) and the port's state files (refresh_port_state).
-bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counters, std::string& err);
+// sent_pkts and rcvd_pkts) and the port's state files (refresh_port_state). `written` (the stats thread's):
+// the value last written to each counter file; a file whose value is unchanged is left as it is.
+using MirrorCache = std::unordered_map<std::string, uint64_t>;
+bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counters, std::string& err,
+                        MirrorCache* written = nullptr);
 
 // One context's counters file. values() is the storage the engine counts into (EngineConfig).
 class CounterFile {
@@ -143,6 +147,8 @@ class CounterFile {
   std::condition_variable cv_;
   bool stop_ = false;
   bool poked_ = false;
+  MirrorCache mirrored_;  // the thread's: what its passes last wrote into the counter files
+  uint32_t passes_ = 0;
   std::thread thread_;
 };
 
