@@ -281,7 +281,7 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
   }
   const wire::MutByteSpan out(cur_buf.data, size);
   if (!(prefix ? wire::build_headers(out, *prefix, spec, payload_len, cur_layout)
-              : wire::build_headers(out, spec, payload_len, cur_layout))) {
+               : wire::build_headers(out, spec, payload_len, cur_layout))) {
     port.tx_free(cur_buf);
     return nullptr;
   }

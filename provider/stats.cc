@@ -565,7 +565,7 @@ void CounterFile::mirror_loop(uint32_t period_ms) {
     g.unlock();
     DeviceCounters dc;
     std::string err;
-    // Only the files whose total changed (~15 of 46 in a stream: ~5 syscalls each), and all of them every
+    // Only the files whose total changed (~20 of 46 in a stream: ~5 syscalls each), and all of them every
     // 16th pass: another process may have written an older total over one of ours meanwhile.
     if (++passes_ % 16 == 0) mirrored_.clear();
     if (read_device_counters(ibdev_path_, true, dc, err))

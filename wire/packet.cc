@@ -172,11 +172,14 @@ ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
 namespace {
 
 // The IP header's offset in a frame of `spec`.
-uint32_t l3_offset(const FrameSpec& spec) { return kEthLen + (spec.has_vlan ? kVlanLen : 0); }
+uint32_t l3_offset(const FrameSpec& spec) {
+  return kEthLen + (spec.has_vlan ? kVlanLen : 0);
+}
 
 // Ethernet (+ VLAN), IPv4 or IPv6 and UDP of `spec` for a UDP datagram of `udp_len` bytes. `ipv4_sum`: the
 // IPv4 header's sum before the total length is added (see HeaderPrefix).
-void write_l2_l4(uint8_t* f, const FrameSpec& spec, uint8_t ip_version, uint32_t udp_len, uint32_t& ipv4_sum) {
+void write_l2_l4(uint8_t* f, const FrameSpec& spec, uint8_t ip_version, uint32_t udp_len,
+                 uint32_t& ipv4_sum) {
   std::memcpy(f, spec.dst_mac.data(), 6);
   std::memcpy(f + 6, spec.src_mac.data(), 6);
   uint32_t l3 = kEthLen;
@@ -199,7 +202,8 @@ void write_l2_l4(uint8_t* f, const FrameSpec& spec, uint8_t ip_version, uint32_t
     // The checksum from the fields themselves, not read back from the bytes just stored (that read waits
     // for the stores: it took a quarter of this function's time), and in scalars (an array of the words
     // went through the stack the same way).
-    ipv4_sum = ver_tos + id + frag + ttl_proto + (src >> 16) + (src & 0xffffu) + (dst >> 16) + (dst & 0xffffu);
+    ipv4_sum =
+        ver_tos + id + frag + ttl_proto + (src >> 16) + (src & 0xffffu) + (dst >> 16) + (dst & 0xffffu);
     uint32_t sum = ipv4_sum + tot_len;
     sum = (sum & 0xffffu) + (sum >> 16);
     sum = (sum & 0xffffu) + (sum >> 16);

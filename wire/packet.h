@@ -110,9 +110,9 @@ inline uint32_t frame_size(const FrameSpec& spec, uint32_t payload_len) {
 // Writes every header; the caller then puts payload_len bytes at out[layout.payload_offset] and calls
 // seal_frame. Returns false (writing nothing) when `out` is too small or the opcode is unknown.
 bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout);
-// The Ethernet, IP and UDP headers of one connection's frames, built once from its FrameSpec (make_prefix) and
-// copied into each frame by the build_headers below, which fills in the lengths and the IPv4 checksum: a QP's
-// frames differ there only (and in BTH and what follows). The checksum comes from `ipv4_sum`, the
+// The Ethernet, IP and UDP headers of one connection's frames, built once from its FrameSpec (make_prefix)
+// and copied into each frame by the build_headers below, which fills in the lengths and the IPv4 checksum: a
+// QP's frames differ there only (and in BTH and what follows). The checksum comes from `ipv4_sum`, the
 // one's-complement sum (unfolded) of every IPv4 header word but the total length and the checksum.
 struct HeaderPrefix {
   std::array<uint8_t, kEthLen + kVlanLen + kIpv6Len + kUdpLen> bytes{};

@@ -218,7 +218,8 @@ TEST(Frame, HeadersFromPrefixEqualHeadersFromSpec) {
       for (uint32_t len : {0u, 1u, 2u, 3u, 4u, 61u, 1024u}) {
         if (!opcode_info(op).has_payload && len) continue;
         for (bool udp_csum : {false, true}) {
-          SCOPED_TRACE(name_of(op) + " " + v.name + " payload " + std::to_string(len) + (udp_csum ? " udp-csum" : ""));
+          SCOPED_TRACE(name_of(op) + " " + v.name + " payload " + std::to_string(len) +
+                       (udp_csum ? " udp-csum" : ""));
           FrameSpec s = make_spec(op, v);
           s.udp_checksum = udp_csum;
           HeaderPrefix prefix;
