@@ -209,15 +209,15 @@ bool EngineImpl::requester_run(Qp& q) {
       const Sge* sges = q.sq_sges.data() + w.sge_base;
       if (inline_src) {
         std::memcpy(dst, inline_src, payload);
-      } else if (start_src && q.req.offset == 0) {
-        if (gathers(payload))
-          gather_payload(start_src, payload);
-        else
-          std::memcpy(dst, start_src, payload);
-      } else if (const uint8_t* src = gathers(payload)
+      } else if (const uint8_t* src = start_src && q.req.offset == 0 ? start_src
+                                      : gathers(payload)
                                           ? sge_span(*this, q.pd, sges, w.num_sge, q.req.offset, payload)
                                           : nullptr) {
-        gather_payload(src, payload);
+        // contiguous in one MR: left there for a port that gathers, else copied once
+        if (gathers(payload))
+          gather_payload(src, payload);
+        else
+          std::memcpy(dst, src, payload);
       } else if (!sge_copy(*this, q.pd, sges, w.num_sge, q.req.offset, dst, payload, false)) {
         abort_frame();
         w.status = WC_LOC_PROT_ERR;

@@ -182,17 +182,15 @@ void write_l2_l4(uint8_t* f, const FrameSpec& spec, uint8_t ip_version, uint32_t
                  uint32_t& ipv4_sum) {
   std::memcpy(f, spec.dst_mac.data(), 6);
   std::memcpy(f + 6, spec.src_mac.data(), 6);
-  uint32_t l3 = kEthLen;
   const uint16_t ethertype = ip_version == 4 ? kEtherTypeIpv4 : kEtherTypeIpv6;
   if (spec.has_vlan) {
     store_be16(f + 12, kEtherTypeVlan);
     store_be16(f + 14, spec.vlan_tci);
     store_be16(f + 16, ethertype);
-    l3 += kVlanLen;
   } else {
     store_be16(f + 12, ethertype);
   }
-  uint8_t* ip = f + l3;
+  uint8_t* ip = f + l3_offset(spec);
   const uint32_t ip_hdr_len = ip_version == 4 ? kIpv4MinLen : kIpv6Len;
   ipv4_sum = 0;
   if (ip_version == 4) {
