@@ -112,4 +112,10 @@ uint16_t ipv4_header_checksum(const uint8_t* hdr, uint32_t len) {
   return static_cast<uint16_t>(~sum);
 }
 
+bool ipv4_header_checksum_ok(const uint8_t* hdr, uint32_t len) {
+  const uint16_t stored = len >= 12 ? load_be16(hdr + 10) : 0;
+  const uint16_t computed = ipv4_header_checksum(hdr, len);
+  return stored == computed || (computed == 0 && stored == 0xffff);
+}
+
 }  // namespace urxe::wire

@@ -116,6 +116,10 @@ struct Ipv4Header {
 };
 inline constexpr uint16_t kIpv4FlagDf = 0x4000, kIpv4FlagMf = 0x2000, kIpv4FragOffsetMask = 0x1fff;
 uint16_t ipv4_header_checksum(const uint8_t* hdr, uint32_t len);  // with the checksum field read as 0
+// Whether the stored checksum is right. Where the other words sum to 0xffff (-0) both 0x0000 (what the
+// computation gives) and 0xffff (+0's twin, what RFC 1624's incremental update leaves, e.g. a router or
+// netem marking ECN CE) are: one's-complement arithmetic has two zeros, and Wireshark accepts both.
+bool ipv4_header_checksum_ok(const uint8_t* hdr, uint32_t len);
 
 struct Ipv6Header {
   uint8_t traffic_class = 0;

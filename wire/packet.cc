@@ -89,8 +89,7 @@ ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
     ip_hdr_len = uint32_t{h.ihl} * 4;
     if (h.ihl < 5) return ParseError::bad_length;
     if (n < l3 + ip_hdr_len) return ParseError::truncated;
-    if (opt.verify_checksums && ipv4_header_checksum(ip, ip_hdr_len) != h.checksum)
-      return ParseError::bad_checksum;
+    if (opt.verify_checksums && !ipv4_header_checksum_ok(ip, ip_hdr_len)) return ParseError::bad_checksum;
     if (h.total_len < ip_hdr_len) return ParseError::bad_length;
     if (h.protocol != kIpProtoUdp) return ParseError::not_roce;
     if (h.frag & (kIpv4FlagMf | kIpv4FragOffsetMask)) return ParseError::not_roce;

@@ -111,6 +111,44 @@ TEST(Headers, Ipv4ChecksumIsTheOnesComplementSum) {
   }
 }
 
+// One's-complement arithmetic has two zeros: where the header's other words sum to 0xffff the checksum
+// field may hold 0x0000 (what the computation gives) or 0xffff (what an incremental update such as a
+// router's or netem's ECN CE mark leaves); both verify, as in Wireshark. Any other value does not.
+TEST(Headers, Ipv4ChecksumAcceptsBothZeros) {
+  uint8_t h[20] = {0x45, 0x02, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
+                   0x00, 0x00, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x02};
+  // The ID word that makes the other words sum to -0: exactly one value of 16 bits does.
+  int found = 0;
+  for (uint32_t id = 0; id <= 0xffff; ++id) {
+    h[4] = static_cast<uint8_t>(id >> 8);
+    h[5] = static_cast<uint8_t>(id);
+    if (ipv4_header_checksum(h, 20) == 0) {
+      found++;
+      break;
+    }
+  }
+  ASSERT_EQ(found, 1);
+  for (uint16_t stored : {uint16_t{0x0000}, uint16_t{0xffff}}) {
+    h[10] = static_cast<uint8_t>(stored >> 8);
+    h[11] = static_cast<uint8_t>(stored);
+    EXPECT_TRUE(ipv4_header_checksum_ok(h, 20)) << stored;
+  }
+  for (uint16_t stored : {uint16_t{0x0001}, uint16_t{0xfffe}, uint16_t{0x8000}}) {
+    h[10] = static_cast<uint8_t>(stored >> 8);
+    h[11] = static_cast<uint8_t>(stored);
+    EXPECT_FALSE(ipv4_header_checksum_ok(h, 20)) << stored;
+  }
+  // Elsewhere only the one value verifies, 0xffff among the wrong ones.
+  h[5] ^= 1;
+  const uint16_t right = ipv4_header_checksum(h, 20);
+  ASSERT_NE(right, 0);
+  for (uint16_t stored : {right, uint16_t{0xffff}, uint16_t{0}, static_cast<uint16_t>(right ^ 1)}) {
+    h[10] = static_cast<uint8_t>(stored >> 8);
+    h[11] = static_cast<uint8_t>(stored);
+    EXPECT_EQ(ipv4_header_checksum_ok(h, 20), stored == right) << stored;
+  }
+}
+
 TEST(Headers, GidHelpers) {
   const Gid g = gid_from_ipv4({192, 168, 0, 7});
   EXPECT_EQ(g, (Gid{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 0, 7}));

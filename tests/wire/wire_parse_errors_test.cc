@@ -164,6 +164,23 @@ TEST(ParseErrors, BadChecksum) {
     f[kL3 + 8] = 1;
     EXPECT_EQ(parse(f), ParseError::bad_checksum);
   }
+  {
+    // A frame whose header words sum to -0, its checksum field 0xffff rather than 0x0000 (what netem's CE
+    // mark leaves after an incremental update): valid, both in the header and, with the ICRC redone over
+    // the new ID, as a whole.
+    Bytes f = good_v4();
+    for (uint32_t id = 0; id <= 0xffff; ++id) {
+      set_be16(f, kL3 + 4, static_cast<uint16_t>(id));
+      refresh_v4(f);
+      if (get_be16(f, kL3 + 10) == 0) break;
+    }
+    ASSERT_EQ(get_be16(f, kL3 + 10), 0);
+    EXPECT_EQ(parse(f), ParseError::ok);
+    set_be16(f, kL3 + 10, 0xffff);
+    EXPECT_EQ(parse(f), ParseError::ok);
+    set_be16(f, kL3 + 10, 0xfffe);
+    EXPECT_EQ(parse(f), ParseError::bad_checksum);
+  }
   // UDP checksums over IPv4 and IPv6: Frame.UdpChecksumIsWrittenAndVerified.
 }
 
