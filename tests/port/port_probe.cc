@@ -1,6 +1,10 @@
 // port_probe: drives one urxe port (DPDK or kernel socket) for tests/port/port_test.py and port_bench.py.
 //
 //   port_probe [--port auto|dpdk|socket] [--dpdk-args '...'] --if IFACE COMMAND ...
+//   port_probe --port local --ring-dir DIR blast|sink ...   the same-host path's shared-memory ring alone
+//     (dpdk/local_ring.h) between two processes: blast pushes frames (a copy from a buffer into the slot,
+//     without the ICRC, as the path sends them) and sink copies each payload out into a 64 KiB buffer (as
+//     the engine delivers into an MR): the most a ring with a copy at each end carries, no transport
 //     info                      port kind, MAC, MTU, GID table (one "gid N ADDR" line each)
 //     neigh --dst-ip IP         resolve the destination MAC of IP from the kernel's neighbour table
 //     send --dst-ip IP --count N --sizes a,b,..   N RoCEv2 SEND-only frames (payload sizes cycling), paced
@@ -37,6 +41,7 @@
 #include <vector>
 
 #include "dpdk/dpdk_port.h"
+#include "dpdk/local_ring.h"
 #include "dpdk/port_factory.h"
 #include "dpdk/socket_port.h"
 #include "hostnet/gid.h"
@@ -89,6 +94,7 @@ struct Args {
   bool wait_go = false;                 // send: once the port is open, print "ready" and wait for a line
   uint32_t frames = 1;                  // ping/pong: frames per turn
   uint32_t qpn_first = 0, qpn_end = 0;  // --qpn-range FIRST:END (0:0 = not set)
+  std::string ring_dir;                 // --port local: where the sink publishes its ring
 };
 
 Args parse_args(int argc, char** argv) {
@@ -107,6 +113,8 @@ Args parse_args(int argc, char** argv) {
       a.ifname = val();
     else if (k == "--dst-ip")
       a.dst_ip = val();
+    else if (k == "--ring-dir")
+      a.ring_dir = val();
     else if (k == "--count")
       a.count = static_cast<uint32_t>(std::stoul(val()));
     else if (k == "--sizes")
@@ -138,8 +146,9 @@ Args parse_args(int argc, char** argv) {
     else
       die("unknown argument " + k);
   }
-  if (a.ifname.empty() || a.cmd.empty())
-    die("usage: port_probe [--port auto|dpdk|socket] --if IFACE COMMAND");
+  if (a.port == "local" ? a.ring_dir.empty() : a.ifname.empty() || a.cmd.empty())
+    die("usage: port_probe [--port auto|dpdk|socket] --if IFACE COMMAND | --port local --ring-dir DIR "
+        "blast|sink");
   return a;
 }
 
@@ -237,10 +246,89 @@ bool wait_frame(engine::Port& port, bool sleep, double timeout_s, engine::Packet
   return false;
 }
 
+// --port local: blast or sink on a bare ring (see the top). The frames are RoCEv2 SEND-only frames between
+// made-up addresses: nothing routes them, the ring is addressed by its directory.
+int run_local(const Args& a) {
+  constexpr uint32_t kBurst = 32;
+  const std::string name = "probe";
+  if (a.cmd == "sink") {
+    dpdk::LocalReceiver rx;
+    std::string err;
+    dpdk::LocalRingParams rp;
+    rp.slot_bytes = 16384;  // any frame blast sends (the path sizes its slots to the device's MTU)
+    if (!rx.create(a.ring_dir, name, static_cast<uint64_t>(getpid()), rp, err)) die("ring: " + err);
+    printf("ready\n");
+    fflush(stdout);
+    std::vector<uint8_t> mr(65536);
+    engine::PacketBuf bufs[kBurst];
+    uint64_t frames = 0, bytes = 0;
+    size_t at = 0;
+    auto t0 = Clock::now();
+    Clock::time_point first{};
+    while (secs_since(t0) < a.seconds + 5 && (frames == 0 || secs_since(first) < a.seconds)) {
+      const uint32_t n = rx.rx_burst(bufs, kBurst);
+      for (uint32_t i = 0; i < n; ++i) {
+        // The payload: after Ethernet, IPv4, UDP and BTH (the ICRC is not on the ring).
+        constexpr uint32_t kHdr = 14 + 20 + 8 + 12;
+        if (bufs[i].len <= kHdr) continue;
+        const uint32_t plen = bufs[i].len - kHdr;
+        if (at + plen > mr.size()) at = 0;
+        std::memcpy(mr.data() + at, bufs[i].data + kHdr, plen);
+        at += plen;
+        if (frames == 0) first = Clock::now();
+        ++frames;
+        bytes += plen;
+      }
+      if (n) rx.rx_free(bufs, n);
+    }
+    const double el = frames ? secs_since(first) : 1;
+    printf("kind=local frames=%llu pps=%.0f gbit=%.2f check=%u\n", static_cast<unsigned long long>(frames),
+           static_cast<double>(frames) / el, static_cast<double>(bytes) * 8 / el / 1e9, mr[at / 2]);
+    return frames ? 0 : 1;
+  }
+  if (a.cmd == "blast") {
+    wire::FrameSpec spec;
+    spec.src_mac = {0x02, 0, 0, 0, 0, 1};
+    spec.dst_mac = {0x02, 0, 0, 0, 0, 2};
+    spec.ip_version = 4;
+    spec.src_ip = wire::gid_from_ipv4({10, 0, 0, 1});
+    spec.dst_ip = wire::gid_from_ipv4({10, 0, 0, 2});
+    spec.bth.opcode = kSendOnly;
+    spec.bth.dqpn = kDqpn;
+    std::vector<uint8_t> pl, tmpl(16384);
+    const uint32_t flen = build_into(tmpl.data(), static_cast<uint32_t>(tmpl.size()), spec, 0, a.size, pl);
+    if (!flen) die("frame too large");
+    dpdk::LocalSender tx;
+    std::string err;
+    auto t0 = Clock::now();
+    while (!tx.attach(a.ring_dir, name, static_cast<uint64_t>(getpid()), err)) {
+      if (secs_since(t0) > 5) die("ring: " + err);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    uint64_t sent = 0, full = 0;
+    t0 = Clock::now();
+    while (secs_since(t0) < a.seconds) {
+      uint32_t n = 0;
+      while (n < kBurst && tx.push(tmpl.data(), flen - 4, true)) ++n;  // (without the ICRC's 4 bytes)
+      tx.kick();
+      sent += n;
+      if (n < kBurst) ++full;
+      if (tx.closed()) break;
+    }
+    const double el = secs_since(t0);
+    printf("kind=local frame=%u sent=%llu pps=%.0f full=%llu\n", flen - 4,
+           static_cast<unsigned long long>(sent), static_cast<double>(sent) / el,
+           static_cast<unsigned long long>(full));
+    return 0;
+  }
+  die("--port local runs blast or sink, not " + a.cmd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a = parse_args(argc, argv);
+  if (a.port == "local") return run_local(a);
   if (a.cmd == "guard-install" || a.cmd == "guard-remove") {
     std::string gerr;
     bool ok = a.cmd == "guard-install" ? hostnet::install_ingress_drop(a.ifname, &gerr)
