@@ -348,11 +348,14 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
 
 uint32_t LocalPathPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   // At most half a burst from the ring first, so that a busy local peer cannot starve the port's ring
-  // (which would then overflow); the rest of the room for either.
-  const uint32_t local = rx_.rx_burst(bufs, n > 1 ? n / 2 : n);
+  // (which would then overflow); the rest of the room for either. The ring is looked at again only when
+  // the first look filled its half (one that took less found it empty: a second scan of its lanes would
+  // find little more, and cost a busy-polling app a pass over every lane per poll).
+  const uint32_t half = n > 1 ? n / 2 : n;
+  const uint32_t local = rx_.rx_burst(bufs, half);
   const uint32_t k = local + inner_->rx_burst(bufs + local, n - local);
   for (uint32_t i = local; i < k; i++) bufs[i].icrc_absent = false;  // (the ring's set it per frame)
-  const uint32_t more = k < n ? rx_.rx_burst(bufs + k, n - k) : 0;
+  const uint32_t more = k < n && local == half ? rx_.rx_burst(bufs + k, n - k) : 0;
   stats_.rx_local += local + more;
   return k + more;
 }

@@ -104,6 +104,7 @@ struct Mapping {
   int dir_fd = -1;              // for wake_address
   sockaddr_un wake{};           // sender: the receiver's wake socket
   socklen_t wake_len = 0;
+  bool wake_connected = false;  // sender: the socket is connected to `wake`
 
   Slot* slot(uint32_t lane, uint32_t i) const {
     const uint32_t n = hdr->slots;
@@ -343,6 +344,11 @@ bool LocalSender::attach(const std::string& dir, const std::string& name, uint64
       owner_ = owner_id;
       wake_wr_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (!wake_address(dir + "/" + name + ".wake", m->wake, m->wake_len, m->dir_fd)) m->wake_len = 0;
+      // Connected once, so that a kick is a send without the path's lookup (a sendto to a path walks it
+      // every time: a third of a kick's kernel time). A receiver that replaces its files is attached anew.
+      if (wake_wr_ >= 0 && m->wake_len &&
+          ::connect(wake_wr_, reinterpret_cast<const sockaddr*>(&m->wake), m->wake_len) == 0)
+        m->wake_connected = true;
       return true;
     }
   }
@@ -388,7 +394,10 @@ void LocalSender::kick() {
   if (!m_->hdr->sleeping.load(std::memory_order_relaxed)) return;
   uint64_t none = 0;  // (a clock read beside a system call: the receiver sleeps)
   m_->hdr->kick_ns.compare_exchange_strong(none, local_mono_ns(), std::memory_order_relaxed);
-  if (wake_wr_ >= 0 && m_->wake_len)
+  if (wake_wr_ < 0 || m_->wake_len == 0) return;
+  if (m_->wake_connected)
+    ::send(wake_wr_, "w", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  else
     ::sendto(wake_wr_, "w", 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&m_->wake),
              m_->wake_len);
 }
