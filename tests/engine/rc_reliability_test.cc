@@ -798,15 +798,15 @@ class IcrcPort final : public Port {
   uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
     const uint32_t k = inner_.rx_burst(bufs, n);
     for (uint32_t i = 0; i < k; i++) {
-      if (!damage_rx) continue;
-      bufs[i].data[bufs[i].len - 1] ^= 0x5a;
-      bufs[i].icrc_absent = flag_rx;
+      if (damage_rx) bufs[i].data[bufs[i].len - 1] ^= 0x5a;
+      if (damage_ip_checksum) bufs[i].data[wire::kEthLen + 11] ^= 0x01;  // (IPv4; the ICRC masks it)
+      if (damage_rx || damage_ip_checksum) bufs[i].icrc_absent = flag_rx;
     }
     return k;
   }
   void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
   uint64_t total_tx = 0, tx_flagged = 0, tx_without_icrc = 0;
-  bool damage_rx = false, flag_rx = false;
+  bool damage_rx = false, flag_rx = false, damage_ip_checksum = false;
 
  private:
   Port& inner_;
@@ -814,8 +814,8 @@ class IcrcPort final : public Port {
 };
 
 // The engine leaves the ICRC out only for a port that fills it (Port::tx_icrc_offload), flagging each such
-// frame, and does not check the ICRC of a received frame that is flagged as having come without one; an
-// unflagged frame with a bad ICRC is still dropped and counted.
+// frame, and does not check the ICRC (nor sum the IPv4 header checksum) of a received frame that is flagged
+// as having come without one; an unflagged frame with a bad ICRC is still dropped and counted.
 TEST(RcFrames, IcrcLeftOutOnlyForAPortThatFillsIt) {
   for (const bool offload : {true, false}) {
     SCOPED_TRACE(offload ? "offload" : "no offload");
@@ -849,7 +849,17 @@ TEST(RcFrames, IcrcLeftOutOnlyForAPortThatFillsIt) {
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, WC_SUCCESS);
     EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_icrc), 0u);
-    // the same damage unflagged: dropped and counted, nothing completes
+    // nor is their IPv4 header checksum summed again: a wrong one, flagged, and the WRITE completes
+    // (unflagged, parse_frame rejects it: tests/wire/wire_parse_errors_test.cc)
+    ports[1]->damage_rx = false;
+    ports[1]->damage_ip_checksum = true;
+    wc = write(4);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_parse), 0u);
+    ports[1]->damage_ip_checksum = false;
+    ports[1]->damage_rx = true;
+    // the ICRC's damage unflagged: dropped and counted, nothing completes
     ports[1]->flag_rx = false;
     wc = write(3);
     EXPECT_TRUE(wc.empty() || wc[0].status != WC_SUCCESS);
