@@ -835,33 +835,31 @@ TEST(RcFrames, IcrcLeftOutOnlyForAPortThatFillsIt) {
       post(lb.a(), qa, wr);
       return lb.poll(lb.a(), 1, 1'000'000'000);
     };
+    auto completes = [&](uint64_t id) {
+      const auto wc = write(id);
+      return wc.size() == 1 && wc[0].status == WC_SUCCESS;
+    };
     // A's frames: without their ICRC and flagged exactly when its port fills it; B gets them whole
-    auto wc = write(1);
-    ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    EXPECT_TRUE(completes(1));
     EXPECT_GE(ports[0]->total_tx, 3u);
     EXPECT_EQ(ports[0]->tx_flagged, offload ? ports[0]->total_tx : 0u);
     EXPECT_EQ(ports[0]->tx_without_icrc, offload ? ports[0]->total_tx : 0u);
     EXPECT_EQ(ports[1]->tx_flagged + ports[1]->tx_without_icrc, 0u);
     // B receives damaged ICRCs flagged as absent: not checked, the WRITE completes
     ports[1]->damage_rx = ports[1]->flag_rx = true;
-    wc = write(2);
-    ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    EXPECT_TRUE(completes(2));
     EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_icrc), 0u);
     // nor is their IPv4 header checksum summed again: a wrong one, flagged, and the WRITE completes
     // (unflagged, parse_frame rejects it: tests/wire/wire_parse_errors_test.cc)
     ports[1]->damage_rx = false;
     ports[1]->damage_ip_checksum = true;
-    wc = write(4);
-    ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, WC_SUCCESS);
+    EXPECT_TRUE(completes(4));
     EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_parse), 0u);
     ports[1]->damage_ip_checksum = false;
     ports[1]->damage_rx = true;
     // the ICRC's damage unflagged: dropped and counted, nothing completes
     ports[1]->flag_rx = false;
-    wc = write(3);
+    const auto wc = write(3);
     EXPECT_TRUE(wc.empty() || wc[0].status != WC_SUCCESS);
     EXPECT_GE(lb.b().eng->counter(Counter::rx_drop_icrc), 3u);
   }
