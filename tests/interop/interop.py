@@ -555,12 +555,17 @@ def cmd_run(groups):
             res = run_case(c, st)
             # perftest -R makes two connections, the server listening anew for the second after the first
             # (its parameter exchange); a client faster than that server gets REJ 8 "invalid service ID" and
-            # fails, kernel against kernel too. Such a run is kept (failed/) and the case run once more.
-            if not res["ok"] and res.get("relisten_race") and c["tool"].startswith("ib_"):
+            # fails, kernel against kernel too. Such a run is kept (failed/) and the case run again, up to
+            # three more times: with the other tests running beside it on a loaded host the server's new
+            # listen can come late again (two runs in a row met it once, the guest's perftest client then
+            # crashing on the error, exit 139).
+            tries = 1
+            while not res["ok"] and res.get("relisten_race") and c["tool"].startswith("ib_") and tries < 4:
                 keep_failed(c)
                 log("  perftest's second connection found no listener (REJ 8): once more")
                 res = run_case(c, st)
-                res["notes"].append("the first run failed: REJ 8 to perftest's second connection")
+                tries += 1
+                res["notes"].append(f"run {tries}: those before met REJ 8 at perftest's second connection")
         except Exception as e:  # an infrastructure error fails this case, the others still run
             res = {"name": c["name"], "ok": False, "seconds": 0, "problems": [f"{type(e).__name__}: {e}"],
                    "notes": [], "frames": 0}
