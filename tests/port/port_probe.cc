@@ -146,7 +146,7 @@ Args parse_args(int argc, char** argv) {
     else
       die("unknown argument " + k);
   }
-  if (a.port == "local" ? a.ring_dir.empty() : a.ifname.empty() || a.cmd.empty())
+  if (a.cmd.empty() || (a.port == "local" ? a.ring_dir.empty() : a.ifname.empty()))
     die("usage: port_probe [--port auto|dpdk|socket] --if IFACE COMMAND | --port local --ring-dir DIR "
         "blast|sink");
   return a;
@@ -269,7 +269,7 @@ int run_local(const Args& a) {
       const uint32_t n = rx.rx_burst(bufs, kBurst);
       for (uint32_t i = 0; i < n; ++i) {
         // The payload: after Ethernet, IPv4, UDP and BTH (the ICRC is not on the ring).
-        constexpr uint32_t kHdr = 14 + 20 + 8 + 12;
+        constexpr uint32_t kHdr = wire::kEthLen + wire::kIpv4MinLen + wire::kUdpLen + wire::kBthLen;
         if (bufs[i].len <= kHdr) continue;
         const uint32_t plen = bufs[i].len - kHdr;
         if (at + plen > mr.size()) at = 0;
@@ -282,6 +282,7 @@ int run_local(const Args& a) {
       if (n) rx.rx_free(bufs, n);
     }
     const double el = frames ? secs_since(first) : 1;
+    // (check=: a byte of the copies, printed so that they cannot be left out as unused)
     printf("kind=local frames=%llu pps=%.0f gbit=%.2f check=%u\n", static_cast<unsigned long long>(frames),
            static_cast<double>(frames) / el, static_cast<double>(bytes) * 8 / el / 1e9, mr[at / 2]);
     return frames ? 0 : 1;
@@ -309,14 +310,14 @@ int run_local(const Args& a) {
     t0 = Clock::now();
     while (secs_since(t0) < a.seconds) {
       uint32_t n = 0;
-      while (n < kBurst && tx.push(tmpl.data(), flen - 4, true)) ++n;  // (without the ICRC's 4 bytes)
+      while (n < kBurst && tx.push(tmpl.data(), flen - wire::kIcrcLen, true)) ++n;  // (without the ICRC)
       tx.kick();
       sent += n;
       if (n < kBurst) ++full;
       if (tx.closed()) break;
     }
     const double el = secs_since(t0);
-    printf("kind=local frame=%u sent=%llu pps=%.0f full=%llu\n", flen - 4,
+    printf("kind=local frame=%u sent=%llu pps=%.0f full=%llu\n", flen - wire::kIcrcLen,
            static_cast<unsigned long long>(sent), static_cast<double>(sent) / el,
            static_cast<unsigned long long>(full));
     return 0;
