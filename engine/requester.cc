@@ -207,14 +207,14 @@ bool EngineImpl::requester_run(Qp& q) {
     if (!dst) break;  // port backpressure: try again next round
     if (payload) {
       const Sge* sges = q.sq_sges.data() + w.sge_base;
+      const bool gather = gathers(payload);
       if (inline_src) {
         std::memcpy(dst, inline_src, payload);
       } else if (const uint8_t* src = start_src && q.req.offset == 0 ? start_src
-                                      : gathers(payload)
-                                          ? sge_span(*this, q.pd, sges, w.num_sge, q.req.offset, payload)
-                                          : nullptr) {
+                                      : gather ? sge_span(*this, q.pd, sges, w.num_sge, q.req.offset, payload)
+                                               : nullptr) {
         // contiguous in one MR: left there for a port that gathers, else copied once
-        if (gathers(payload))
+        if (gather)
           gather_payload(src, payload);
         else
           std::memcpy(dst, src, payload);

@@ -245,12 +245,21 @@ uint8_t* write_transport(uint8_t* p, const FrameSpec& spec, const OpcodeInfo& in
   return p;
 }
 
+// The opcode's row when `spec` can carry `payload_len` bytes (a known opcode, a payload only where it takes
+// one, at most 64 KiB), with the BTH pad it needs; nullptr otherwise. Both build_headers start here.
+const OpcodeInfo* transport_of(const FrameSpec& spec, uint32_t payload_len, uint8_t& pad) {
+  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
+  if (!info.valid() || (!info.has_payload && payload_len != 0) || payload_len > 0xffffu) return nullptr;
+  pad = static_cast<uint8_t>(info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0);
+  return &info;
+}
+
 }  // namespace
 
 bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len, FrameLayout& layout) {
-  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
-  if (!info.valid() || (!info.has_payload && payload_len != 0)) return false;
-  if (payload_len > 0xffffu) return false;
+  uint8_t pad;
+  const OpcodeInfo* info = transport_of(spec, payload_len, pad);
+  if (!info) return false;
   const uint32_t total = frame_size(spec, payload_len);
   if (out.size() < total) return false;
   uint8_t* f = out.data();
@@ -259,8 +268,7 @@ bool build_headers(MutByteSpan out, const FrameSpec& spec, uint32_t payload_len,
   const uint32_t ip_hdr_len = ip_version == 4 ? kIpv4MinLen : kIpv6Len;
   uint32_t ipv4_sum;
   write_l2_l4(f, spec, ip_version, total - l3 - ip_hdr_len, ipv4_sum);
-  const uint8_t pad = static_cast<uint8_t>(info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0);
-  uint8_t* p = write_transport(f + l3 + ip_hdr_len + kUdpLen, spec, info, pad);
+  uint8_t* p = write_transport(f + l3 + ip_hdr_len + kUdpLen, spec, *info, pad);
   // Whole, in one assignment: zeroing it first and then setting fields made the compiler copy it through
   // the stack in overlapping pieces, each read waiting for the stores before it.
   layout = FrameLayout{.l3_offset = l3,
@@ -286,11 +294,10 @@ void make_prefix(const FrameSpec& spec, HeaderPrefix& prefix) {
 
 bool build_headers(MutByteSpan out, const HeaderPrefix& prefix, const FrameSpec& spec, uint32_t payload_len,
                    FrameLayout& layout) {
-  const OpcodeInfo& info = opcode_info(spec.bth.opcode);
-  if (!info.valid() || (!info.has_payload && payload_len != 0)) return false;
-  if (payload_len > 0xffffu) return false;
-  const uint8_t pad = static_cast<uint8_t>(info.has_payload ? ((4 - (payload_len & 3)) & 3) : 0);
-  const uint32_t total = prefix.len + kBthLen + info.ext_len + payload_len + pad + kIcrcLen;
+  uint8_t pad;
+  const OpcodeInfo* info = transport_of(spec, payload_len, pad);
+  if (!info) return false;
+  const uint32_t total = prefix.len + kBthLen + info->ext_len + payload_len + pad + kIcrcLen;
   if (out.size() < total) return false;
   uint8_t* f = out.data();
   // The usual IPv4 prefix without a tag in one fixed-size copy.
@@ -311,7 +318,7 @@ bool build_headers(MutByteSpan out, const HeaderPrefix& prefix, const FrameSpec&
     store_be16(ip + 4, static_cast<uint16_t>(udp_len));
   }
   store_be16(ip + prefix.ip_hdr_len + 4, static_cast<uint16_t>(udp_len));
-  uint8_t* p = write_transport(f + prefix.len, spec, info, pad);
+  uint8_t* p = write_transport(f + prefix.len, spec, *info, pad);
   layout = FrameLayout{.l3_offset = prefix.l3,
                        .ip_hdr_len = prefix.ip_hdr_len,
                        .payload_offset = static_cast<uint32_t>(p - f),
