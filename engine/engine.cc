@@ -335,7 +335,7 @@ void EngineImpl::tx_flush() {
 }
 
 void EngineImpl::rx_frame(PacketBuf& buf) {
-  wire::Packet pkt;
+  wire::Packet& pkt = rx_pkt;
   wire::ParseOptions opt;
   opt.verify_icrc = config.verify_icrc && !buf.icrc_absent;
   // A frame that came without its ICRC crossed shared memory from another urxe (the same-host path), which

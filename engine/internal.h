@@ -389,6 +389,9 @@ struct EngineImpl {
   bool mark_cqes = false;  // this round can hold ACKs or ACKs are held: cq_post keeps cq_marks
   bool cqe_unread() const;
   std::vector<PacketBuf> rx;
+  // The received frame being handled (rx_frame). parse_frame sets every field of it for each frame; kept
+  // here so that a frame's parse does not first construct one on the stack (272 bytes, twice per frame).
+  wire::Packet rx_pkt;
   uint64_t now = 0;
 
   Qp* cur_qp = nullptr;  // the QP being worked on (a received packet's, or progress()'s), for its counters
