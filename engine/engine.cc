@@ -569,7 +569,7 @@ bool EngineImpl::progress_round(Engine::Round round) {
   // always be the ones whose frames come last (and that a full queue drops), and when a shared path rate
   // lets only a few QPs send per round, the turns go round.
   // Words with bits are taken (summary first, then each word); a bit set meanwhile stays for the next round.
-  uint32_t nw = 0;
+  uint32_t nw = 0, n_active = 0;
   for (size_t s = 0; s < e.active_words.size(); s++) {
     uint64_t sum = e.active_words[s].load(std::memory_order_relaxed)
                        ? e.active_words[s].exchange(0, std::memory_order_acquire)
@@ -579,8 +579,15 @@ bool EngineImpl::progress_round(Engine::Round round) {
       sum &= sum - 1;
       const uint64_t bits = e.active[w].exchange(0, std::memory_order_acquire);
       if (bits) e.taken[nw++] = {w, bits};
+      n_active += static_cast<uint32_t>(__builtin_popcountll(bits));
     }
   }
+  // Each QP's turn sends at most visit_budget frames, so that one turn of every active QP stays near
+  // kRoundFrames frames: with tx_budget for each of 1,000 QPs a QP waited 64,000 frames (~250 ms through a
+  // veth) for its next turn, a message cut by a full port queue waited with its last packets (and the
+  // AckReq) unsent, and its retransmit timer ran out with nothing lost.
+  e.visit_budget =
+      std::clamp(kRoundFrames / std::max(n_active, 1u), std::min(4u, e.config.tx_budget), e.config.tx_budget);
   int64_t last_sender = -1;
   auto visit = [&](uint32_t word, uint64_t bits) {
     while (bits) {
@@ -592,7 +599,7 @@ bool EngineImpl::progress_round(Engine::Round round) {
       {
         const CurQp in_qp(e, qp);
         if (e.completer_run(*qp)) did = true;
-        if (e.responder_tx(*qp, e.config.tx_budget)) did = true;
+        if (e.responder_tx(*qp, e.visit_budget)) did = true;
         if (e.requester_run(*qp)) did = true;
         if (e.completer_run(*qp)) did = true;
       }
@@ -600,6 +607,10 @@ bool EngineImpl::progress_round(Engine::Round round) {
       if (sent != sent_before) last_sender = i;
       if (sent - sent_mark >= burst) {
         e.tx_flush();
+        // A round over many QPs lasts long (1,000 QPs with a window each: 64,000 frames, ~200 ms through
+        // a veth): the ACKs read below must restart the timers from now, not from the round's start, or
+        // every QP's retransmit timer is already due when the next round begins.
+        e.now = e.clock.now_ns();
         if (e.rx_drain(2 * burst)) did = true;
         sent_mark = sent;
       }

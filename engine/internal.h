@@ -392,6 +392,10 @@ struct EngineImpl {
   // The received frame being handled (rx_frame). parse_frame sets every field of it for each frame; kept
   // here so that a frame's parse does not first construct one on the stack (272 bytes, twice per frame).
   wire::Packet rx_pkt;
+  // Frames a QP may send in its turn of this round (progress_round: config.tx_budget, less when many QPs
+  // are active, so that a turn of all of them stays near kRoundFrames).
+  static constexpr uint32_t kRoundFrames = 1024;
+  uint32_t visit_budget = 64;
   uint64_t now = 0;
 
   Qp* cur_qp = nullptr;  // the QP being worked on (a received packet's, or progress()'s), for its counters
@@ -521,6 +525,16 @@ struct EngineImpl {
     if (const Qp::Rate* p = path_rate(qp); p && p->limited && p->next_send_ns > now)
       t = std::max(t, p->next_send_ns);
     return t;
+  }
+  // Whether qp is paced, asked again with the clock read now if the round's `now` says so. A round over many
+  // QPs lasts long and its `now` falls behind: one QP's frame moved the shared path's next_send_ns a
+  // microsecond past that `now`, and every later QP of the round then looked paced. With 1,000 QPs on a
+  // path limited far above what the veth carried, each round sent a frame or two, a QP's next frame waited
+  // past the retransmit timeout, and the timeouts cut the rates further (QPs failed with RETRY_EXC_ERR).
+  bool paced_now(const Qp& qp) {
+    if (!paced_until(qp)) return false;
+    now = clock.now_ns();
+    return paced_until(qp) != 0;
   }
   void rate_sent(Qp::Rate& r, uint32_t bytes) {
     if (!r.limited) return;

@@ -90,9 +90,11 @@ void EngineImpl::go_back(Qp& q, uint32_t psn) {
 
 bool EngineImpl::requester_run(Qp& q) {
   bool did = false;
-  uint32_t budget = config.tx_budget;
+  uint32_t budget = visit_budget;
   rp_update(q);
-  while (budget > 0 && !requester_blocked(q)) {
+  while (budget > 0) {
+    // paced by the round's clock: perhaps not by the clock of now (paced_now)
+    if (requester_blocked(q) && (!paced_until(q) || paced_now(q) || requester_blocked(q))) break;
     SendWqe& w = q.sq.at(q.req.idx);
     const WrInfo& info = wr_info(w.opcode);
     // A WQE of one SGE started in this pass: where its bytes are, from the check below (nothing can change
@@ -198,9 +200,11 @@ bool EngineImpl::requester_run(Qp& q) {
         spec.bth.se = (w.send_flags & SEND_SOLICITED) != 0;
       }
       // AckReq on the last packet, and every so often inside long messages: peers such as rxe only ACK
-      // on AckReq, and the window of unacknowledged PSNs must keep moving
+      // on AckReq, and the window of unacknowledged PSNs must keep moving. Also on the last packet of this
+      // turn (the QP's next turn may be a while away when many QPs share the port): what it sent is
+      // acknowledged meanwhile, instead of waiting, unanswered, for the rest of its message.
       const uint32_t every = std::min<uint32_t>(64, std::max<uint32_t>(1, config.max_unacked_psns / 2));
-      spec.bth.ack_req = q.type == QPT_RC && (last || q.req.noack_pkts + 1 >= every);
+      spec.bth.ack_req = q.type == QPT_RC && (last || q.req.noack_pkts + 1 >= every || budget == 1);
       if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req.offset;
     }
     uint8_t* dst = begin_frame(spec, payload, q.type == QPT_UD ? nullptr : &q.prefix);

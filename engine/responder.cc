@@ -563,7 +563,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
     while (r.pending) {
       // READ responses are the responder's data: paced like the requester's by the QP's DCQCN rate (CNPs
       // from the requester, whose receive side the responses congest)
-      if (budget == 0 || (paced && paced_until(q))) return did;
+      if (budget == 0 || (paced && paced_now(q))) return did;
       const uint64_t rest = r.length - r.cur_offset;
       const uint32_t len = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
       const bool first = r.cur_psn == r.start_psn;

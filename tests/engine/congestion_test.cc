@@ -204,6 +204,39 @@ TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
               static_cast<unsigned long long>(marked.cnps_handled), static_cast<double>(after.ns) / 1e3);
 }
 
+// A round over many QPs takes time, and the clock read at its start falls behind: a paced QP must be paced
+// by the clock of now, not by that reading, or each round lets one frame through whatever the rate (with
+// 1,000 QPs on one path through a veth, a QP's next frame then waited past its retransmit timeout). Here
+// every read of the clock finds it 10 us later, longer than a frame takes at the QP's rate (held at
+// 1-5 Gbit/s): one round sends many frames of a 64 KiB WRITE.
+TEST(Dcqcn, APacedQpIsPacedByTheClockOfNowWithinARound) {
+  EngineConfig cfg;
+  cfg.dcqcn.rp_max_rate = 10000;
+  cfg.dcqcn.rp_min_rate = 1000;  // a frame of 1 KiB at most ~9 us apart
+  cfg.dcqcn.np_rx_ring_mark_enable = 0;
+  Loopback lb(cfg, 1500, 4 << 20);
+  auto [qa, qb] = lb.connect(QPT_RC);
+  lb.link.latency_ns = 5'000;
+  ASSERT_TRUE(write_burst(lb, qa, 20, [] { return true; }).data_ok);
+  const uint32_t rate = lb.a().eng->qp_rate_mbps(qa);
+  ASSERT_GE(rate, 1000u);
+  ASSERT_LT(rate, 5000u);  // paced
+  lb.settle(1'000'000);
+  fill(lb.a().mem, 0, 65536, 3);
+  Sge sge{lb.a().addr(0), 65536, lb.a().mr.lkey};
+  post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(65536), lb.b().mr.rkey));
+  lb.link.clock.read_step_ns = 10'000;
+  const uint64_t sent0 = lb.a().eng->counter(Counter::sent_pkts);
+  lb.a().eng->progress();
+  const uint64_t sent = lb.a().eng->counter(Counter::sent_pkts) - sent0;
+  lb.link.clock.read_step_ns = 0;
+  EXPECT_GE(sent, 8u) << "rate " << rate << " Mbit/s";
+  const auto wc = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 65536, 65536));
+}
+
 // READ responses are the responder's data and are paced too: CE on them reaches the responder as CNPs
 // (from the requester, whose receive side they congest), and the same READs then take longer.
 TEST(Dcqcn, CnpsPaceTheResponderReadResponses) {

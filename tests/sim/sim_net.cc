@@ -115,13 +115,14 @@ void SimPort::release(int32_t slot) {
 
 bool SimPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
   auto lock = net_->guard();
-  int32_t s = refuse && refuse() ? -1 : grab(size);
+  int32_t s = (refuse && refuse()) || (tx_room && tx_room() == 0) ? -1 : grab(size);
   if (s < 0) {
     ++tx_alloc_failures_;
     return false;
   }
   slots_[s].state = kTxUser;
   ++held_;
+  ++tx_kept_;
   buf.data = slots_[s].data.get();
   buf.len = size;
   buf.opaque = encode(index_, s);
@@ -166,6 +167,7 @@ void SimPort::tx_free(engine::PacketBuf& buf) {
     sim_fatal("tx_free of a foreign buffer", p, s);
   if (slots_[s].state != kTxUser) sim_fatal("tx_free of a buffer not held", p, s);
   --held_;
+  --tx_kept_;
   release(s);
 }
 

@@ -33,9 +33,16 @@ class Rng {
 // Virtual time. `t` is public so a test can step the clock by hand between runs.
 class SimClock final : public engine::Clock {
  public:
-  uint64_t now_ns() const override { return t; }
+  uint64_t now_ns() const override {
+    const uint64_t v = t;
+    t += read_step_ns;
+    return v;
+  }
   void set(uint64_t now) { t = now; }
-  uint64_t t = 0;
+  mutable uint64_t t = 0;
+  // Each read finds the clock this much later: an engine round that takes time, as on a busy CPU (0: time
+  // moves only between rounds).
+  uint64_t read_step_ns = 0;
 };
 
 // Faults and timing of one direction of a link. Rates are probabilities per frame.
@@ -118,6 +125,7 @@ class SimPort final : public engine::Port {
   uint32_t pool_size() const { return static_cast<uint32_t>(slots_.size()); }
   uint32_t rx_pending() const { return rx_count_; }
   uint64_t tx_frames() const { return tx_frames_; }
+  uint64_t tx_kept() const { return tx_kept_; }  // buffers tx_alloc gave out and tx_free did not take back
   uint64_t rx_frames() const { return rx_frames_; }
   uint64_t tx_alloc_failures() const { return tx_alloc_failures_; }
   // Buffers currently held by the engine (allocated and not yet sent/freed, or received and not yet freed).
@@ -125,6 +133,10 @@ class SimPort final : public engine::Port {
   void set_line_rate(uint64_t bps) { cfg_.line_rate_bps = bps; }  // PortConfig::line_rate_bps
   // Backpressure: while it returns true, tx_alloc fails and tx_burst takes at most half of what it is given.
   std::function<bool()> refuse;
+  // A transmit queue of bounded room (a packet socket's ring, whose slots tx_alloc hands out and which the
+  // kernel empties in one go): tx_alloc fails while it returns 0. Whoever sets it wakes the net when room
+  // comes back (a Node's next_deadline).
+  std::function<uint32_t()> tx_room;
 
  private:
   friend class SimNet;
@@ -154,7 +166,7 @@ class SimPort final : public engine::Port {
   std::vector<RxEntry> rx_ring_;
   uint32_t rx_head_ = 0, rx_count_ = 0;
   uint32_t held_ = 0;
-  uint64_t tx_frames_ = 0, rx_frames_ = 0, tx_alloc_failures_ = 0;
+  uint64_t tx_frames_ = 0, rx_frames_ = 0, tx_alloc_failures_ = 0, tx_kept_ = 0;
   uint64_t nic_free_at_ = 0;  // line_rate_bps: when the last frame taken has left the NIC
   bool tx_refused_ = false;   // a tx_burst was cut short by the line rate: wake at nic_free_at_
 };
