@@ -582,12 +582,13 @@ bool EngineImpl::progress_round(Engine::Round round) {
       n_active += static_cast<uint32_t>(__builtin_popcountll(bits));
     }
   }
-  // Each QP's turn sends at most visit_budget frames, so that one turn of every active QP stays near
-  // kRoundFrames frames: with tx_budget for each of 1,000 QPs a QP waited 64,000 frames (~250 ms through a
-  // veth) for its next turn, a message cut by a full port queue waited with its last packets (and the
-  // AckReq) unsent, and its retransmit timer ran out with nothing lost.
+  // Each QP's turn sends at most visit_budget frames, so that a turn of every active QP stays near
+  // kRoundFrames frames (at least 8 each: a QP's visit costs, and 4 took a third off 1,000 QPs' rate at MTU
+  // 9000): with tx_budget for each of 1,000 QPs, a QP that pacing stopped in the middle of a message waited
+  // 64,000 frames (~250 ms through a veth) for its next turn, past the retransmit timeout, and the QPs
+  // first in a round got more than the others.
   e.visit_budget =
-      std::clamp(kRoundFrames / std::max(n_active, 1u), std::min(4u, e.config.tx_budget), e.config.tx_budget);
+      std::clamp(kRoundFrames / std::max(n_active, 1u), std::min(8u, e.config.tx_budget), e.config.tx_budget);
   int64_t last_sender = -1;
   auto visit = [&](uint32_t word, uint64_t bits) {
     while (bits) {
@@ -627,7 +628,13 @@ bool EngineImpl::progress_round(Engine::Round round) {
   }
   for (uint32_t k = 0; k < nw; k++)
     if (e.taken[k].word == sw) visit(sw, e.taken[k].bits & low);
-  if (last_sender >= 0) e.walk_start = static_cast<uint32_t>(last_sender) + 1;
+  // A QP that the full port (or its budget) stopped in the middle of a message goes first next round: its
+  // message's last packets carry the AckReq, and waiting for every other QP's turn first they waited past
+  // the retransmit timeout with nothing lost.
+  if (last_sender >= 0) {
+    const Qp* q = e.qps[static_cast<uint32_t>(last_sender)].load(std::memory_order_relaxed);
+    e.walk_start = static_cast<uint32_t>(last_sender) + (q && q->req.offset != 0 ? 0 : 1);
+  }
   // An app round that completed work and has only ACKs to send keeps them until the app answers: it
   // answers a completion (ib_send_lat: a SEND) within a microsecond or two, and the answer then leaves
   // first, in the same transmit call, instead of waiting for the ACKs' own (a veth's transmit also runs the

@@ -394,7 +394,7 @@ struct EngineImpl {
   wire::Packet rx_pkt;
   // Frames a QP may send in its turn of this round (progress_round: config.tx_budget, less when many QPs
   // are active, so that a turn of all of them stays near kRoundFrames).
-  static constexpr uint32_t kRoundFrames = 1024;
+  static constexpr uint32_t kRoundFrames = 8192;
   uint32_t visit_budget = 64;
   uint64_t now = 0;
 
