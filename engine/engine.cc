@@ -608,10 +608,6 @@ bool EngineImpl::progress_round(Engine::Round round) {
       if (sent != sent_before) last_sender = i;
       if (sent - sent_mark >= burst) {
         e.tx_flush();
-        // A round over many QPs lasts long (1,000 QPs with a window each: 64,000 frames, ~200 ms through
-        // a veth): the ACKs read below must restart the timers from now, not from the round's start, or
-        // every QP's retransmit timer is already due when the next round begins.
-        e.now = e.clock.now_ns();
         if (e.rx_drain(2 * burst)) did = true;
         sent_mark = sent;
       }
