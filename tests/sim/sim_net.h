@@ -35,7 +35,7 @@ class SimClock final : public engine::Clock {
  public:
   uint64_t now_ns() const override {
     const uint64_t v = t;
-    t += read_step_ns;
+    if (read_step_ns) t += read_step_ns;  // (no write otherwise: engines on several threads read it)
     return v;
   }
   void set(uint64_t now) { t = now; }
