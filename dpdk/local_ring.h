@@ -103,6 +103,7 @@ class LocalSender {
  private:
   struct Mapping* m_ = nullptr;
   uint32_t lane_ = 0;
+  uint32_t tail_seen_ = 0;  // the lane's tail when last read (it only grows)
   uint64_t owner_ = 0;
   int wake_wr_ = -1;
 };

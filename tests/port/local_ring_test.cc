@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +244,31 @@ TEST(LocalRing, LanesOfGoneSendersAreReclaimedOnlyOnceDrained) {
   EXPECT_TRUE(y.attach(d.path, "r", 21, err)) << err;
   // a live owner's lane is never reaped
   EXPECT_EQ(rx.reap([](uint64_t) { return true; }), 0u);
+  // The new owners carry on where the lanes' last frames left them (a's lane had one frame, b's none): three
+  // laps of each lane, in bursts that fill it, arrive whole and in order, and a full lane still refuses.
+  std::vector<uint8_t> f;
+  uint32_t next_in[2] = {0, 0}, next_out[2] = {0, 0};
+  engine::PacketBuf got[16];
+  for (int burst = 0; burst < 2 * 3 * 128 / 16 + 2; burst++) {
+    for (uint32_t s = 0; s < 2; s++) {
+      LocalSender& tx = s == 0 ? x : y;
+      while (true) {
+        fill(f, s, next_in[s]);
+        if (!tx.push(f.data(), static_cast<uint32_t>(f.size()))) break;
+        next_in[s]++;
+      }
+    }
+    EXPECT_EQ(next_in[0] - next_out[0], p.slots) << "a lane holds its slots";
+    const uint32_t n = rx.rx_burst(got, 16);
+    ASSERT_EQ(n, 16u);
+    for (uint32_t i = 0; i < n; i++) {
+      const auto [s, seq] = check(got[i]);
+      ASSERT_LT(s, 2u);
+      EXPECT_EQ(seq, next_out[s]++);
+    }
+    rx.rx_free(got, n);
+  }
+  EXPECT_GE(std::min(next_out[0], next_out[1]), 3u * 128u);
 }
 
 TEST(LocalRing, AClosedReceiverOrAForeignFileIsRefused) {
