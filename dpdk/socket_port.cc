@@ -331,7 +331,7 @@ int SocketPort::send_gso(engine::PacketBuf* bufs, uint32_t k) {
   for (uint32_t i = 0; i < k; ++i) {
     engine::PacketBuf& b = bufs[i];
     if (hdr == 42 && i > 0) {
-      wire::set_gso_segment_headers(b.data, hdr, b.len - hdr, id0, i);
+      wire::set_gso_segment_headers(b.data, hdr, b.len - hdr, id0, i, true);  // (the engine's frame)
       b.icrc_absent = true;  // its ICRC covers the ID
     }
     if (b.icrc_absent) {
@@ -343,7 +343,7 @@ int SocketPort::send_gso(engine::PacketBuf* bufs, uint32_t k) {
   }
   uint8_t head[64];
   std::memcpy(head, f0, hdr);
-  wire::set_gso_segment_headers(head, hdr, payload, id0, 0);
+  wire::set_gso_segment_headers(head, hdr, payload, id0, 0, true);
   // CHECKSUM_PARTIAL: the UDP checksum field holds the pseudo-header sum, the kernel completes each
   // segment's (a UDP checksum is allowed on RoCEv2; the ICRC does not cover it).
   uint32_t sum =

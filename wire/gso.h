@@ -19,9 +19,10 @@ uint32_t gso_headers_len(const uint8_t* frame, uint32_t len);
 
 // Gives the headers at `frame` (hdr bytes, as gso_headers_len) what segment `index` of a batch whose
 // first IPv4 ID is `ipv4_id0` carries, for `payload` UDP payload bytes: IP length, IPv4 ID and header
-// checksum, UDP length. The UDP checksum is left as it is.
+// checksum, UDP length. The UDP checksum is left as it is. checksum_valid: the IPv4 header checksum there
+// is right for the header as it is, and is updated for the words that change instead of summed again.
 void set_gso_segment_headers(uint8_t* frame, uint32_t hdr, uint32_t payload, uint16_t ipv4_id0,
-                             uint32_t index);
+                             uint32_t index, bool checksum_valid = false);
 
 // Writes at `out` the headers segment `index` of the datagram whose headers are at `datagram` (hdr bytes)
 // carries with `payload` UDP payload bytes: set_gso_segment_headers with the datagram's IPv4 ID as the
