@@ -17,7 +17,9 @@
 # URXE_TEST_LINK_OPTS: more `urxe link add` options for both devices. URXE_TEST_PCAP=1: both processes
 # capture (URXE_PCAP), every frame passing `urxe pcap decode --strict`. URXE_TEST_NO_USO=1: both veth ends
 # without UDP segmentation offload (as a VM's virtio-net, many NICs), so the socket port's UDP GSO runs are
-# cut by the sending kernel; both sides' notices must say so.
+# cut by the sending kernel; both sides' notices must say so. URXE_TEST_ONE_CPU=1: each side's app (and so its
+# progress thread) confined to one CPU of its own (taskset; CPU 0 for both on a one-CPU machine), as in a
+# one-vCPU guest or a container pinned to a core: the progress thread's one-CPU rules.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 . "$(dirname "$0")/../lib/check.sh"
@@ -56,6 +58,12 @@ sent_pkts() {  # sent_pkts NS DEV
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
+pin_a="" pin_b=""
+if [ "${URXE_TEST_ONE_CPU:-0}" = 1 ]; then
+  pin_a="taskset -c 0"
+  pin_b="taskset -c $(($(nproc) > 1 ? 1 : 0))"
+fi
+
 fail=0
 t_all=$(now)
 for app in "$@"; do
@@ -81,14 +89,14 @@ for app in "$@"; do
     export URXE_PCAP="$tmp/pcap"
   fi
   # shellcheck disable=SC2086
-  side $a va "$tmp/server" $app &
+  side $a va "$tmp/server" $pin_a $app &
   srv=$!
   netns_wait_listen $srv $a  # the server listens on TCP 18515 (ibverbs-utils, perftest)
   (
     export NETNS_URXE_DEV=urxe$shared
     [ -z "${UCX_NET_DEVICES:-}" ] || export UCX_NET_DEVICES="$(echo "$UCX_NET_DEVICES" | sed "s/urxe0/urxe$shared/")"
     # shellcheck disable=SC2086
-    side $b vb "$tmp/client" $capp 10.88.0.1
+    side $b vb "$tmp/client" $pin_b $capp 10.88.0.1
   ) &
   cli=$!
   flap_missed=0
