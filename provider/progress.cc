@@ -98,31 +98,6 @@ void ContextState::run() {
   // 1,036-1,053 -> 630-672 (kernel rxe in the same guests: ~540 and ~510). Natively, each process pinned
   // to a core of its own: unchanged within the noise (ib_send_lat 5.9-8.9 -> 5.7-7.8 us).
   const uint64_t step_ns = one_cpu ? kNapNs : kBusyNapNs;
-  // On one CPU every wake-up of this thread also takes the CPU from the app. Asleep on the port while the
-  // app busy-polls, the thread was woken by each arriving frame, which the app would have read in its next
-  // poll anyway: in the 1-vCPU TCG guests of tools/rxe-peer a build that never waited on the port took
-  // ib_send_lat from 1.66x kernel rxe's to 1.37x, and ib_write_lat to 13x (its WRITEs waited for the
-  // thread's timer). So there, the thread waits without the port (at most kNapNs) while the app polled on
-  // through its last wait, no CQ is armed (an app may block on its channel: req_notify_cq wakes the thread,
-  // cq_armed) and no WRITE was placed in memory for kWriteQuietNs: that is the frame an app may wait for by
-  // spinning on the memory instead of polling (ib_write_lat, MPI's eager protocols), which only this thread
-  // can then deliver. (A first WRITE after a quiet spell waits for the end of a wait, at most kNapNs.) In
-  // those guests, 2 rounds: ib_send_lat 1.34x rxe, ib_write_lat 1.67x (unchanged), the bandwidth rows
-  // unchanged or better.
-  constexpr uint64_t kWriteQuietNs = 50'000'000;
-  uint64_t polls_at_wait = 0, writes_seen = 0, write_seen_ns = 0;
-  // Whether the next wait may leave the port out; call once per wait, just before it.
-  auto port_unneeded = [&](uint64_t now) {
-    const uint64_t polls = app_polls.load(std::memory_order_relaxed), writes = engine->writes_placed();
-    const bool drove = polls - polls_at_wait >= kDrivingPolls;
-    polls_at_wait = polls;
-    if (writes != writes_seen) {
-      writes_seen = writes;
-      write_seen_ns = now;
-    }
-    return one_cpu && port_fd >= 0 && drove && now - write_seen_ns >= kWriteQuietNs &&
-           armed_cqs.load(std::memory_order_seq_cst) == 0;
-  };
   uint64_t busy_nap_ns = step_ns;
   // The thread never waits for the engine lock: an app thread holding it (poll_cq's inline round, a post's)
   // is doing the work, and blocking on the mutex would cost two context switches per round on 2 cores (the
@@ -197,13 +172,12 @@ void ContextState::run() {
       if (wait_ns) {
         ++n_naps;
         // A frame still wakes the nap: an app may spin on memory a peer WRITEs (ib_write_lat) and
-        // make no poll that would run the engine for it. (On one CPU, not while port_unneeded.)
-        const bool with_port = !port_unneeded(now);
-        if (with_port) port->rx_wait_arm(true);
+        // make no poll that would run the engine for it.
+        port->rx_wait_arm(true);
         // One more round after arming: a frame that came in between the last round and the arming found
         // no sleeper to wake (the same-host path's rings wake only an armed receiver).
-        if (!engine->try_progress(nullptr, en::Engine::Round::thread)) wait_fds(with_port, port_fd, wait_ns);
-        if (with_port) port->rx_wait_arm(false);
+        if (!engine->try_progress(nullptr, en::Engine::Round::thread)) wait_fds(true, port_fd, wait_ns);
+        port->rx_wait_arm(false);
       }
       sleep_mode.store(kAwake, std::memory_order_relaxed);
       idle_since = 0;
@@ -221,15 +195,12 @@ void ContextState::run() {
       app_in_engine = busy;
       continue;
     }
-    // Without the port (one CPU, port_unneeded) the wait is a nap as while the app drives: at most kNapNs,
-    // the app's polls and posts doing the work meanwhile, its req_notify_cq ending it.
-    const bool with_port = !port_unneeded(t);
-    if (with_port) port->rx_wait_arm(true);
+    port->rx_wait_arm(true);
     sleep_until.store(0, std::memory_order_relaxed);
-    sleep_mode.store(with_port ? kSleeping : kNapping, std::memory_order_seq_cst);
+    sleep_mode.store(kSleeping, std::memory_order_seq_cst);
     if (engine->try_progress(nullptr, en::Engine::Round::thread) || stop.load() || app_driving(idle_polls)) {
       sleep_mode.store(kAwake);
-      if (with_port) port->rx_wait_arm(false);
+      port->rx_wait_arm(false);
       idle_since = 0;
       continue;
     }
@@ -237,17 +208,16 @@ void ContextState::run() {
     // Sleep until the engine's next deadline, at most kMaxSleepNs (posts compare their timers with it:
     // doorbell); without a port fd, at most 20 us. A post whose round ran after the deadline was read
     // either loads sleep_until before this store (0: it wakes us) or compares with the value stored here.
-    const uint64_t deadline =
-        std::min(engine->next_deadline_ns(false), now + (with_port ? kMaxSleepNs : kNapNs));
+    const uint64_t deadline = std::min(engine->next_deadline_ns(false), now + kMaxSleepNs);
     sleep_until.store(deadline, std::memory_order_seq_cst);
     uint64_t wait_ns = deadline > now ? deadline - now : 0;
     if (port_fd < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);
-    wait_fds(with_port, port_fd, wait_ns);
-    ++(with_port ? n_sleeps : n_naps);
+    wait_fds(true, port_fd, wait_ns);
+    ++n_sleeps;
     const uint64_t woke = clock.now_ns();
     sleep_until.store(0, std::memory_order_relaxed);
     sleep_mode.store(kAwake);
-    if (with_port) port->rx_wait_arm(false);
+    port->rx_wait_arm(false);
     // How soon work came. Where the port knows when the frame that woke us was sent (the same-host path's
     // kick), that time: had we spun that long, we would have caught it; the spin then grows at the next
     // idle look if that was a stream (kStreamFrames). Else when we woke, which adds the wake-up's latency
