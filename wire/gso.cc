@@ -44,7 +44,8 @@ void set_gso_segment_headers(uint8_t* f, uint32_t hdr, uint32_t payload, uint16_
     const auto id = static_cast<uint16_t>(ipv4_id0 + index);
     if (checksum_valid) {
       // RFC 1624 (eqn. 3): HC' = ~(~HC + ~m + m') over the words that change, from what is there (summing
-      // the header again read back the words just stored, each load waiting for its stores).
+      // the header again read back the words just stored, each load waiting for its stores). From a sum
+      // that was computed (never 0xffff) this gives exactly what summing again gives, -0 included.
       uint32_t sum = uint32_t{static_cast<uint16_t>(~load_be16(ip + 10))} +
                      static_cast<uint16_t>(~load_be16(ip + 2)) + len +
                      static_cast<uint16_t>(~load_be16(ip + 4)) + id;
