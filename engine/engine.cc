@@ -780,6 +780,10 @@ uint32_t Engine::qp_rate_mbps(uint32_t qpn) const {
   return rc > 0 ? static_cast<uint32_t>(std::max(1.0, rc)) : 0;
 }
 
+uint64_t Engine::writes_placed() const {
+  return std::atomic_ref<uint64_t>(impl_->writes_placed).load(std::memory_order_relaxed);
+}
+
 uint64_t Engine::counter(Counter c) const {
   const auto i = static_cast<size_t>(c);
   return i < static_cast<size_t>(Counter::num_counters)

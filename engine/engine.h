@@ -386,6 +386,9 @@ class Engine {
   uint64_t next_deadline_ns(bool wait_for_lock = true, bool* lock_busy = nullptr) const;
 
   uint64_t counter(Counter c) const;
+  // WRITE messages placed in memory without a completion so far (an app may poll that memory, not its CQ):
+  // read by the provider's thread without the lock.
+  uint64_t writes_placed() const;
   // One QP's share of the counters (num_counters values into out: what happened while the engine worked on
   // that QP; frames dropped before a QP was found count only in counter()) and its state. EINVAL: no such QP.
   int qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const;

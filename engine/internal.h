@@ -374,7 +374,9 @@ struct EngineImpl {
   std::atomic<bool> held_any{false};
   uint64_t cq_posts = 0;     // completions written (a round that wrote none holds no ACK)
   uint64_t comp_events = 0;  // completion events raised (a round that raised one holds no ACK)
-  uint64_t writes_placed = 0;    // WRITE messages placed without a completion (an app may poll that memory)
+  // WRITE messages placed without a completion (an app may poll that memory); written under the engine
+  // lock, read without it (Engine::writes_placed)
+  alignas(8) uint64_t writes_placed = 0;
   bool held_for_write = false;   // the held ACKs wait for the answer to a WRITE, not to a completion
   uint32_t write_hold_skip = 0;  // rounds placing WRITEs still to go unheld since a hold went unanswered
   static constexpr uint32_t kWriteHoldBackoff = 64;

@@ -232,7 +232,10 @@ struct Responder {
     }
     q.resp.in_msg = InMsg::none;
     q.resp.msn = wire::psn_add(q.resp.msn, 1);
-    if (!info.with_imm) e.writes_placed++;
+    if (!info.with_imm) {
+      std::atomic_ref<uint64_t> placed(e.writes_placed);
+      placed.store(placed.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
     if (info.with_imm) {
       uint32_t imm = 0;
       uint8_t b[4];

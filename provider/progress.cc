@@ -98,6 +98,36 @@ void ContextState::run() {
   // 1,036-1,053 -> 630-672 (kernel rxe in the same guests: ~540 and ~510). Natively, each process pinned
   // to a core of its own: unchanged within the noise (ib_send_lat 5.9-8.9 -> 5.7-7.8 us).
   const uint64_t step_ns = one_cpu ? kNapNs : kBusyNapNs;
+  // On one CPU every wake-up of this thread also takes the CPU from the app. Asleep on the port while the
+  // app busy-polls, the thread was woken by each arriving frame, which the app would have read in its next
+  // poll anyway (natively, pinned: 11,000-17,000 wake-ups a second during ib_send_lat), and a timer that
+  // ends its waits every 1 ms cost as much. So there, while the app polled on through the thread's last
+  // wait, no CQ is armed (an app may block on its channel: req_notify_cq ends the wait, cq_armed) and no
+  // WRITE was placed in memory for kWriteQuietNs, the thread waits without the port and for up to
+  // kQuietNapNs ("quiet"). A WRITE is the frame an app may wait for by spinning on memory instead of polling
+  // (ib_write_lat, MPI's eager protocols), which only this thread can deliver: the first one after a quiet
+  // spell, or a frame that comes once the app stopped polling without arming a CQ, waits for the end of
+  // that wait (the next wait then has the port again). Measured in interleaved pairs (URXE_DEBUG counters:
+  // the thread's wake-ups by the port 250-960 -> 0-4 a run): in the 1-vCPU TCG guests of tools/rxe-peer
+  // ib_send_lat 64 B typical 8 of 8 pairs faster (median of the pairs 572 -> 466 us and 819 -> 529), where
+  // the same rule with 1 ms waits left it as it was (572 -> 569); natively with each process pinned to one
+  // core, average 4.9-5.4 -> 3.7-4.2 us, p99 12-14 -> 7.5-9.9. ib_write_lat unchanged.
+  constexpr uint64_t kWriteQuietNs = 50'000'000;
+  uint64_t polls_at_wait = 0, writes_seen = 0, write_seen_ns = 0;
+  bool quiet = false;  // port_unneeded's last answer
+  // Whether the next wait may leave the port out; call once per wait, just before it.
+  auto port_unneeded = [&](uint64_t now) {
+    const uint64_t polls = app_polls.load(std::memory_order_relaxed), writes = engine->writes_placed();
+    const bool drove = polls - polls_at_wait >= kDrivingPolls;
+    polls_at_wait = polls;
+    if (writes != writes_seen) {
+      writes_seen = writes;
+      write_seen_ns = now;
+    }
+    quiet = one_cpu && port_fd >= 0 && drove && now - write_seen_ns >= kWriteQuietNs &&
+            armed_cqs.load(std::memory_order_seq_cst) == 0;
+    return quiet;
+  };
   uint64_t busy_nap_ns = step_ns;
   // The thread never waits for the engine lock: an app thread holding it (poll_cq's inline round, a post's)
   // is doing the work, and blocking on the mutex would cost two context switches per round on 2 cores (the
@@ -157,13 +187,14 @@ void ContextState::run() {
             false, port_fd,
             engine->acks_held() && !one_cpu ? std::min(busy_nap_ns, en::Engine::kAckHoldNs) : busy_nap_ns);
         if (armed_cqs.load(std::memory_order_relaxed) == 0 || app_driving(polls_before))
-          busy_nap_ns = std::min(2 * busy_nap_ns, kNapNs);
+          busy_nap_ns = std::min(2 * busy_nap_ns, quiet ? kQuietNapNs : kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
       }
       busy_nap_ns = step_ns;
-      uint64_t wait_ns = deadline > now ? std::min(deadline - now, kNapNs) : 0;
+      const bool with_port = !port_unneeded(now);
+      uint64_t wait_ns = deadline > now ? std::min(deadline - now, with_port ? kNapNs : kQuietNapNs) : 0;
       // An app that armed a CQ may block on its channel (a req_notify_cq after kNapping wakes the nap:
       // cq_armed). The frames that would complete its work end the nap (below); a port without a wait fd
       // cannot end it, so naps stay short there while a CQ is armed.
@@ -172,12 +203,12 @@ void ContextState::run() {
       if (wait_ns) {
         ++n_naps;
         // A frame still wakes the nap: an app may spin on memory a peer WRITEs (ib_write_lat) and
-        // make no poll that would run the engine for it.
-        port->rx_wait_arm(true);
+        // make no poll that would run the engine for it. (On one CPU, not while port_unneeded.)
+        if (with_port) port->rx_wait_arm(true);
         // One more round after arming: a frame that came in between the last round and the arming found
         // no sleeper to wake (the same-host path's rings wake only an armed receiver).
-        if (!engine->try_progress(nullptr, en::Engine::Round::thread)) wait_fds(true, port_fd, wait_ns);
-        port->rx_wait_arm(false);
+        if (!engine->try_progress(nullptr, en::Engine::Round::thread)) wait_fds(with_port, port_fd, wait_ns);
+        if (with_port) port->rx_wait_arm(false);
       }
       sleep_mode.store(kAwake, std::memory_order_relaxed);
       idle_since = 0;
@@ -195,12 +226,15 @@ void ContextState::run() {
       app_in_engine = busy;
       continue;
     }
-    port->rx_wait_arm(true);
+    // Without the port (one CPU, port_unneeded) the wait is a nap as while the app drives: at most
+    // kQuietNapNs, the app's polls and posts doing the work meanwhile, its req_notify_cq ending it.
+    const bool with_port = !port_unneeded(t);
+    if (with_port) port->rx_wait_arm(true);
     sleep_until.store(0, std::memory_order_relaxed);
-    sleep_mode.store(kSleeping, std::memory_order_seq_cst);
+    sleep_mode.store(with_port ? kSleeping : kNapping, std::memory_order_seq_cst);
     if (engine->try_progress(nullptr, en::Engine::Round::thread) || stop.load() || app_driving(idle_polls)) {
       sleep_mode.store(kAwake);
-      port->rx_wait_arm(false);
+      if (with_port) port->rx_wait_arm(false);
       idle_since = 0;
       continue;
     }
@@ -208,16 +242,17 @@ void ContextState::run() {
     // Sleep until the engine's next deadline, at most kMaxSleepNs (posts compare their timers with it:
     // doorbell); without a port fd, at most 20 us. A post whose round ran after the deadline was read
     // either loads sleep_until before this store (0: it wakes us) or compares with the value stored here.
-    const uint64_t deadline = std::min(engine->next_deadline_ns(false), now + kMaxSleepNs);
+    const uint64_t deadline =
+        std::min(engine->next_deadline_ns(false), now + (with_port ? kMaxSleepNs : kQuietNapNs));
     sleep_until.store(deadline, std::memory_order_seq_cst);
     uint64_t wait_ns = deadline > now ? deadline - now : 0;
     if (port_fd < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);
-    wait_fds(true, port_fd, wait_ns);
-    ++n_sleeps;
+    wait_fds(with_port, port_fd, wait_ns);
+    ++(with_port ? n_sleeps : n_naps);
     const uint64_t woke = clock.now_ns();
     sleep_until.store(0, std::memory_order_relaxed);
     sleep_mode.store(kAwake);
-    port->rx_wait_arm(false);
+    if (with_port) port->rx_wait_arm(false);
     // How soon work came. Where the port knows when the frame that woke us was sent (the same-host path's
     // kick), that time: had we spun that long, we would have caught it; the spin then grows at the next
     // idle look if that was a stream (kStreamFrames). Else when we woke, which adds the wake-up's latency
