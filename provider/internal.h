@@ -247,8 +247,8 @@ struct ContextState final : urxe::provider::LoggingSink {
   // sleep on the port's rx fd and the doorbell.
   enum SleepMode : int { kAwake = 0, kSleeping = 1, kNapping = 2 };
   static constexpr uint64_t kNapNs = 1000000;
-  // On one CPU, while the app polls and nothing needs the thread to watch the port (progress.cc, "quiet"):
-  // its waits and steps aside last up to this long.
+  // On at most two CPUs, while the app polls and nothing needs the thread to watch the port (progress.cc,
+  // "quiet"): its waits and steps aside last up to this long.
   static constexpr uint64_t kQuietNapNs = 8000000;
   // An app thread is in the engine: step aside this long at first (doubling up to kNapNs while that goes
   // on). Shorter costs the apps a preemption by this thread's timer more often (ib_send_lat 64 B over a

@@ -65,7 +65,8 @@ void ContextState::run() {
   constexpr uint64_t kIdleAppSpinNs = 100000, kAppCpuEveryNs = 1000000;
   uint64_t max_spin_ns = 20000, idle_app_spin_ns = kIdleAppSpinNs;
   cpu_set_t cpus;
-  const bool one_cpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) == 1;
+  const int ncpus = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  const bool one_cpu = ncpus == 1;
   if (one_cpu) max_spin_ns = idle_app_spin_ns = 0;
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
     max_spin_ns = idle_app_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
@@ -98,20 +99,23 @@ void ContextState::run() {
   // 1,036-1,053 -> 630-672 (kernel rxe in the same guests: ~540 and ~510). Natively, each process pinned
   // to a core of its own: unchanged within the noise (ib_send_lat 5.9-8.9 -> 5.7-7.8 us).
   const uint64_t step_ns = one_cpu ? kNapNs : kBusyNapNs;
-  // On one CPU every wake-up of this thread also takes the CPU from the app. Asleep on the port while the
-  // app busy-polls, the thread was woken by each arriving frame, which the app would have read in its next
-  // poll anyway (natively, pinned: 11,000-17,000 wake-ups a second during ib_send_lat), and a timer that
-  // ends its waits every 1 ms cost as much. So there, while the app polled on through the thread's last
-  // wait, no CQ is armed (an app may block on its channel: req_notify_cq ends the wait, cq_armed) and no
-  // WRITE was placed in memory for kWriteQuietNs, the thread waits without the port and for up to
-  // kQuietNapNs ("quiet"). A WRITE is the frame an app may wait for by spinning on memory instead of polling
-  // (ib_write_lat, MPI's eager protocols), which only this thread can deliver: the first one after a quiet
-  // spell, or a frame that comes once the app stopped polling without arming a CQ, waits for the end of
-  // that wait (the next wait then has the port again). Measured in interleaved pairs (URXE_DEBUG counters:
-  // the thread's wake-ups by the port 250-960 -> 0-4 a run): in the 1-vCPU TCG guests of tools/rxe-peer
-  // ib_send_lat 64 B typical 8 of 8 pairs faster (median of the pairs 572 -> 466 us and 819 -> 529), where
-  // the same rule with 1 ms waits left it as it was (572 -> 569); natively with each process pinned to one
-  // core, average 4.9-5.4 -> 3.7-4.2 us, p99 12-14 -> 7.5-9.9. ib_write_lat unchanged.
+  // With no idle CPU for it, every wake-up of this thread takes a CPU from an app: on one CPU its own; on
+  // two, once two processes busy-poll (this machine's case: an app and its peer), one of theirs. Asleep on
+  // the port while its app busy-polls, the thread was woken by each arriving frame, which the app would
+  // have read in its next poll anyway (natively, pinned: 11,000-17,000 wake-ups a second during
+  // ib_send_lat), and on one CPU a timer that ended its waits every 1 ms cost as much. So on at most two
+  // CPUs, while the app polled on through the thread's last wait, no CQ is armed (an app may block on its
+  // channel: req_notify_cq ends the wait, cq_armed) and no WRITE was placed in memory for kWriteQuietNs,
+  // the thread waits without the port and for up to kQuietNapNs ("quiet"). A WRITE is the frame an app may
+  // wait for by spinning on memory instead of polling (ib_write_lat, MPI's eager protocols), which only
+  // this thread can deliver: the first one after a quiet spell, or a frame that comes once the app stopped
+  // polling without arming a CQ, waits for the end of that wait (the next wait then has the port again).
+  // Measured in interleaved pairs, ib_send_lat 64 B: in the 1-vCPU TCG guests of tools/rxe-peer typical
+  // faster in 8 of 8 pairs (median of the pairs 572 -> 466 us and 819 -> 529; the thread's wake-ups by the
+  // port 248-532 -> 0-4 a run), where waits of at most 1 ms left it as it was (572 -> 569); natively with
+  // each process pinned to one core, average 4.9-5.4 -> 3.7-4.2 us, p99 12-14 -> 7.5-9.9; natively on the
+  // two cores unpinned, average lower in 13 of 14 pairs (median 4.6 -> 3.7 us), p99 median 12.9 -> 9.1
+  // (1 ms waits: 3 of 4). ib_write_lat unchanged.
   constexpr uint64_t kWriteQuietNs = 50'000'000;
   uint64_t polls_at_wait = 0, writes_seen = 0, write_seen_ns = 0;
   bool quiet = false;  // port_unneeded's last answer
@@ -124,7 +128,7 @@ void ContextState::run() {
       writes_seen = writes;
       write_seen_ns = now;
     }
-    quiet = one_cpu && port_fd >= 0 && drove && now - write_seen_ns >= kWriteQuietNs &&
+    quiet = ncpus >= 1 && ncpus <= 2 && port_fd >= 0 && drove && now - write_seen_ns >= kWriteQuietNs &&
             armed_cqs.load(std::memory_order_seq_cst) == 0;
     return quiet;
   };
@@ -203,7 +207,7 @@ void ContextState::run() {
       if (wait_ns) {
         ++n_naps;
         // A frame still wakes the nap: an app may spin on memory a peer WRITEs (ib_write_lat) and
-        // make no poll that would run the engine for it. (On one CPU, not while port_unneeded.)
+        // make no poll that would run the engine for it. (Not while port_unneeded.)
         if (with_port) port->rx_wait_arm(true);
         // One more round after arming: a frame that came in between the last round and the arming found
         // no sleeper to wake (the same-host path's rings wake only an armed receiver).
@@ -226,7 +230,7 @@ void ContextState::run() {
       app_in_engine = busy;
       continue;
     }
-    // Without the port (one CPU, port_unneeded) the wait is a nap as while the app drives: at most
+    // Without the port (port_unneeded) the wait is a nap as while the app drives: at most
     // kQuietNapNs, the app's polls and posts doing the work meanwhile, its req_notify_cq ending it.
     const bool with_port = !port_unneeded(t);
     if (with_port) port->rx_wait_arm(true);
