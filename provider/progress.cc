@@ -100,31 +100,23 @@ void ContextState::run() {
   // to a core of its own: unchanged within the noise (ib_send_lat 5.9-8.9 -> 5.7-7.8 us).
   const uint64_t step_ns = one_cpu ? kNapNs : kBusyNapNs;
   // With no idle CPU for it, every wake-up of this thread takes a CPU from an app: on one CPU its own; on
-  // two, once two processes busy-poll (this machine's case: an app and its peer), one of theirs. Asleep on
-  // the port while its app busy-polls, the thread was woken by each arriving frame, which the app would
-  // have read in its next poll anyway (natively, pinned: 11,000-17,000 wake-ups a second during
-  // ib_send_lat), and on one CPU a timer that ended its waits every 1 ms cost as much. So on at most two
-  // CPUs, while the app polled on through the thread's last wait, no CQ is armed (an app may block on its
-  // channel: req_notify_cq ends the wait, cq_armed) and no WRITE was placed in memory for kWriteQuietNs,
-  // the thread waits without the port and for up to kQuietNapNs ("quiet"). A WRITE is the frame an app may
-  // wait for by spinning on memory instead of polling (ib_write_lat, MPI's eager protocols), which only
-  // this thread can deliver: the first one after a quiet spell, or a frame that comes once the app stopped
-  // polling without arming a CQ, waits for the end of that wait (the next wait then has the port again).
-  // Measured in interleaved pairs, ib_send_lat 64 B: in the 1-vCPU TCG guests of tools/rxe-peer typical
-  // faster in 8 of 8 pairs (median of the pairs 572 -> 466 us and 819 -> 529; the thread's wake-ups by the
-  // port 248-532 -> 0-4 a run), where waits of at most 1 ms left it as it was (572 -> 569); natively with
-  // each process pinned to one core, average 4.9-5.4 -> 3.7-4.2 us, p99 12-14 -> 7.5-9.9; natively on the
-  // two cores unpinned, average lower in 13 of 14 pairs (median 4.6 -> 3.7 us), p99 median 12.9 -> 9.1
-  // (1 ms waits: 3 of 4). ib_write_lat unchanged.
-  // Polling on means busy-polling, and on a CPU: at least one poll per kQuietPollGapNs on average since the
-  // last wait, and the app's threads on a CPU for 3/4 of that time. An app that sleeps between polls (a
-  // usleep after an empty one) reads frames only at its polls, and an app that other processes keep off
-  // the CPUs reads them only when it is back: their peers would wait as long for the ACKs and answers,
-  // which this thread, woken by the frame, gives them sooner. (With two CPU hogs beside the two
-  // processes, a rule without the CPU time had ib_send_lat runs of 2.4 ms typical, p99 8 ms.)
-  constexpr uint64_t kWriteQuietNs = 50'000'000, kQuietPollGapNs = 50'000;
+  // two, once two processes busy-poll, one of theirs. Asleep on the port, the thread is woken by each frame
+  // that arrives while its app busy-polls and would read that frame itself (11,000-17,000 times a second
+  // during ib_send_lat). So on at most two CPUs ("quiet"), while the app busy-polled through the thread's
+  // last wait, no CQ is armed (req_notify_cq ends the wait: cq_armed) and no WRITE was placed in memory
+  // for kWriteQuietNs, the thread waits without the port, for up to kQuietNapNs (a 1 ms timer cost as much
+  // as the frames on one CPU). A WRITE is what an app may wait for by spinning on memory (ib_write_lat,
+  // MPI's eager protocols), which only this thread can deliver: the first one after a quiet spell, or a
+  // frame that comes once the app stopped polling without arming a CQ, waits for the end of that wait.
+  // Busy-polling means at least one poll per kQuietPollGapNs since the last wait, and the app's threads on
+  // a CPU for 3/4 of the time (read at most every kQuietCpuEveryNs): an app that sleeps between polls, or
+  // that other processes keep off the CPUs, reads frames only when it polls again, and its peer would wait
+  // as long for ACKs the woken thread gives sooner. Figures: provider/README.md, Runtime.
+  const bool few_cpus = ncpus == 1 || ncpus == 2;
+  constexpr uint64_t kWriteQuietNs = 50'000'000, kQuietPollGapNs = 50'000, kQuietCpuEveryNs = 1'000'000;
   uint64_t polls_at_wait = 0, wait_at_ns = 0, writes_seen = 0, write_seen_ns = 0;
   uint64_t quiet_cpu_at = 0, quiet_cpu_ns = 0;  // the app's CPU time as last read for the rule, and when
+  bool app_on_cpu = false;                      // what that read found
   bool quiet = false;                           // port_unneeded's last answer
   // Whether the next wait may leave the port out; call once per wait, just before it.
   auto port_unneeded = [&](uint64_t now) {
@@ -136,14 +128,17 @@ void ContextState::run() {
       writes_seen = writes;
       write_seen_ns = now;
     }
-    quiet = ncpus >= 1 && ncpus <= 2 && port_fd >= 0 && drove && now - write_seen_ns >= kWriteQuietNs &&
+    quiet = few_cpus && port_fd >= 0 && drove && now - write_seen_ns >= kWriteQuietNs &&
             armed_cqs.load(std::memory_order_seq_cst) == 0;
-    if (quiet) {  // (two syscalls: only where the rest allows it)
+    // (Two syscalls: only where the rest allows quiet, and not for every frame's wake-up of a thread
+    // whose app other processes keep off the CPUs.)
+    if (quiet && now - quiet_cpu_at >= kQuietCpuEveryNs) {
       const uint64_t cpu = app_cpu_now();
-      quiet = quiet_cpu_at && (cpu - quiet_cpu_ns) * 4 >= (now - quiet_cpu_at) * 3;
+      app_on_cpu = quiet_cpu_at && (cpu - quiet_cpu_ns) * 4 >= (now - quiet_cpu_at) * 3;
       quiet_cpu_at = now;
       quiet_cpu_ns = cpu;
     }
+    quiet = quiet && app_on_cpu;
     return quiet;
   };
   uint64_t busy_nap_ns = step_ns;
