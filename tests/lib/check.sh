@@ -12,6 +12,11 @@ check_not() {  # check_not DESCRIPTION PATTERN TEXT
 expect_rc() {  # expect_rc DESCRIPTION WANT GOT
   if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else bad "$1: exit $3, want $2"; fi
 }
+# perftest_clock_refused FILE...: a perftest side exited without its report because perftest's own
+# calibration of the TSC against gettimeofday failed (its r^2 < 0.9: the process lost its CPU while it timed
+# the clock, as when two tests share the two CPUs). Not the transport's failure: the caller runs the pair
+# once more.
+perftest_clock_refused() { grep -qs "Correlation coefficient r^2" "$@"; }
 check_captures() {  # check_captures URXE DIR MIN: at least MIN pcapng files in DIR, each passing decode --strict
   _cc_n=0
   for _cc_f in "$2"/*.pcapng; do
