@@ -347,7 +347,9 @@ std::vector<std::pair<std::string, uint64_t>> port_counters(const CounterSet& c)
 bool write_cm_counters(const std::string& ibdev_path, const CmCounterTable& t, std::string& err) {
   for (size_t g = 0; g < t.size(); ++g) {
     const std::string dir = ibdev_path + "/ports/1/" + kCmCounterGroups[g];
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdir(dir.c_str(), 0777) == 0) {
+      ::chmod(dir.c_str(), 0777);  // whoever makes it: the CM service of any user writes here
+    } else if (errno != EEXIST) {
       err = dir + ": " + std::strerror(errno);
       return false;
     }
@@ -393,7 +395,9 @@ bool init_device_stats(const std::string& ibdev_path, const std::string& netdev,
     err = stats_dir(ibdev_path) + "/carrier: " + std::strerror(errno);
     return false;
   }
-  return mirror_hw_counters(ibdev_path, with_rxe_names(), err);
+  // The CM groups too, zero until a CM service writes them (as the kernel shows them before any MAD): made
+  // here by `urxe link add`, so that an unprivileged user's service can write them later.
+  return mirror_hw_counters(ibdev_path, with_rxe_names(), err) && write_cm_counters(ibdev_path, {}, err);
 }
 
 bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceCounters& out,

@@ -68,13 +68,15 @@ std::string stats_dir(const std::string& ibdev_path);        // <ibdev_path>/urx
 std::string hw_counters_dir(const std::string& ibdev_path);  // <ibdev_path>/ports/1/hw_counters
 
 // Creates urxe.stats/ (world-writable, sticky: every user's apps add their own file) and
-// ports/1/hw_counters/ with rxe's names at 0 and `lifespan`, and notes the interface's carrier_down_count
-// now (urxe.stats/carrier: "NETDEV COUNT"), from which link_downed counts. Called by create_device.
+// ports/1/hw_counters/ with rxe's names at 0 and `lifespan`, the CM groups below at 0, and notes the
+// interface's carrier_down_count now (urxe.stats/carrier: "NETDEV COUNT"), from which link_downed counts.
+// Called by create_device.
 bool init_device_stats(const std::string& ibdev_path, const std::string& netdev, std::string& err);
 
 // The CM service's counters of a device, where the kernel shows them for a port:
 // ports/1/<group>/<message>, groups cm_tx_msgs, cm_rx_msgs, cm_tx_retries, cm_rx_duplicates, messages req ..
-// apr (index = CM attribute ID - 0x10). Written by `urxe cm` (tools/cm_daemon.cc), read by `urxe stats`.
+// apr (index = CM attribute ID - 0x10). Written by `urxe cm` (tools/cm_daemon.cc), read by `urxe stats`;
+// the directories and files writable by every user, whose service may be the one that writes them.
 inline constexpr const char* kCmCounterGroups[] = {"cm_tx_msgs", "cm_rx_msgs", "cm_tx_retries",
                                                    "cm_rx_duplicates"};
 inline constexpr const char* kCmCounterMessages[] = {"req",  "mra",      "rej",      "rep", "rtu", "dreq",

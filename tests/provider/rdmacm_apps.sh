@@ -165,5 +165,24 @@ for pair in "$@"; do
     for f in "$tmp"/run_?/cm/*.log; do [ -f "$f" ] && sed "s|^|  $(basename "$(dirname "$(dirname "$f")")"): |" "$f" | tail -20; done
   fi
 done
+# The client side's service keeps its device's CM counters where the kernel has them (sysfs ports/1/cm_*,
+# mirrored once a second), also one that an unprivileged client started in a run directory root made: its
+# REQs and SIDR_REQs sent show there.
+cm_sent() {
+  _cs=$crun/sys/class/infiniband/urxe0/ports/1/cm_tx_msgs
+  echo $(($(cat "$_cs/req" 2>/dev/null || echo 0) + $(cat "$_cs/sidr_req" 2>/dev/null || echo 0)))
+}
+i=0
+while [ $i -lt 30 ] && [ "$(cm_sent)" -eq 0 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+if [ "$(cm_sent)" -gt 0 ]; then
+  echo "ok: the client side's sysfs CM counters: $(cm_sent) REQ + SIDR_REQ sent"
+else
+  echo "FAIL: the client side's sysfs CM counters show no REQ or SIDR_REQ sent"
+  for f in "$tmp"/run_?/cm/*.log; do [ -f "$f" ] && grep "CM counters" "$f" | sed 's/^/  /'; done
+  fail=1
+fi
 echo "$# pairs in $(elapsed "$t_all")"
 exit $fail
