@@ -160,8 +160,8 @@ for pair in "$@"; do
   else
     fail=1
     echo "FAIL: $srv_cmd (exit $src) | $cli_cmd (exit $crc)"
-    sed 's/^/  server: /' "$tmp/server" | tail -20
-    sed 's/^/  client: /' "$tmp/client" | tail -20
+    sed 's/^/  server: /' "$tmp/server" | tail -60
+    sed 's/^/  client: /' "$tmp/client" | tail -60
     for f in "$tmp"/run_?/cm/*.log; do [ -f "$f" ] && sed "s|^|  $(basename "$(dirname "$(dirname "$f")")"): |" "$f" | tail -20; done
   fi
 done
