@@ -114,9 +114,9 @@ for app in "$@"; do
     crc=$?
     wait $srv
     src=$?
-    if [ $try = 1 ] && [ -z "${URXE_TEST_CLIENT_FAILS:-}" ] && [ $((crc + src)) -ne 0 ] &&
-       perftest_clock_refused "$tmp/server" "$tmp/client"; then
-      echo "again: $app (perftest's clock calibration refused to report: $(grep -hs "Correlation" "$tmp/server" "$tmp/client" | head -1))"
+    why=$(known_app_race "$tmp/server" "$tmp/client")
+    if [ $try = 1 ] && [ -z "${URXE_TEST_CLIENT_FAILS:-}" ] && [ $((crc + src)) -ne 0 ] && [ -n "$why" ]; then
+      echo "RETRY: $app: $why"
       try=2
       continue
     fi

@@ -15,6 +15,7 @@
 # server side's CM service: it counts at least one more REQ or SIDR_REQ received than before the pair.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
+. "$(dirname "$0")/../lib/check.sh"
 netns_require_root
 mode=$1 urxe=$2 so=$3
 shift 3
@@ -78,22 +79,9 @@ for pair in "$@"; do
   cli_cmd=$(subst "${pair#*|}")
   daemon=0
   case $srv_cmd in @DAEMON@*) daemon=1 srv_cmd=${srv_cmd#@DAEMON@} ;; esac
-  # perftest -R's server listens again for its data connection right after a handshake on its control
-  # connection, while its client resolves and connects: on a loaded machine the client's REQ now and then
-  # comes first and is answered REJ 8, as the kernel answers it, and perftest's client then segfaults.
-  # Debian 12's qperf (0.4.11) has the same race for every test: its server sends the client the port it
-  # bound before it listens on it (fixed upstream after 0.4.11, "Fix rdmacm race"); its client then reports
-  # "unexpected event from RDMA CM: Event rejected" (seen with the service's id bound, not yet listening).
-  # Such a pair gets up to four more tries (seen twice in a row with other tests running beside it), each
-  # reported as RETRY so it stays visible.
-  # Debian 12's rping (rdma-core 44) has an exit race of its own: its CM thread loops on rdma_get_cm_event
-  # while the main thread, once the connection is down, destroys the id and closes the event channel without
-  # stopping that thread; when the thread asks for its next event after the close, it prints
-  # "rdma_get_cm_event: Bad file descriptor" and the process exits 255 after a run that passed (later
-  # rdma-core stops the thread first). It needs the DISCONNECTED event to reach the thread just before the
-  # main thread closes: over the kernel the peer's DREP comes from a softirq, well before a teardown that
-  # unpins memory; here it comes from the peer's CM service, on a loaded machine ~1 pair in 30 (two CPU
-  # hogs beside the nonroot matrix). Retried the same way.
+  # A failure that is the application's own race (known_app_race, tests/lib/check.sh: perftest -R's and
+  # qperf's REJ 8 from a server not yet listening, rping's exit race, perftest's clock calibration) gets up
+  # to four more tries, each reported as RETRY so it stays visible.
   for try in 1 2 3 4 5; do
     # The previous server's listener goes when the service has seen its close: wait for that first, or its
     # listener would pass for this server's (seen: the client's REQ came before the new server listened).
@@ -139,14 +127,7 @@ for pair in "$@"; do
     fi
     [ $src -eq 0 ] && [ $crc -eq 0 ] && ok=1 || ok=0
     why=""
-    if [ "$ok" = 0 ]; then
-      if grep -q -e "RDMA_CM_EVENT_REJECTED; error: 8" -e "unexpected event from RDMA CM: Event rejected" \
-        "$tmp/client"; then
-        why="REJ from a server not yet listening"
-      elif grep -qs "rdma_get_cm_event: Bad file descriptor" "$tmp/client" "$tmp/server"; then
-        why="rping's CM thread asked for an event after its main thread closed the channel"
-      fi
-    fi
+    [ "$ok" = 1 ] || why=$(known_app_race "$tmp/server" "$tmp/client")
     [ -z "$why" ] || [ $try = 5 ] && break
     echo "RETRY: $srv_cmd | $cli_cmd: $why"
   done
