@@ -122,9 +122,12 @@ std::unique_ptr<LocalPathPort> LocalPathPort::open(std::unique_ptr<engine::Port>
   p->owner_id_ = local_owner_id(cfg.block);
   sweep_dead(own_dir);
   LocalRingParams rp;
-  rp.slot_bytes = (inner->attr().mtu + 14 + 4 + 63) / 64 * 64;  // Ethernet header and a VLAN tag
-  if (rp.slot_bytes < 2048) rp.slot_bytes = 2048;
+  // A frame of the device's MTU (with its Ethernet header and a VLAN tag) or a batch frame, whichever is
+  // larger: every urxe of this version takes every other one's batches.
+  rp.slot_bytes = (std::max(inner->attr().mtu + 14 + 4, kBigBufBytes) + 63) / 64 * 64;
   if (!p->rx_.create(own_dir, ring_name(cfg.block), p->owner_id_, rp, err)) return nullptr;
+  p->big_pool_.resize(size_t{kBigBufs} * kBigBufBytes);
+  for (uint32_t i = kBigBufs; i-- > 0;) p->big_free_.push_back(i);
   p->dests_.reserve(kMaxDests);
   for (uint32_t i = 0; i < kMaxDests; i++) {
     auto d = std::make_unique<Dest>();
@@ -259,6 +262,56 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
   return len <= p.tx.slot_bytes() ? &p : nullptr;  // (a larger frame than its slots: the wire's way)
 }
 
+bool LocalPathPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
+  if (size <= attr().mtu + 18 || size > kBigBufBytes || big_free_.empty()) return inner_->tx_alloc(size, buf);
+  buf.data = big_pool_.data() + size_t{big_free_.back()} * kBigBufBytes;
+  big_free_.pop_back();
+  buf.len = 0;
+  buf.opaque = nullptr;
+  return true;
+}
+
+void LocalPathPort::tx_free(engine::PacketBuf& buf) {
+  if (!big_buf(buf.data)) return inner_->tx_free(buf);
+  big_free_.push_back(static_cast<uint32_t>((buf.data - big_pool_.data()) / kBigBufBytes));
+  buf.data = nullptr;
+}
+
+// A frame in one of our large buffers that goes to the real port (no ring for it) is copied into the
+// port's: a batch frame as its packets, each a whole frame with its ICRC, as the engine would have sent
+// them one by one. False when the port has no buffers for them now (the frame stays the engine's); what
+// the port then does not take is lost, as on a wire.
+bool LocalPathPort::send_cut(engine::PacketBuf& b) {
+  const uint32_t room = attr().mtu + 18;
+  const uint32_t k = b.batch < 2 ? 1 : std::min<uint32_t>(b.batch, engine::Port::kMaxBatch);
+  std::array<engine::PacketBuf, engine::Port::kMaxBatch> cut{};
+  uint32_t n = 0;
+  while (n < k && inner_->tx_alloc(room, cut[n])) n++;
+  if (n < k) {
+    for (uint32_t i = 0; i < n; i++) inner_->tx_free(cut[i]);
+    return false;
+  }
+  make_whole(b);
+  bool ok = true;
+  for (uint32_t i = 0; i < k && ok; i++) {
+    const wire::MutByteSpan out(cut[i].data, room);
+    if (k > 1) {
+      cut[i].len = wire::batch_packet(wire::ByteSpan(b.data, b.len), k, i, out);
+    } else if (b.len <= room) {
+      std::memcpy(cut[i].data, b.data, b.len);
+      cut[i].len = b.len;
+      if (b.icrc_absent && !wire::write_icrc(wire::MutByteSpan(cut[i].data, b.len))) cut[i].len = 0;
+    }
+    ok = cut[i].len != 0;
+  }
+  // (a frame that is neither, or larger than the port's MTU, could not have gone out: dropped)
+  const uint32_t sent = ok ? inner_->tx_burst(cut.data(), k) : 0;
+  for (uint32_t i = sent; i < k; i++) inner_->tx_free(cut[i]);  // lost, as on a full wire
+  if (ok && k > 1) stats_.tx_batch_cut++;
+  tx_free(b);
+  return true;
+}
+
 uint32_t LocalPathPort::send_inner(engine::PacketBuf* bufs, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {  // (once per frame: a frame the port refuses has it next time)
     make_whole(bufs[i]);
@@ -296,15 +349,26 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   for (; i < n && !stop; i++) {
     Peer* p = last_peer_for(bufs[i], now);
     if (!p) p = peer_for(bufs[i], now);
-    if (!p) continue;
+    const bool big = big_buf(bufs[i].data);  // a batch frame, or another in a large buffer
+    if (!p && !big) continue;                // the real port's, with the run
     const uint32_t k = send_inner(bufs + run, i - run);
     done += k;
     if (k < i - run) return done;  // the real port pushes back: the rest stays the engine's, in order
     run = i + 1;
+    if (!p) {  // no ring: to the real port (a batch as its packets), in order after the run
+      if (send_cut(bufs[i])) {
+        done++;
+        continue;
+      }
+      stop = true;
+      run = i;
+      continue;
+    }
     if (p->tx.push(bufs[i])) {
       p->full_since_ns = 0;
       stats_.tx_local++;
-      inner_->tx_free(bufs[i]);
+      if (bufs[i].batch) stats_.tx_batches++;
+      tx_free(bufs[i]);
       done++;
       if (!p->kicked) {
         p->kicked = true;
@@ -315,6 +379,14 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
     if (p->tx.closed()) {  // the receiver left: as the wire would, the frame goes out and finds nobody
       p->tx.detach();
       run = i;
+      if (big) {  // (cut, as above)
+        if (send_cut(bufs[i])) {
+          done++;
+          run = i + 1;
+        } else {
+          stop = true;
+        }
+      }
       continue;
     }
     // Full: a slow receiver holds us up (the engine keeps the frame and retries), a dead one must not.
@@ -330,7 +402,7 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
       }
       p->tx.detach();
       p->next_try_ns = now + kRetryNs;
-      inner_->tx_free(bufs[i]);
+      tx_free(bufs[i]);
       done++;
       continue;
     }
@@ -354,7 +426,10 @@ uint32_t LocalPathPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   const uint32_t half = n > 1 ? n / 2 : n;
   const uint32_t local = rx_.rx_burst(bufs, half);
   const uint32_t k = local + inner_->rx_burst(bufs + local, n - local);
-  for (uint32_t i = local; i < k; i++) bufs[i].icrc_absent = false;  // (the ring's set it per frame)
+  for (uint32_t i = local; i < k; i++) {  // (the ring's set these per frame)
+    bufs[i].icrc_absent = false;
+    bufs[i].batch = 0;
+  }
   const uint32_t more = k < n && local == half ? rx_.rx_burst(bufs + k, n - k) : 0;
   stats_.rx_local += local + more;
   return k + more;

@@ -35,6 +35,8 @@ struct LocalPathStats {
   uint64_t tx_local = 0;         // frames pushed into a peer's (or our own) ring
   uint64_t rx_local = 0;         // frames taken from our ring
   uint64_t tx_dropped_dead = 0;  // frames for a peer found gone while its ring was full
+  uint64_t tx_batches = 0;       // batch frames pushed into a ring (counted in tx_local too)
+  uint64_t tx_batch_cut = 0;     // batch frames cut into their packets for the real port
 };
 
 class LocalPathPort final : public engine::Port {
@@ -45,9 +47,9 @@ class LocalPathPort final : public engine::Port {
   ~LocalPathPort() override;
 
   const engine::PortAttr& attr() const override { return inner_->attr(); }
-  bool tx_alloc(uint32_t size, engine::PacketBuf& buf) override { return inner_->tx_alloc(size, buf); }
+  bool tx_alloc(uint32_t size, engine::PacketBuf& buf) override;
   uint32_t tx_burst(engine::PacketBuf* bufs, uint32_t n) override;
-  void tx_free(engine::PacketBuf& buf) override { inner_->tx_free(buf); }
+  void tx_free(engine::PacketBuf& buf) override;
   uint32_t rx_burst(engine::PacketBuf* bufs, uint32_t n) override;
   void rx_free(engine::PacketBuf* bufs, uint32_t n) override;
   int rx_wait_fd() const override { return epoll_fd_; }
@@ -65,6 +67,10 @@ class LocalPathPort final : public engine::Port {
   // here (send_inner).
   bool tx_icrc_offload() const override { return true; }
   bool tx_gather() const override { return true; }  // (copied into the peer's ring, or made whole)
+  // A run of a message's middle packets crosses a ring as one batch frame (one slot, one pass of each
+  // side's per-frame work) and is cut into its packets wherever it goes to the real port instead.
+  uint32_t tx_batch_bytes() const override { return kBatchBytes; }
+  static constexpr uint32_t kBatchBytes = 8192;
 
   const LocalPathStats& stats() const { return stats_; }
   engine::Port& inner() { return *inner_; }
@@ -77,6 +83,10 @@ class LocalPathPort final : public engine::Port {
   Peer* peer_for(const engine::PacketBuf& buf, uint64_t now);
   Peer* last_peer_for(const engine::PacketBuf& buf, uint64_t now) const;
   uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
+  bool send_cut(engine::PacketBuf& batch);
+  bool big_buf(const uint8_t* data) const {
+    return data >= big_pool_.data() && data < big_pool_.data() + big_pool_.size();
+  }
 
   std::unique_ptr<engine::Port> inner_;
   bool inner_icrc_ = false;  // inner_->tx_icrc_offload(): frames go to it without their ICRC
@@ -93,6 +103,10 @@ class LocalPathPort final : public engine::Port {
   int epoll_fd_ = -1;
   uint64_t last_reap_ns_ = 0;
   LocalPathStats stats_;
+  // Frame buffers for batch frames, larger than the real port's (tx_alloc of more than it gives).
+  static constexpr uint32_t kBigBufs = 32, kBigBufBytes = kBatchBytes + 256;
+  std::vector<uint8_t> big_pool_;
+  std::vector<uint32_t> big_free_;
 };
 
 // The directory of a device's rings: DIR/<MAC as 12 hex digits>.

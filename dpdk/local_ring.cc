@@ -20,8 +20,11 @@ namespace {
 constexpr uint64_t kMagic = 0x314c4f4345585255ull;  // "URXELOC1"
 // 2: a slot's flags say whether the frame carries its ICRC (1 ignored them, and would have dropped such
 // frames as corrupt; the version keeps the two apart: a peer of the other version sends the wire's way).
-constexpr uint32_t kVersion = 2;
+// 3: a slot may hold a batch frame (its flags say of how many packets; 2 would have taken one for a single
+// packet too long for its path MTU).
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kSlotNoIcrc = 1;  // the sender left the ICRC out (PacketBuf::icrc_absent)
+constexpr uint32_t kSlotBatchShift = 8;  // bits 8-15: PacketBuf::batch
 constexpr size_t kLine = 64;
 
 // The segment: this header, then `lanes` Lane records, then the slots lane by lane. Everything the two
@@ -50,7 +53,7 @@ struct Lane {
 };
 struct Slot {
   uint32_t len;
-  uint32_t flags;   // kSlotNoIcrc
+  uint32_t flags;   // kSlotNoIcrc, the batch's packets << kSlotBatchShift
   uint8_t data[8];  // slot_bytes in fact
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
@@ -246,6 +249,7 @@ uint32_t LocalReceiver::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       bufs[got].data = s->data;
       bufs[got].len = s->len <= m_->hdr->slot_bytes ? s->len : 0;  // a sender cannot make us read past it
       bufs[got].icrc_absent = (s->flags & kSlotNoIcrc) != 0;
+      bufs[got].batch = static_cast<uint8_t>(s->flags >> kSlotBatchShift);
       bufs[got].opaque = reinterpret_cast<void*>(uintptr_t{l} + 1);
       taken++;
       got++;
@@ -384,7 +388,7 @@ bool LocalSender::push(const engine::PacketBuf& b) {
   }
   Slot* s = m_->slot(lane_, head);
   s->len = len;
-  s->flags = b.icrc_absent ? kSlotNoIcrc : 0;
+  s->flags = (b.icrc_absent ? kSlotNoIcrc : 0) | uint32_t{b.batch} << kSlotBatchShift;
   if (b.gather) {  // headers, the payload from where it is, then the pad and ICRC room
     const uint32_t end = uint32_t{b.gather_offset} + b.gather_len;
     std::memcpy(s->data, b.data, b.gather_offset);

@@ -210,7 +210,8 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg)
       clock(c),
       config(cfg),
       port_icrc_offload(p.tx_icrc_offload()),
-      port_gather(port_icrc_offload && p.tx_gather()) {
+      port_gather(port_icrc_offload && p.tx_gather()),
+      port_batch_bytes(port_gather ? p.tx_batch_bytes() : 0) {
   if (config.ack_every_n < 1) config.ack_every_n = 1;
   if (config.max_unacked_psns < 1) config.max_unacked_psns = 1;
   if (config.max_unacked_psns > 0x400000) config.max_unacked_psns = 0x400000;
@@ -275,6 +276,7 @@ uint8_t* EngineImpl::begin_frame(const wire::FrameSpec& spec, uint32_t payload_l
     }
   }
   cur_buf.gather = nullptr;
+  cur_buf.batch = 0;
   if (!port.tx_alloc(size, cur_buf)) {
     count(Counter::tx_no_buf);
     return nullptr;
@@ -297,8 +299,16 @@ void EngineImpl::finish_frame(bool ack_only) {
   cur_buf.bth_offset = cur_layout.l3_offset + cur_layout.ip_hdr_len + wire::kUdpLen;
   tx.push_back(cur_buf);
   if (!ack_only) tx_not_ack++;
-  count(Counter::sent_pkts);
-  count(Counter::sent_bytes, cur_buf.len);
+  // a batch frame counts as the packets it stands for
+  count(Counter::sent_pkts, cur_buf.batch ? cur_buf.batch : 1);
+  count(Counter::sent_bytes, wire_bytes());
+}
+
+uint32_t EngineImpl::wire_bytes() const {
+  const uint32_t len = cur_layout.frame_len, k = cur_buf.batch;
+  if (k < 2) return len;
+  const uint32_t payload = len - cur_layout.payload_offset - wire::kIcrcLen;  // (middle packets: no pad)
+  return k * (len - payload + payload / k);
 }
 
 void EngineImpl::abort_frame() {
@@ -387,6 +397,11 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
   }
   const QpState st = qp->state.load(std::memory_order_relaxed);
   if (info.is_response) {
+    if (buf.batch) {  // (only a requester's packets come in batches)
+      count(Counter::rx_drop_parse);
+      note(Note::drop_malformed, dqpn);
+      return;
+    }
     if (st != QPS_RTS && st != QPS_SQD) {
       count(Counter::rx_drop_qpn);
       note(Note::drop_qp_state, dqpn);
@@ -407,14 +422,34 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       note(Note::drop_qp_state, dqpn);
       return;
     }
-    count(Counter::rcvd_pkts);
-    count(Counter::rcvd_bytes, buf.len);
+    // A batch frame (PacketBuf::batch, from the same-host path): the packets it stands for, one by one,
+    // each as if it had come alone. Only a run of full middle packets is one.
+    const uint32_t k = buf.batch;
+    if (k && (k < 2 || info.position != wire::Position::middle || pkt.bth.pad || pkt.payload_len % k)) {
+      count(Counter::rx_drop_parse);
+      note(Note::drop_malformed, dqpn);
+      return;
+    }
+    const uint32_t seg = k ? pkt.payload_len / k : pkt.payload_len;
+    count(Counter::rcvd_pkts, k ? k : 1);
+    count(Counter::rcvd_bytes, k ? k * (buf.len - pkt.payload_len + seg) : buf.len);
     if (congested(pkt)) np_ce_received(*qp);
     if (st == QPS_RTR && !qp->comm_est && qp->type != QPT_UD) {  // none for UD (IBTA o11-5.1.1)
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);
     }
-    responder_rx(*qp, pkt, buf.data);
+    if (!k) {
+      responder_rx(*qp, pkt, buf.data);
+      return;
+    }
+    const uint32_t psn0 = pkt.bth.psn;
+    const uint8_t* payload0 = pkt.payload.data();
+    for (uint32_t i = 0; i < k; i++) {
+      pkt.bth.psn = wire::psn_add(psn0, i);
+      pkt.payload = wire::ByteSpan(payload0 + size_t{i} * seg, seg);
+      pkt.payload_len = seg;
+      responder_rx(*qp, pkt, buf.data);
+    }
   }
 }
 

@@ -300,6 +300,7 @@ struct EngineImpl {
   EngineConfig config;
   const bool port_icrc_offload;  // Port::tx_icrc_offload: frames leave without their ICRC
   const bool port_gather;        // Port::tx_gather (and the ICRC offload it needs): payloads by reference
+  const uint32_t port_batch_bytes;  // Port::tx_batch_bytes (with port_gather), else 0: no batch frames
   EventSink* sink = nullptr;
   mutable std::mutex mu;  // control verbs and progress()
 
@@ -549,6 +550,10 @@ struct EngineImpl {
   }
   void qp_set_path(Qp& qp, const wire::Gid* dgid);  // nullptr: leaves its path
   void finish_frame(bool ack_only = false);
+  uint32_t wire_bytes() const;  // of the frame being built, as on a wire (a batch frame: its packets')
+  // How many packets from `psn` (`rest` bytes of the WQE left) the requester sends as one batch frame; < 2:
+  // one packet alone.
+  uint32_t batch_run(const Qp& q, uint32_t psn, uint64_t rest, uint32_t every, uint32_t budget) const;
   // Whether the current frame's payload of `len` bytes is better left where it is (a port that gathers,
   // Port::tx_gather, and no checksum to compute over it); then gather_payload(src, len) says where.
   bool gathers(uint32_t len) const {

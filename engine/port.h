@@ -28,6 +28,9 @@ struct PacketBuf {
   uint16_t gather_offset = 0;
   uint16_t gather_len = 0;
   const uint8_t* gather = nullptr;
+  // A batch frame of this many packets (wire::batch_packet: a run of one message's middle packets under the
+  // first one's headers), only to and from a port whose tx_batch_bytes() is not 0; 0: one packet.
+  uint8_t batch = 0;
   void* opaque = nullptr;
 };
 
@@ -86,6 +89,12 @@ class Port {
   // Payloads below kGatherMin are copied still: there the port's extra copy call costs more than it saves.
   virtual bool tx_gather() const { return false; }
   static constexpr uint32_t kGatherMin = 512;
+  // The most payload a batch frame (PacketBuf::batch) to this port may carry; 0: the port takes none. Only
+  // asked of a port with tx_gather, once. Such a port cuts a batch into its packets wherever it cannot
+  // pass it on whole (wire::batch_packet), and may hand batches out of rx_burst. tx_alloc gives a batch
+  // frame's size.
+  virtual uint32_t tx_batch_bytes() const { return 0; }
+  static constexpr uint32_t kMaxBatch = 32;  // packets in one batch frame at most
 
   // This process owns destination QPNs [first, end) only (the provider's urxe.qpn blocks): a port with a
   // receive filter then drops other processes' frames on the same device before they cost a wakeup. False

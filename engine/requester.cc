@@ -43,6 +43,23 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   return (info.is_read || info.is_atomic) && inflight >= limit;
 }
 
+uint32_t EngineImpl::batch_run(const Qp& q, uint32_t psn, uint64_t rest, uint32_t every,
+                               uint32_t budget) const {
+  // Middle packets only, all full: the message's last packet (which may be short, and carries the AckReq,
+  // immediate data, solicited event) is sent alone, and so is any packet that needs the AckReq (one every
+  // `every` packets, and the last of this turn: the batch's packets must all be plain middles). No PSN past
+  // the window (RC): a batch ends where the packets sent one by one would have stopped.
+  auto k = static_cast<uint32_t>(std::min<uint64_t>(port_batch_bytes / q.mtu, (rest - 1) / q.mtu));
+  k = std::min({k, Port::kMaxBatch, 0xffffu / q.mtu, budget - 1});  // (the payload fits gather_len)
+  if (q.type == QPT_RC) {
+    const uint32_t used = q.req.noack_pkts + 1;
+    k = std::min(k, every > used ? every - used : 0u);
+    const auto inflight = static_cast<uint32_t>(wire::psn_diff(psn, q.comp.una_psn));
+    k = std::min(k, config.max_unacked_psns > inflight ? config.max_unacked_psns - inflight : 0u);
+  }
+  return k;
+}
+
 void EngineImpl::arm_probe(Qp& q) {
   // Two smoothed round trips or the RFC 6298 timeout (srtt + 4 rttvar), whichever is longer, and at least
   // 10 ms as Linux's TCP tail loss probe (a peer off its CPU is not a loss: on two busy cores round trips
@@ -172,6 +189,7 @@ bool EngineImpl::requester_run(Qp& q) {
     spec.bth.psn = psn;
     uint32_t payload = 0;
     uint32_t psn_used = 1;
+    uint32_t batch = 0;  // packets in this frame when it is a batch frame (batch_run)
     bool last = true;
     const uint8_t* inline_src = nullptr;
     if (info.is_read) {
@@ -206,6 +224,12 @@ bool EngineImpl::requester_run(Qp& q) {
       const uint32_t every = std::min<uint32_t>(64, std::max<uint32_t>(1, config.max_unacked_psns / 2));
       spec.bth.ack_req = q.type == QPT_RC && (last || q.req.noack_pkts + 1 >= every || budget == 1);
       if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req.offset;
+      else if (!first && !last && port_batch_bytes && !q.prefix.udp_checksum)
+        batch = batch_run(q, psn, rest, every, budget);
+      if (batch > 1) {
+        payload = batch * q.mtu;
+        psn_used = batch;
+      }
     }
     uint8_t* dst = begin_frame(spec, payload, q.type == QPT_UD ? nullptr : &q.prefix);
     if (!dst) break;  // port backpressure: try again next round
@@ -232,11 +256,13 @@ bool EngineImpl::requester_run(Qp& q) {
         break;
       }
     }
+    cur_buf.batch = static_cast<uint8_t>(batch > 1 ? batch : 0);
+    const uint32_t bytes = wire_bytes();
     finish_frame();
-    rp_sent(q, cur_layout.frame_len);
+    rp_sent(q, bytes);
     did = true;
     budget--;
-    q.req.noack_pkts = spec.bth.ack_req ? 0 : q.req.noack_pkts + 1;
+    q.req.noack_pkts = spec.bth.ack_req ? 0 : q.req.noack_pkts + psn_used;
     q.req.next_psn = wire::psn_add(psn, psn_used);
     // The resend of the oldest unacknowledged packet restarts the retransmit timer: pacing can hold a
     // go-back resend long after the timeout that asked for it, and the timer must not spend the next retry

@@ -42,6 +42,7 @@ constexpr uint32_t kSnapLen = 262144;
 // Each of the two buffers. Pages are touched only as frames arrive. The writer is woken at a quarter, so on a
 // loaded machine it has ~12 MiB of headroom (~100 ms at 1 Gbit/s) to get scheduled before frames are lost.
 constexpr size_t kBufBytes = size_t{16} << 20;
+constexpr uint32_t kMaxPacket = 4096 + 128;  // a packet of a batch frame: path MTU 4096 and its headers
 constexpr uint32_t kMaxBurst = 256;  // frames recorded per tx_burst call (the rest go next call)
 constexpr uint32_t kMaxComment = 128;
 constexpr auto kFlushPeriod = std::chrono::milliseconds(250);
@@ -286,6 +287,17 @@ class CapturePort final : public en::Port {
       // A frame that crossed the same-host path without its ICRC gets it here, so that the capture shows
       // the frame the wire would have carried. (This port hides the path's ICRC offload from the engine,
       // so what it sends is whole already.)
+      // A batch frame (the same-host path's run of a message's middle packets) is recorded as the packets
+      // it stands for, each whole with its ICRC.
+      if (bufs[i].batch) {
+        uint8_t pkt[kMaxPacket];
+        for (uint32_t j = 0; j < bufs[i].batch; ++j) {
+          const uint32_t len = wire::batch_packet(wire::ByteSpan(bufs[i].data, bufs[i].len), bufs[i].batch, j,
+                                                  wire::MutByteSpan(pkt));
+          if (len) record(pkt, len, false, ts);
+        }
+        continue;
+      }
       if (bufs[i].icrc_absent) wire::write_icrc(wire::MutByteSpan(bufs[i].data, bufs[i].len));
       record(bufs[i].data, bufs[i].len, false, ts);
     }
@@ -349,7 +361,9 @@ class CapturePort final : public en::Port {
   // give up and let record() count what does not fit.
   void reserve(std::unique_lock<std::mutex>& lk, const en::PacketBuf* bufs, uint32_t n) {
     size_t need = 0;
-    for (uint32_t i = 0; i < n; ++i) need += kEpbOverhead + std::min(bufs[i].len, kSnapLen);
+    for (uint32_t i = 0; i < n;
+         ++i)  // (a batch frame is recorded as its packets: their headers once more each)
+      need += (kEpbOverhead + 128) * std::max<uint32_t>(bufs[i].batch, 1) + std::min(bufs[i].len, kSnapLen);
     if (fill_len_ + need <= kBufBytes || failed_.load(std::memory_order_relaxed)) return;
     kicked_ = true;
     cv_.notify_one();

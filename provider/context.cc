@@ -55,9 +55,11 @@ ContextState::~ContextState() {
              (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port);
   if (const auto* local = dynamic_cast<const urxe::dpdk::LocalPathPort*>(port.get())) {
     const urxe::dpdk::LocalPathStats& ls = local->stats();
-    URXE_DEBUG("same-host path: %llu frames sent, %llu received, %llu dropped for a peer that died",
-               (unsigned long long)ls.tx_local, (unsigned long long)ls.rx_local,
-               (unsigned long long)ls.tx_dropped_dead);
+    URXE_DEBUG(
+        "same-host path: %llu frames sent (%llu of them batches), %llu received, %llu dropped for a peer "
+        "that died, %llu batches cut for the port",
+        (unsigned long long)ls.tx_local, (unsigned long long)ls.tx_batches, (unsigned long long)ls.rx_local,
+        (unsigned long long)ls.tx_dropped_dead, (unsigned long long)ls.tx_batch_cut);
   }
   if (debug_on() && engine) {
     std::string line;

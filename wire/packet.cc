@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "wire/psn.h"
+
 namespace urxe::wire {
 namespace {
 
@@ -346,6 +348,34 @@ void seal_frame(MutByteSpan frame, const FrameLayout& layout, bool icrc) {
     uint16_t c = static_cast<uint16_t>(~udp_sum(layout.ip_version, ip, udp, udp_len));
     store_be16(udp + 6, c == 0 ? 0xffff : c);
   }
+}
+
+uint32_t batch_packet(ByteSpan batch, uint32_t segments, uint32_t index, MutByteSpan out) {
+  Packet pkt;
+  ParseOptions opt;
+  opt.verify_icrc = opt.verify_checksums = false;  // (the ICRC is not there; checked where the batch came in)
+  if (segments < 2 || index >= segments || parse_frame(batch, pkt, opt) != ParseError::ok ||
+      pkt.info->position != Position::middle || !pkt.info->has_payload || pkt.bth.pad != 0 ||
+      pkt.udp.checksum != 0 || pkt.payload_len == 0 || pkt.payload_len % segments != 0)
+    return 0;
+  const uint32_t seg = pkt.payload_len / segments;
+  const uint32_t len = pkt.payload_offset + seg + kIcrcLen;
+  if (out.size() < len) return 0;
+  uint8_t* f = out.data();
+  std::memcpy(f, batch.data(), pkt.payload_offset);
+  std::memcpy(f + pkt.payload_offset, batch.data() + pkt.payload_offset + size_t{index} * seg, seg);
+  if (pkt.ip_version == 4) {
+    const uint32_t ihl = pkt.l4_offset - pkt.l3_offset;
+    store_be16(f + pkt.l3_offset + 2, static_cast<uint16_t>(len - pkt.l3_offset));
+    store_be16(f + pkt.l3_offset + 10, 0);
+    store_be16(f + pkt.l3_offset + 10, ipv4_header_checksum(f + pkt.l3_offset, ihl));
+  } else {
+    store_be16(f + pkt.l3_offset + 4, static_cast<uint16_t>(len - pkt.l3_offset - kIpv6Len));
+  }
+  store_be16(f + pkt.l4_offset + 4, static_cast<uint16_t>(len - pkt.l4_offset));
+  store_be24(f + pkt.bth_offset + 9, psn_add(pkt.bth.psn, index));
+  write_icrc(MutByteSpan(f, len));
+  return len;
 }
 
 bool write_icrc(MutByteSpan frame) {

@@ -7,7 +7,9 @@
 # URXE_TEST_LOCAL_PATH=0: the device made with --no-local-path instead, and va must carry every frame (the
 # fall-back to the port); URXE_TEST_LOCAL_PATH=qdisc: the same because va has a tc ingress qdisc (clsact),
 # whose filters the frames must keep crossing. URXE_TEST_PCAP=1: also both processes' captures, every frame passing
-# `urxe pcap decode --strict`.
+# `urxe pcap decode --strict`. URXE_TEST_PCAP=server: only the server captures, so the client (which then
+# leaves the ICRC to the path and batches a message's middle packets) sends batch frames that the server's
+# capture must record as the packets they stand for; the client's log must show batches sent.
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 . "$(dirname "$0")/../lib/check.sh"
@@ -35,24 +37,29 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 tx_packets() { awk -F'[: ]+' '$2 == "va" { print $12 }' /proc/net/dev; }  # this namespace's va
 sent_pkts() { "$devctl" stats urxe0 --json | sed -n 's/.*"sent_pkts":\([0-9]*\).*/\1/p' | head -1; }
 
-fail=0
+fail=0 batches=0
 t_all=$(now)
 for app in "$@"; do
   t0=$(now)
   tx0=$(tx_packets) sent0=$(sent_pkts)
-  if [ "${URXE_TEST_PCAP:-0}" = 1 ]; then
+  srv_env="" cli_env=""
+  if [ "${URXE_TEST_PCAP:-0}" != 0 ]; then
     rm -rf "$tmp/pcap"
     mkdir -p "$tmp/pcap"
-    export URXE_PCAP="$tmp/pcap"
+    if [ "$URXE_TEST_PCAP" = 1 ]; then
+      export URXE_PCAP="$tmp/pcap"
+    else
+      srv_env="URXE_PCAP=$tmp/pcap" cli_env="URXE_DEBUG=1"
+    fi
   fi
   try=1
   while :; do
     # shellcheck disable=SC2086
-    timeout 60 $app >"$tmp/server" 2>&1 &
+    timeout 60 env $srv_env $app >"$tmp/server" 2>&1 &
     srv=$!
     netns_wait_listen $srv  # the server listens on TCP 18515 (ibverbs-utils, perftest)
     # shellcheck disable=SC2086
-    timeout 60 $app 10.89.0.1 >"$tmp/client" 2>&1
+    timeout 60 env $cli_env $app 10.89.0.1 >"$tmp/client" 2>&1
     crc=$?
     wait $srv
     src=$?
@@ -93,7 +100,17 @@ for app in "$@"; do
     unset URXE_PCAP
     check_captures "$devctl" "$tmp/pcap" 2 >"$tmp/captures"
     sed 's/^/  /' "$tmp/captures"
+  elif [ "${URXE_TEST_PCAP:-0}" = server ]; then
+    check_captures "$devctl" "$tmp/pcap" 1 >"$tmp/captures"
+    sed 's/^/  /' "$tmp/captures"
+    b=$(sed -n 's/.*frames sent (\([0-9]*\) of them batches).*/\1/p' "$tmp/client" | awk '{ s += $1 } END { print s + 0 }')
+    echo "  client: $b batch frames sent"
+    batches=$((batches + b))
   fi
 done
+if [ "${URXE_TEST_PCAP:-0}" = server ]; then
+  if [ "$batches" -gt 0 ]; then echo "ok: $batches batch frames in all, recorded by the server as their packets"
+  else echo "FAIL: no batch frames sent (the capture check above did not see any)"; fail=1; fi
+fi
 echo "$# apps in $(elapsed "$t_all")"
 exit $fail

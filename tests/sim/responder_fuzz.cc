@@ -10,7 +10,7 @@
 //  - nothing crashes (ASan/UBSan in the fuzz build).
 //
 // Input: a sequence of records, each [kind][16-bit length][body]: raw frame, structured frame (+ mutation),
-// time advance, extra receive post.
+// time advance, extra receive post; a frame may come flagged as a batch frame (PacketBuf::batch).
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +111,10 @@ class FuzzPort final : public Port {
       bufs[k].data = f->data();
       bufs[k].len = static_cast<uint32_t>(f->size());
       bufs[k].opaque = f;
+      // as the same-host path hands out a batch frame: its packet count, no ICRC
+      bufs[k].batch = rx_batch_.front();
+      bufs[k].icrc_absent = rx_batch_.front() != 0;
+      rx_batch_.pop_front();
       ++k;
     }
     return k;
@@ -118,7 +122,10 @@ class FuzzPort final : public Port {
   void rx_free(PacketBuf* bufs, uint32_t n) override {
     for (uint32_t k = 0; k < n; ++k) delete static_cast<std::vector<uint8_t>*>(bufs[k].opaque);
   }
-  void push(const uint8_t* p, size_t n) { rxq_.emplace_back(p, p + n); }
+  void push(const uint8_t* p, size_t n, uint8_t batch = 0) {
+    rxq_.emplace_back(p, p + n);
+    rx_batch_.push_back(batch);
+  }
   size_t pending() const { return rxq_.size(); }
   uint64_t sent = 0;
 
@@ -128,6 +135,7 @@ class FuzzPort final : public Port {
   std::unique_ptr<uint8_t[]> pool_[kBufs];
   std::vector<uint32_t> free_;
   std::deque<std::vector<uint8_t>> rxq_;
+  std::deque<uint8_t> rx_batch_;  // PacketBuf::batch of each queued frame
 };
 
 constexpr uint32_t kPeerQpn = 0x77, kRqPsn = 0x100, kQkey = 0x1234, kRegionLen = 8192;
@@ -322,7 +330,7 @@ constexpr uint8_t kOps[] = {
     wire::op::atomic_acknowledge, wire::op::compare_swap,        wire::op::fetch_add,
     wire::op::send_last_inv,      wire::op::send_only_inv};
 
-void structured(World& w, Reader& in) {
+void structured(World& w, Reader& in, uint8_t batch) {
   uint8_t sel = in.u8(), opsel = in.u8(), flags = in.u8(), mrsel = in.u8();
   // Rarer variations: an odd P_Key, a truncated frame, a mutation after the ICRC was computed.
   uint8_t x = in.u8();
@@ -421,7 +429,7 @@ void structured(World& w, Reader& in) {
   if (!before) mutate();
   uint32_t len = lay.frame_len;
   if (truncate) len = static_cast<uint32_t>(in.u16() % (frame.size() + 1));  // truncations, Ethernet padding
-  w.port.push(frame.data(), len);
+  w.port.push(frame.data(), len, batch);
 }
 
 uint64_t g_counters[static_cast<uint32_t>(Counter::num_counters)];
@@ -448,15 +456,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Each record is [kind][16-bit length][body]: a mutation stays inside its record, and a short body reads
     // as zeros.
     uint8_t kind = in.u8();
+    // kinds 0xc0 and up: the frame comes flagged as a batch frame of 0-15 packets (the same-host path's)
+    const uint8_t batch = kind >= 0xc0 ? (kind >> 2) & 0x0f : 0;
     const uint8_t* body;
     size_t n = in.take(in.u16(), body);
     Reader r(body, n);
     switch (kind % 4) {
       case 0:
-        w.port.push(body, n < 4400 ? n : 4400);
+        w.port.push(body, n < 4400 ? n : 4400, batch);
         break;
       case 1:
-        structured(w, r);
+        structured(w, r, batch);
         break;
       case 2:
         w.advance(uint64_t{r.u16()} * 1000);

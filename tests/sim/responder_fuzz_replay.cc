@@ -25,7 +25,9 @@ std::vector<uint8_t> generate(urxe::sim::Rng& rng) {
   uint64_t recs = rng.range(1, 24);
   for (uint64_t r = 0; r < recs; ++r) {
     uint64_t kind = rng.below(10);
-    in.push_back(kind < 7 ? 1 : kind == 7 ? 0 : kind == 8 ? 2 : 3);
+    // one structured frame in eight comes flagged as a batch frame of 0-15 packets (kinds 0xc0 and up)
+    const uint8_t batch = kind < 7 && rng.chance(0.125) ? static_cast<uint8_t>(0xc0 | rng.below(16) << 2) : 0;
+    in.push_back(static_cast<uint8_t>(batch | (kind < 7 ? 1 : kind == 7 ? 0 : kind == 8 ? 2 : 3)));
     size_t len = kind < 7 ? 90 : kind == 7 ? rng.range(0, 200) : kind == 8 ? 2 : 1;
     in.push_back(static_cast<uint8_t>(len));
     in.push_back(static_cast<uint8_t>(len >> 8));

@@ -169,5 +169,48 @@ TEST(WireGso, AnyBytesAreSafe) {
   }
 }
 
+// wire/packet.h's batch frames (the same-host path's run of a message's middle packets under the first
+// one's headers): packet i cut from one is, byte for byte, the frame built alone for that packet (PSN + i,
+// its payload, its ICRC), in every header variant and across the PSN's wrap.
+TEST(WireBatch, PacketsCutFromABatchAreTheFramesBuiltAlone) {
+  for (const Variant& v : kVariants) {
+    SCOPED_TRACE(v.name);
+    for (const uint8_t opcode : {uint8_t{op::kRc | op::send_middle}, uint8_t{op::kUc | op::write_middle}}) {
+      const uint32_t k = 5, seg = 1024, psn0 = 0xfffffe;  // (PSNs 0xfffffe, 0xffffff, 0, 1, 2)
+      Bytes all = payload_of(k * seg);
+      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint8_t>(all[i] ^ (i >> 10) * 37);
+      FrameSpec s = make_spec(opcode, v);
+      s.bth.psn = psn0;
+      Bytes batch = build(s, all);
+      std::fill(batch.end() - kIcrcLen, batch.end(), 0);  // (a batch carries no ICRC)
+      Bytes out(seg + 200);
+      for (uint32_t i = 0; i < k; ++i) {
+        FrameSpec si = s;
+        si.bth.psn = psn_add(psn0, i);
+        const Bytes alone = build(si, Bytes(all.begin() + i * seg, all.begin() + (i + 1) * seg));
+        const uint32_t n = batch_packet(batch, k, i, out);
+        ASSERT_EQ(n, alone.size()) << i;
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), out.begin())) << i;
+        Packet p;
+        EXPECT_EQ(parse(Bytes(out.begin(), out.begin() + n), p), ParseError::ok);
+      }
+      EXPECT_EQ(batch_packet(batch, k, k, out), 0u);                           // past the last
+      EXPECT_EQ(batch_packet(batch, 1, 0, out), 0u);                           // one packet is no batch
+      EXPECT_EQ(batch_packet(batch, 3, 0, out), 0u);                           // payload not k equal parts
+      EXPECT_EQ(batch_packet(batch, k, 0, MutByteSpan(out.data(), 100)), 0u);  // no room
+    }
+  }
+  // only middle packets are batched
+  for (const uint8_t opcode : {uint8_t{op::kRc | op::send_first}, uint8_t{op::kRc | op::send_last},
+                               uint8_t{op::kRc | op::write_only}, uint8_t{op::kUd | op::send_only}}) {
+    const Bytes f = build(make_spec(opcode), payload_of(2048));
+    Bytes out(4096);
+    EXPECT_EQ(batch_packet(f, 2, 0, out), 0u) << int{opcode};
+  }
+  const Bytes junk = payload_of(300);
+  Bytes out(4096);
+  EXPECT_EQ(batch_packet(junk, 2, 0, out), 0u);
+}
+
 }  // namespace
 }  // namespace wire_test
