@@ -122,11 +122,14 @@ std::unique_ptr<LocalPathPort> LocalPathPort::open(std::unique_ptr<engine::Port>
   p->owner_id_ = local_owner_id(cfg.block);
   sweep_dead(own_dir);
   LocalRingParams rp;
-  // A frame of the device's MTU (with its Ethernet header and a VLAN tag) or a batch frame, whichever is
-  // larger: every urxe of this version takes every other one's batches.
-  rp.slot_bytes = (std::max(inner->attr().mtu + 14 + 4, kBigBufBytes) + 63) / 64 * 64;
+  // A slot holds a frame of the device's MTU (with its Ethernet header and a VLAN tag) or a batch of 8 KiB
+  // of payload, whichever is larger; a batch may fill the slot (4 KiB batches measured slower). Devices of
+  // one MTU take each other's batches whole; a batch too large for a peer's slots is cut for the wire.
+  rp.slot_bytes = (std::max(inner->attr().mtu + 14 + 4, kMinBatchBytes + kBatchHeadroom) + 63) / 64 * 64;
+  p->batch_bytes_ = rp.slot_bytes - kBatchHeadroom;
+  p->big_buf_bytes_ = rp.slot_bytes;
   if (!p->rx_.create(own_dir, ring_name(cfg.block), p->owner_id_, rp, err)) return nullptr;
-  p->big_pool_.resize(size_t{kBigBufs} * kBigBufBytes);
+  p->big_pool_.resize(size_t{kBigBufs} * p->big_buf_bytes_);
   for (uint32_t i = kBigBufs; i-- > 0;) p->big_free_.push_back(i);
   p->dests_.reserve(kMaxDests);
   for (uint32_t i = 0; i < kMaxDests; i++) {
@@ -263,8 +266,9 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
 }
 
 bool LocalPathPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
-  if (size <= attr().mtu + 18 || size > kBigBufBytes || big_free_.empty()) return inner_->tx_alloc(size, buf);
-  buf.data = big_pool_.data() + size_t{big_free_.back()} * kBigBufBytes;
+  if (size <= attr().mtu + 18 || size > big_buf_bytes_ || big_free_.empty())
+    return inner_->tx_alloc(size, buf);
+  buf.data = big_pool_.data() + size_t{big_free_.back()} * big_buf_bytes_;
   big_free_.pop_back();
   buf.len = 0;
   buf.opaque = nullptr;
@@ -273,7 +277,7 @@ bool LocalPathPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {
 
 void LocalPathPort::tx_free(engine::PacketBuf& buf) {
   if (!big_buf(buf.data)) return inner_->tx_free(buf);
-  big_free_.push_back(static_cast<uint32_t>((buf.data - big_pool_.data()) / kBigBufBytes));
+  big_free_.push_back(static_cast<uint32_t>((buf.data - big_pool_.data()) / big_buf_bytes_));
   buf.data = nullptr;
 }
 
@@ -349,8 +353,10 @@ uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   for (; i < n && !stop; i++) {
     Peer* p = last_peer_for(bufs[i], now);
     if (!p) p = peer_for(bufs[i], now);
-    const bool big = big_buf(bufs[i].data);  // a batch frame, or another in a large buffer
-    if (!p && !big) continue;                // the real port's, with the run
+    // A batch frame (whichever pool its buffer came from), or another frame in one of our large buffers,
+    // must not go to the real port as it is.
+    const bool big = bufs[i].batch || big_buf(bufs[i].data);
+    if (!p && !big) continue;  // the real port's, with the run
     const uint32_t k = send_inner(bufs + run, i - run);
     done += k;
     if (k < i - run) return done;  // the real port pushes back: the rest stays the engine's, in order

@@ -69,8 +69,9 @@ class LocalPathPort final : public engine::Port {
   bool tx_gather() const override { return true; }  // (copied into the peer's ring, or made whole)
   // A run of a message's middle packets crosses a ring as one batch frame (one slot, one pass of each
   // side's per-frame work) and is cut into its packets wherever it goes to the real port instead.
-  uint32_t tx_batch_bytes() const override { return kBatchBytes; }
-  static constexpr uint32_t kBatchBytes = 8192;
+  uint32_t tx_batch_bytes() const override { return batch_bytes_; }
+  // At least this much payload in a batch; more where the device's MTU makes the slots larger anyway.
+  static constexpr uint32_t kMinBatchBytes = 8192, kBatchHeadroom = 256;
 
   const LocalPathStats& stats() const { return stats_; }
   engine::Port& inner() { return *inner_; }
@@ -104,7 +105,8 @@ class LocalPathPort final : public engine::Port {
   uint64_t last_reap_ns_ = 0;
   LocalPathStats stats_;
   // Frame buffers for batch frames, larger than the real port's (tx_alloc of more than it gives).
-  static constexpr uint32_t kBigBufs = 32, kBigBufBytes = kBatchBytes + 256;
+  static constexpr uint32_t kBigBufs = 32;
+  uint32_t batch_bytes_ = 0, big_buf_bytes_ = 0;  // a batch's payload at most; a buffer: that + headroom
   std::vector<uint8_t> big_pool_;
   std::vector<uint32_t> big_free_;
 };

@@ -32,9 +32,10 @@ constexpr uint32_t kBlock = 65536, kBase0 = 0x11;
 struct Device {
   std::unique_ptr<LocalPathPort> port;
   wire::MacAddr mac{};
-  Device(const std::string& dir, uint8_t last, uint32_t block) {
+  Device(const std::string& dir, uint8_t last, uint32_t block, uint32_t mtu = 1500) {
     engine::PortAttr attr;
     attr.mac = {0x02, 0, 0, 0, 0, last};
+    attr.mtu = mtu;
     mac = attr.mac;
     // A bus of its own per device: what goes out through the port comes back to the same device only.
     auto inner = open_memory_port(attr, "local_port_test-" + std::to_string(::getpid()) + "-" +
@@ -248,57 +249,62 @@ TEST(LocalPath, ManyDestinationMacs) {
 
 // A batch frame (a run of a message's middle packets under one header, engine/port.h) crosses a ring whole,
 // flagged with its packet count; one to a MAC that is no device there goes to the port cut into its
-// packets, each a whole frame with its ICRC and its own PSN, in order.
+// packets, each a whole frame with its ICRC and its own PSN, in order. At MTU 1500 a batch is larger than
+// the port's frames (its buffer is the path's own); at 9000 it fits the port's buffer, and must be cut all
+// the same.
 TEST(LocalPath, BatchFramesCrossRingsWholeAndAreCutForThePort) {
-  TmpDir dir("urxe-local-port");
-  Device a(dir.path, 0xa, 0), b(dir.path, 0xb, 3);
-  ASSERT_TRUE(a.port && b.port);
-  EXPECT_EQ(a.port->tx_batch_bytes(), LocalPathPort::kBatchBytes);
-  constexpr uint32_t k = 4, seg = 1024;
-  std::vector<uint8_t> payload(k * seg);
-  for (size_t i = 0; i < payload.size(); i++) payload[i] = static_cast<uint8_t>(i * 13 + (i >> 10));
-  auto send_batch = [&](const wire::MacAddr& dst, uint32_t dqpn, uint32_t psn) {
-    wire::FrameSpec spec = a.spec_to(dst, dqpn, psn);
-    spec.bth.opcode = wire::op::kRc | wire::op::write_middle;
-    const uint32_t size = wire::frame_size(spec, k * seg);
-    engine::PacketBuf buf{};
-    if (!a.port->tx_alloc(size, buf)) return false;
-    buf.len = wire::build_frame(wire::MutByteSpan(buf.data, size), spec, wire::ByteSpan(payload));
-    std::memset(buf.data + buf.len - wire::kIcrcLen, 0, wire::kIcrcLen);  // as the engine leaves it
-    buf.icrc_absent = true;
-    buf.batch = k;
-    return buf.len > 0 && a.port->tx_burst(&buf, 1) == 1;
-  };
-  ASSERT_TRUE(send_batch(b.mac, kBase0 + 3 * kBlock + 5, 500));
-  engine::PacketBuf got[16];
-  uint32_t n = b.port->rx_burst(got, 16);
-  ASSERT_EQ(n, 1u);
-  EXPECT_EQ(got[0].batch, k);
-  EXPECT_TRUE(got[0].icrc_absent);
-  wire::Packet pkt;
-  wire::ParseOptions unchecked;
-  unchecked.verify_icrc = false;
-  ASSERT_EQ(wire::parse_frame(wire::ByteSpan(got[0].data, got[0].len), pkt, unchecked), wire::ParseError::ok);
-  EXPECT_EQ(pkt.bth.psn, 500u);
-  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), pkt.payload.begin()));
-  b.port->rx_free(got, n);
-  EXPECT_EQ(a.port->stats().tx_batches, 1u);
+  for (const uint32_t mtu : {1500u, 9000u}) {
+    SCOPED_TRACE(mtu);
+    TmpDir dir("urxe-local-port");
+    Device a(dir.path, 0xa, 0, mtu), b(dir.path, 0xb, 3, mtu);
+    ASSERT_TRUE(a.port && b.port);
+    ASSERT_GE(a.port->tx_batch_bytes(), LocalPathPort::kMinBatchBytes);
+    constexpr uint32_t k = 4, seg = 1024;
+    std::vector<uint8_t> payload(k * seg);
+    for (size_t i = 0; i < payload.size(); i++) payload[i] = static_cast<uint8_t>(i * 13 + (i >> 10));
+    auto send_batch = [&](const wire::MacAddr& dst, uint32_t dqpn, uint32_t psn) {
+      wire::FrameSpec spec = a.spec_to(dst, dqpn, psn);
+      spec.bth.opcode = wire::op::kRc | wire::op::write_middle;
+      const uint32_t size = wire::frame_size(spec, k * seg);
+      engine::PacketBuf buf{};
+      if (!a.port->tx_alloc(size, buf)) return false;
+      buf.len = wire::build_frame(wire::MutByteSpan(buf.data, size), spec, wire::ByteSpan(payload));
+      std::memset(buf.data + buf.len - wire::kIcrcLen, 0, wire::kIcrcLen);  // as the engine leaves it
+      buf.icrc_absent = true;
+      buf.batch = k;
+      return buf.len > 0 && a.port->tx_burst(&buf, 1) == 1;
+    };
+    ASSERT_TRUE(send_batch(b.mac, kBase0 + 3 * kBlock + 5, 500));
+    engine::PacketBuf got[16];
+    uint32_t n = b.port->rx_burst(got, 16);
+    ASSERT_EQ(n, 1u);
+    EXPECT_EQ(got[0].batch, k);
+    EXPECT_TRUE(got[0].icrc_absent);
+    wire::Packet pkt;
+    wire::ParseOptions unchecked;
+    unchecked.verify_icrc = false;
+    ASSERT_EQ(wire::parse_frame(wire::ByteSpan(got[0].data, got[0].len), pkt, unchecked),
+              wire::ParseError::ok);
+    EXPECT_EQ(pkt.bth.psn, 500u);
+    EXPECT_TRUE(std::equal(payload.begin(), payload.end(), pkt.payload.begin()));
+    b.port->rx_free(got, n);
+    EXPECT_EQ(a.port->stats().tx_batches, 1u);
 
-  // to a MAC that is no device here: the port's way (back to A on its own bus), as k frames
-  ASSERT_TRUE(send_batch(wire::MacAddr{0x02, 0, 0, 0, 0, 0xc}, kBase0 + 3 * kBlock, 0xfffffe));
-  n = a.port->rx_burst(got, 16);
-  ASSERT_EQ(n, k);
-  for (uint32_t i = 0; i < n; i++) {
-    EXPECT_EQ(got[i].batch, 0u);
-    EXPECT_FALSE(got[i].icrc_absent);
-    ASSERT_EQ(wire::parse_frame(wire::ByteSpan(got[i].data, got[i].len), pkt), wire::ParseError::ok) << i;
-    EXPECT_EQ(pkt.bth.psn, wire::psn_add(0xfffffe, i));
-    EXPECT_TRUE(std::equal(pkt.payload.begin(), pkt.payload.end(), payload.begin() + i * seg)) << i;
+    // to a MAC that is no device here: the port's way (back to A on its own bus), as k frames
+    ASSERT_TRUE(send_batch(wire::MacAddr{0x02, 0, 0, 0, 0, 0xc}, kBase0 + 3 * kBlock, 0xfffffe));
+    n = a.port->rx_burst(got, 16);
+    ASSERT_EQ(n, k);
+    for (uint32_t i = 0; i < n; i++) {
+      EXPECT_EQ(got[i].batch, 0u);
+      EXPECT_FALSE(got[i].icrc_absent);
+      ASSERT_EQ(wire::parse_frame(wire::ByteSpan(got[i].data, got[i].len), pkt), wire::ParseError::ok) << i;
+      EXPECT_EQ(pkt.bth.psn, wire::psn_add(0xfffffe, i));
+      EXPECT_TRUE(std::equal(pkt.payload.begin(), pkt.payload.end(), payload.begin() + i * seg)) << i;
+    }
+    a.port->rx_free(got, n);
+    EXPECT_EQ(a.port->stats().tx_batch_cut, 1u);
+    EXPECT_EQ(b.port->rx_burst(got, 16), 0u);  // and B's ring saw nothing more
   }
-  a.port->rx_free(got, n);
-  EXPECT_EQ(a.port->stats().tx_batch_cut, 1u);
-  // and B's ring saw nothing more
-  EXPECT_EQ(b.port->rx_burst(got, 16), 0u);
 }
 
 }  // namespace
