@@ -225,10 +225,16 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
       return nullptr;
     dqpn = pkt.bth.dqpn;
   }
+  Peer* p = peer_to(frame, dqpn, now);
+  return p && len <= p->tx.slot_bytes() ? p : nullptr;  // (a larger frame than its slots: the wire's way)
+}
+
+// The peer with a ring for QP dqpn of the device at `mac`, attaching to it if due; nullptr if none.
+LocalPathPort::Peer* LocalPathPort::peer_to(const uint8_t* mac, uint32_t dqpn, uint64_t now) {
   if (dqpn < cfg_.qpn_base0) return nullptr;
   const uint32_t block = (dqpn - cfg_.qpn_base0) / cfg_.block_size;
   if (block >= cfg_.blocks) return nullptr;
-  Dest* d = dest_for(frame, now);
+  Dest* d = dest_for(mac, now);
   if (!d) return nullptr;
   std::unique_ptr<Peer>& slot = d->peers[block];
   if (!slot) {  // the first frame to this block of that device (not per frame)
@@ -261,8 +267,15 @@ LocalPathPort::Peer* LocalPathPort::peer_for(const engine::PacketBuf& buf, uint6
   last_peer_ = &p;
   last_qpn_lo_ = cfg_.qpn_base0 + block * cfg_.block_size;
   last_qpn_end_ = last_qpn_lo_ + cfg_.block_size;
-  std::memcpy(last_mac_.data(), frame, 6);
-  return len <= p.tx.slot_bytes() ? &p : nullptr;  // (a larger frame than its slots: the wire's way)
+  std::memcpy(last_mac_.data(), mac, 6);
+  return &p;
+}
+
+uint32_t LocalPathPort::tx_batch_bytes_to(const uint8_t* dst_mac, uint32_t dqpn) {
+  if (dst_mac[0] & 1) return 0;
+  const Peer* p = peer_to(dst_mac, dqpn, local_mono_ns());
+  const uint32_t slot = p ? p->tx.slot_bytes() : 0;
+  return slot > kBatchHeadroom ? std::min(batch_bytes_, slot - kBatchHeadroom) : 0;
 }
 
 bool LocalPathPort::tx_alloc(uint32_t size, engine::PacketBuf& buf) {

@@ -70,6 +70,7 @@ class LocalPathPort final : public engine::Port {
   // A run of a message's middle packets crosses a ring as one batch frame (one slot, one pass of each
   // side's per-frame work) and is cut into its packets wherever it goes to the real port instead.
   uint32_t tx_batch_bytes() const override { return batch_bytes_; }
+  uint32_t tx_batch_bytes_to(const uint8_t* dst_mac, uint32_t dqpn) override;
   // At least this much payload in a batch; more where the device's MTU makes the slots larger anyway.
   static constexpr uint32_t kMinBatchBytes = 8192, kBatchHeadroom = 256;
 
@@ -82,6 +83,7 @@ class LocalPathPort final : public engine::Port {
   struct Dest;
   Dest* dest_for(const uint8_t* mac, uint64_t now);
   Peer* peer_for(const engine::PacketBuf& buf, uint64_t now);
+  Peer* peer_to(const uint8_t* mac, uint32_t dqpn, uint64_t now);
   Peer* last_peer_for(const engine::PacketBuf& buf, uint64_t now) const;
   uint32_t send_inner(engine::PacketBuf* bufs, uint32_t n);
   bool send_cut(engine::PacketBuf& batch);

@@ -227,6 +227,7 @@ struct Qp {
     uint32_t next_psn = 0;    // PSN of the next packet to send
     uint32_t sent_end = 0;    // one past the highest PSN ever sent
     uint32_t noack_pkts = 0;  // request packets sent since the last one with AckReq
+    uint32_t batch_bytes = 0;  // Port::tx_batch_bytes_to for the message being sent (0: no batch frames)
   } req;
 
   struct Completer {

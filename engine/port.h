@@ -94,6 +94,12 @@ class Port {
   // pass it on whole (wire::batch_packet), and may hand batches out of rx_burst. tx_alloc gives a batch
   // frame's size.
   virtual uint32_t tx_batch_bytes() const { return 0; }
+  // The same for frames to one destination now (the requester asks at the start of a message that could
+  // hold a batch): 0 where batches would only be cut again (a peer reached through the real port). An
+  // answer that is stale by the time the frames go costs a cut, never a wrong frame.
+  virtual uint32_t tx_batch_bytes_to(const uint8_t* /*dst_mac*/, uint32_t /*dqpn*/) {
+    return tx_batch_bytes();
+  }
   static constexpr uint32_t kMaxBatch = 32;  // packets in one batch frame at most
 
   // This process owns destination QPNs [first, end) only (the provider's urxe.qpn blocks): a port with a

@@ -49,7 +49,7 @@ uint32_t EngineImpl::batch_run(const Qp& q, uint32_t psn, uint64_t rest, uint32_
   // immediate data, solicited event) is sent alone, and so is any packet that needs the AckReq (one every
   // `every` packets, and the last of this turn: the batch's packets must all be plain middles). No PSN past
   // the window (RC): a batch ends where the packets sent one by one would have stopped.
-  auto k = static_cast<uint32_t>(std::min<uint64_t>(port_batch_bytes / q.mtu, (rest - 1) / q.mtu));
+  auto k = static_cast<uint32_t>(std::min<uint64_t>(q.req.batch_bytes / q.mtu, (rest - 1) / q.mtu));
   k = std::min({k, Port::kMaxBatch, 0xffffu / q.mtu, budget - 1});  // (the payload fits gather_len)
   if (q.type == QPT_RC) {
     const uint32_t used = q.req.noack_pkts + 1;
@@ -154,6 +154,11 @@ bool EngineImpl::requester_run(Qp& q) {
         break;
       }
       w.npkts = (info.is_atomic || q.type == QPT_UD) ? 1 : packets_for(w.length, q.mtu);
+      // Whether this message's middle packets may go as batch frames: only if it has two middles at least,
+      // and only to a destination the port passes batches to whole.
+      q.req.batch_bytes = port_batch_bytes && w.npkts >= 4 && !info.is_read && !q.prefix.udp_checksum
+                              ? port.tx_batch_bytes_to(q.spec.dst_mac.data(), q.spec.bth.dqpn)
+                              : 0;
       w.first_psn = q.req.next_psn;
       w.last_psn = wire::psn_add(w.first_psn, w.npkts - 1);
       w.resp_psn = w.first_psn;
@@ -224,7 +229,7 @@ bool EngineImpl::requester_run(Qp& q) {
       const uint32_t every = std::min<uint32_t>(64, std::max<uint32_t>(1, config.max_unacked_psns / 2));
       spec.bth.ack_req = q.type == QPT_RC && (last || q.req.noack_pkts + 1 >= every || budget == 1);
       if (w.is_inline) inline_src = q.sq_inline.data() + w.inline_base + q.req.offset;
-      else if (!first && !last && port_batch_bytes && !q.prefix.udp_checksum)
+      else if (!first && !last && q.req.batch_bytes)
         batch = batch_run(q, psn, rest, every, budget);
       if (batch > 1) {
         payload = batch * q.mtu;

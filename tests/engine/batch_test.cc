@@ -25,6 +25,7 @@ class BatchPort final : public Port {
   bool tx_icrc_offload() const override { return true; }
   bool tx_gather() const override { return true; }
   uint32_t tx_batch_bytes() const override { return 8192; }
+  uint32_t tx_batch_bytes_to(const uint8_t*, uint32_t) override { return batch_bytes_to; }
   bool tx_alloc(uint32_t size, PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
   void tx_free(PacketBuf& buf) override { inner_.tx_free(buf); }
   uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
@@ -89,6 +90,7 @@ class BatchPort final : public Port {
   void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
   uint64_t batches = 0, packets_in_batches = 0;
   uint8_t force_batch = 0;
+  uint32_t batch_bytes_to = 8192;  // what it answers for any destination
 
  private:
   Port& inner_;
@@ -153,6 +155,27 @@ TEST(Batch, LongMessagesCrossAsBatchesAndLandWhole) {
     EXPECT_EQ(lb.a().eng->counter(Counter::sent_pkts) - sent0, packets);
     EXPECT_EQ(lb.b().eng->counter(Counter::rcvd_pkts) - rcvd0, packets);
   }
+}
+
+// A destination the port would only cut batches for (tx_batch_bytes_to 0: a peer through the real port)
+// gets single packets, whatever the port takes elsewhere; asked per message, so a later answer counts.
+TEST(Batch, NoBatchesWhereThePortSaysNone) {
+  Pair t(true);
+  Loopback& lb = t.lb;
+  const uint32_t qa = lb.connect(QPT_RC).first;
+  fill(lb.a().mem, 0, 65536, 3);
+  t.port[0]->batch_bytes_to = 0;
+  Sge sge{lb.a().addr(0), 65536, lb.a().mr.lkey};
+  post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(100000), lb.b().mr.rkey, 1));
+  ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+  EXPECT_EQ(t.port[0]->batches, 0u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 100000, 65536));
+  t.port[0]->batch_bytes_to = 4096;  // (4 packets a batch at most)
+  post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(200000), lb.b().mr.rkey, 2));
+  ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+  EXPECT_GT(t.port[0]->batches, 0u);
+  EXPECT_LE(t.port[0]->packets_in_batches, 4 * t.port[0]->batches);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 200000, 65536));
 }
 
 // Frames lost, batches among them (whole), and go-back-N resends that start inside a batch the responder

@@ -259,6 +259,11 @@ TEST(LocalPath, BatchFramesCrossRingsWholeAndAreCutForThePort) {
     Device a(dir.path, 0xa, 0, mtu), b(dir.path, 0xb, 3, mtu);
     ASSERT_TRUE(a.port && b.port);
     ASSERT_GE(a.port->tx_batch_bytes(), LocalPathPort::kMinBatchBytes);
+    // batches whole to B's ring; none to a MAC that is no device here, nor to a block without a ring
+    EXPECT_EQ(a.port->tx_batch_bytes_to(b.mac.data(), kBase0 + 3 * kBlock + 5), a.port->tx_batch_bytes());
+    EXPECT_EQ(a.port->tx_batch_bytes_to(wire::MacAddr{0x02, 0, 0, 0, 0, 0xc}.data(), kBase0 + 3 * kBlock),
+              0u);
+    EXPECT_EQ(a.port->tx_batch_bytes_to(b.mac.data(), kBase0 + 4 * kBlock), 0u);
     constexpr uint32_t k = 4, seg = 1024;
     std::vector<uint8_t> payload(k * seg);
     for (size_t i = 0; i < payload.size(); i++) payload[i] = static_cast<uint8_t>(i * 13 + (i >> 10));
