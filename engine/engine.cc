@@ -396,22 +396,36 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     return;
   }
   const QpState st = qp->state.load(std::memory_order_relaxed);
-  if (info.is_response) {
-    if (buf.batch) {  // (only a requester's packets come in batches)
-      count(Counter::rx_drop_parse);
-      note(Note::drop_malformed, dqpn);
-      return;
+  // A batch frame (PacketBuf::batch, from the same-host path): the packets it stands for, one by one, each
+  // as if it had come alone. Only a run of full middle packets (requests or READ responses) is one.
+  const uint32_t k = buf.batch;
+  if (k && (k < 2 || info.position != wire::Position::middle || pkt.bth.pad || pkt.payload_len % k)) {
+    count(Counter::rx_drop_parse);
+    note(Note::drop_malformed, dqpn);
+    return;
+  }
+  const uint32_t seg = k ? pkt.payload_len / k : pkt.payload_len;
+  const uint32_t psn0 = pkt.bth.psn;
+  const uint8_t* payload0 = pkt.payload.data();
+  auto packet = [&](uint32_t i) -> wire::Packet& {  // the batch's packet i (pkt itself when not a batch)
+    if (k) {
+      pkt.bth.psn = wire::psn_add(psn0, i);
+      pkt.payload = wire::ByteSpan(payload0 + size_t{i} * seg, seg);
+      pkt.payload_len = seg;
     }
+    return pkt;
+  };
+  if (info.is_response) {
     if (st != QPS_RTS && st != QPS_SQD) {
       count(Counter::rx_drop_qpn);
       note(Note::drop_qp_state, dqpn);
       return;
     }
-    count(Counter::rcvd_pkts);  // as rxe: frames that passed the header checks and reach a QP
-    count(Counter::rcvd_bytes, buf.len);
+    count(Counter::rcvd_pkts, k ? k : 1);  // as rxe: frames that passed the header checks and reach a QP
+    count(Counter::rcvd_bytes, k ? k * (buf.len - pkt.payload_len + seg) : buf.len);
     // READ responses are data too: CE on them notifies the responder (ACKs carry no payload to mark)
     if (pkt.payload_len && congested(pkt)) np_ce_received(*qp);
-    completer_rx(*qp, pkt);
+    for (uint32_t i = 0; i < (k ? k : 1); i++) completer_rx(*qp, packet(i));
     // Complete what this response finished now, before the next frame of the burst: completions then
     // appear in wire order, as on hardware. Apps waiting on one channel for a send and a receive CQ
     // (perftest -e) count on the send completion preceding the receive of the reply it provoked.
@@ -422,15 +436,6 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       note(Note::drop_qp_state, dqpn);
       return;
     }
-    // A batch frame (PacketBuf::batch, from the same-host path): the packets it stands for, one by one,
-    // each as if it had come alone. Only a run of full middle packets is one.
-    const uint32_t k = buf.batch;
-    if (k && (k < 2 || info.position != wire::Position::middle || pkt.bth.pad || pkt.payload_len % k)) {
-      count(Counter::rx_drop_parse);
-      note(Note::drop_malformed, dqpn);
-      return;
-    }
-    const uint32_t seg = k ? pkt.payload_len / k : pkt.payload_len;
     count(Counter::rcvd_pkts, k ? k : 1);
     count(Counter::rcvd_bytes, k ? k * (buf.len - pkt.payload_len + seg) : buf.len);
     if (congested(pkt)) np_ce_received(*qp);
@@ -438,18 +443,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);
     }
-    if (!k) {
-      responder_rx(*qp, pkt, buf.data);
-      return;
-    }
-    const uint32_t psn0 = pkt.bth.psn;
-    const uint8_t* payload0 = pkt.payload.data();
-    for (uint32_t i = 0; i < k; i++) {
-      pkt.bth.psn = wire::psn_add(psn0, i);
-      pkt.payload = wire::ByteSpan(payload0 + size_t{i} * seg, seg);
-      pkt.payload_len = seg;
-      responder_rx(*qp, pkt, buf.data);
-    }
+    for (uint32_t i = 0; i < (k ? k : 1); i++) responder_rx(*qp, packet(i), buf.data);
   }
 }
 

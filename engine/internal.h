@@ -175,6 +175,7 @@ struct RespRes {
   uint32_t cur_psn = 0;
   uint32_t start_psn = 0;  // PSN of this (re)transmission's first response packet
   uint64_t cur_offset = 0;
+  uint32_t batch_bytes = 0;  // Port::tx_batch_bytes_to for this (re)transmission (0: no batch frames)
 };
 
 // What a multi-packet message in progress at the responder is.

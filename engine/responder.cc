@@ -568,9 +568,24 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
       // from the requester, whose receive side the responses congest)
       if (budget == 0 || (paced && paced_now(q))) return did;
       const uint64_t rest = r.length - r.cur_offset;
-      const uint32_t len = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
+      uint32_t len = static_cast<uint32_t>(rest < q.mtu ? rest : q.mtu);
       const bool first = r.cur_psn == r.start_psn;
       const bool last = r.cur_offset + len >= r.length;
+      // Middle responses as batch frames where the port passes them whole (as the requester's packets:
+      // engine/README.md), asked once per (re)transmission; never the last, which carries the AETH.
+      if (first)
+        r.batch_bytes = port_batch_bytes && packets_for(r.length, q.mtu) >= 4 && !q.prefix.udp_checksum
+                            ? port.tx_batch_bytes_to(q.spec.dst_mac.data(), q.spec.bth.dqpn)
+                            : 0;
+      uint32_t batch = 0;
+      if (!first && !last && r.batch_bytes) {
+        batch = static_cast<uint32_t>(std::min<uint64_t>(r.batch_bytes / q.mtu, (rest - 1) / q.mtu));
+        batch = std::min({batch, Port::kMaxBatch, 0xffffu / q.mtu});
+        if (batch > 1)
+          len = batch * q.mtu;
+        else
+          batch = 0;
+      }
       MrError err;
       const uint8_t* src =
           len ? mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
@@ -594,11 +609,13 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
         gather_payload(src, len);
       else if (len)
         std::memcpy(dst, src, len);
+      cur_buf.batch = static_cast<uint8_t>(batch);
+      const uint32_t bytes = wire_bytes();
       finish_frame();
-      rp_sent(q, cur_layout.frame_len);
+      rp_sent(q, bytes);
       did = true;
       budget--;
-      r.cur_psn = wire::psn_add(r.cur_psn, 1);
+      r.cur_psn = wire::psn_add(r.cur_psn, batch ? batch : 1);
       r.cur_offset += len;
       if (last) r.pending = false;
     }

@@ -134,13 +134,13 @@ void seal_frame(MutByteSpan frame, const FrameLayout& layout, bool icrc = true);
 // into its last 4 bytes. False, writing nothing, when the frame is too short or not IP.
 bool write_icrc(MutByteSpan frame);
 // A batch frame: the same-host path's unit for a run of one message's middle packets (engine/README.md,
-// "Batches"). It is the frame of the run's first packet (a SEND or WRITE MIDDLE, no UDP checksum) carrying
-// the payloads of all `segments` packets, each as long as the others, with the IP and UDP lengths over
-// them all and room for one ICRC, unwritten. Packet `index` of the run is that frame's headers with PSN +
-// index and the lengths of one payload, then payload `index`, then its ICRC. A batch frame never reaches a
-// wire or a capture: whatever takes one there cuts it into its packets with batch_packet.
-// Writes packet `index` of `batch` into `out` and returns its length; 0 (writing nothing) when `batch` is
-// not such a frame of `segments` (>= 2) packets, `index` is past them or `out` is too small.
+// batch frames). It is the frame of the run's first packet (a SEND, WRITE or READ response MIDDLE, no UDP
+// checksum) carrying the payloads of all `segments` packets, each as long as the others, with the IP and UDP
+// lengths over them all and room for one ICRC, unwritten. Packet `index` of the run is that frame's headers
+// with PSN + index and the lengths of one payload, then payload `index`, then its ICRC. A batch frame never
+// reaches a wire or a capture: whatever takes one there cuts it into its packets with batch_packet. Writes
+// packet `index` of `batch` into `out` and returns its length; 0 (writing nothing) when `batch` is not such a
+// frame of `segments` (>= 2) packets, `index` is past them or `out` is too small.
 uint32_t batch_packet(ByteSpan batch, uint32_t segments, uint32_t index, MutByteSpan out);
 // Convenience: headers + copy of `payload` + seal. Returns the frame length, 0 if it does not fit.
 uint32_t build_frame(MutByteSpan out, const FrameSpec& spec, ByteSpan payload);

@@ -1,8 +1,9 @@
 // Batch frames (PacketBuf::batch, wire::batch_packet): a requester whose port takes them (the same-host
-// path, Port::tx_batch_bytes) sends a run of a message's middle packets as one frame, and a responder given
-// one processes the packets it stands for one by one. What users rely on: the bytes land as with single
-// packets, loss and go-back-N from inside a batch recover, the counters count packets, and wherever a batch
-// is cut for a wire its packets are the frames the requester would have sent one by one.
+// path, Port::tx_batch_bytes) sends a run of a message's middle packets as one frame (a responder, a run of
+// READ responses), and the receiving side processes the packets it stands for one by one. What users rely on:
+// the bytes land as with single packets, loss and go-back-N from inside a batch recover, the counters count
+// packets, and wherever a batch is cut for a wire its packets are the frames the requester would have sent
+// one by one.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -253,6 +254,42 @@ TEST(Batch, BatchesCutForTheWireAreTheFramesOfTheirPackets) {
     EXPECT_EQ(wc[0].status, WC_SUCCESS);
     EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 1000000, 600000));
   }
+}
+
+// READ responses cross as batches too (the responder's middle responses), and a READ whose responses are
+// lost, batches among them, is resent from inside them: the bytes land as read, and A counts every packet.
+TEST(Batch, ReadResponsesCrossAsBatches) {
+  Pair t(true);
+  Loopback& lb = t.lb;
+  const uint32_t qa = lb.connect(QPT_RC).first;
+  std::mt19937 rng(17);
+  for (size_t i = 0; i < 1 << 20; i++) lb.b().mem[i] = static_cast<uint8_t>(rng());
+  const uint64_t rcvd0 = lb.a().eng->counter(Counter::rcvd_pkts);
+  Sge rd{lb.a().addr(2 << 20), 200000, lb.a().mr.lkey};
+  post(lb.a(), qa, make_rdma_wr(WR_RDMA_READ, &rd, lb.b().addr(0), lb.b().mr.rkey, 1));
+  auto wc = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.b().mem.data(), lb.a().mem.data() + (2 << 20), 200000));
+  EXPECT_GT(t.port[1]->batches, 0u);
+  lb.settle();
+  EXPECT_EQ(lb.a().eng->counter(Counter::rcvd_pkts) - rcvd0, packets_for_len(200000, 1024));
+  uint64_t lost = 0;
+  lb.link.hook = [&](int side, const wire::Packet&, std::vector<uint8_t>&) {
+    if (side != 1 || rng() % 100 >= 4) return Fate::pass;
+    lost++;
+    return Fate::drop;
+  };
+  std::memset(lb.a().mem.data() + (2 << 20), 0, 1 << 20);
+  for (uint64_t id = 2; id <= 5; id++) {
+    Sge r{lb.a().addr((2 << 20) + (id - 2) * 250000), 250000, lb.a().mr.lkey};
+    post(lb.a(), qa, make_rdma_wr(WR_RDMA_READ, &r, lb.b().addr((id - 2) * 250000), lb.b().mr.rkey, id));
+  }
+  wc = lb.poll(lb.a(), 4, 60'000'000'000ull);
+  ASSERT_EQ(wc.size(), 4u);
+  for (const Wc& w : wc) EXPECT_EQ(w.status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.b().mem.data(), lb.a().mem.data() + (2 << 20), 1000000));
+  EXPECT_GT(lost, 0u);
 }
 
 // A frame flagged as a batch that is not a run of middle packets (here a SEND ONLY, then a READ response)

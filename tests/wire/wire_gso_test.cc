@@ -175,7 +175,8 @@ TEST(WireGso, AnyBytesAreSafe) {
 TEST(WireBatch, PacketsCutFromABatchAreTheFramesBuiltAlone) {
   for (const Variant& v : kVariants) {
     SCOPED_TRACE(v.name);
-    for (const uint8_t opcode : {uint8_t{op::kRc | op::send_middle}, uint8_t{op::kUc | op::write_middle}}) {
+    for (const uint8_t opcode : {uint8_t{op::kRc | op::send_middle}, uint8_t{op::kUc | op::write_middle},
+                                 uint8_t{op::kRc | op::read_response_middle}}) {
       const uint32_t k = 5, seg = 1024, psn0 = 0xfffffe;  // (PSNs 0xfffffe, 0xffffff, 0, 1, 2)
       Bytes all = payload_of(k * seg);
       for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint8_t>(all[i] ^ (i >> 10) * 37);
