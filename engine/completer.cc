@@ -239,9 +239,11 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
                                                                                   : WC_BAD_RESP_ERR;
             // READ responses / atomic ACKs for earlier WQEs may still be on their way (the responder sent
             // them before this NAK; the network may have reordered them): wait for them up to one
-            // retransmit timeout before the error takes the QP down.
+            // retransmit timeout before the error takes the QP down. A NAK of a packet of the oldest WQE
+            // itself (a long SEND that overflows the receive buffer, NAKed at the packet that overflows)
+            // fails it at once.
             const SendWqe* h = head_wqe(q);
-            if (h && wire::psn_lt(h->first_psn, psn)) {
+            if (h && wire::psn_lt(h->last_psn, psn)) {
               q.comp.nak_pending = true;
               q.comp.nak_psn = psn;
               q.comp.nak_status = st;
@@ -392,7 +394,7 @@ bool EngineImpl::completer_run(Qp& q) {
   // unanswered WQE then fails as a transport retry failure, and everything after it is flushed.
   if (q.comp.nak_pending) {
     const SendWqe* h = head_wqe(q);
-    if (!h || !wire::psn_lt(h->first_psn, q.comp.nak_psn)) {
+    if (!h || !wire::psn_lt(h->last_psn, q.comp.nak_psn)) {
       q.comp.nak_pending = false;
       fail_wqe(*this, q, q.comp.nak_status, q.comp.nak_psn);
       return true;

@@ -128,6 +128,22 @@ TEST(RcNak, InvalidRequestReceiveBufferTooSmall) {
   EXPECT_EQ(wb[0].status, WC_LOC_LEN_ERR);
 }
 
+// The same with a SEND of several packets: the responder NAKs the packet that overflows (not the first),
+// and the requester reports that NAK's status at once, not a retry failure after a timeout.
+TEST(RcNak, InvalidRequestReceiveBufferTooSmallForALongSend) {
+  Loopback lb;
+  auto [qa, qb] = lb.connect(QPT_RC);
+  post_recv(lb.b(), qb, 0, 1500, 5);
+  Sge sge{lb.a().addr(0), 4000, lb.a().mr.lkey};
+  const uint64_t t0 = lb.link.clock.now_ns();
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_REM_INV_REQ_ERR);
+  EXPECT_LT(lb.link.clock.now_ns() - t0, 1'000'000u);  // (the retransmit timeout is 67 ms)
+  EXPECT_EQ(lb.a().eng->counter(Counter::retry_exceeded_err), 0u);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_LOC_LEN_ERR);
+}
+
 TEST(RcNak, RemoteOperationalErrorBadReceiveLkey) {
   Loopback lb;
   auto [qa, qb] = lb.connect(QPT_RC);
