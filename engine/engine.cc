@@ -415,6 +415,15 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     }
     return pkt;
   };
+  // Whether a batch's packet i still finds its QP in a state that takes it (one before it may have moved
+  // the QP to ERR); the rest are dropped as frames arriving then would be.
+  auto takes = [&](uint32_t i, bool response) {
+    const QpState s = qp->state.load(std::memory_order_relaxed);
+    const bool ok = response ? s == QPS_RTS || s == QPS_SQD
+                             : s == QPS_RTR || s == QPS_RTS || s == QPS_SQD || s == QPS_SQE;
+    if (!ok) count(Counter::rx_drop_qpn, (k ? k : 1) - i);
+    return ok;
+  };
   if (info.is_response) {
     if (st != QPS_RTS && st != QPS_SQD) {
       count(Counter::rx_drop_qpn);
@@ -425,7 +434,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     count(Counter::rcvd_bytes, k ? k * (buf.len - pkt.payload_len + seg) : buf.len);
     // READ responses are data too: CE on them notifies the responder (ACKs carry no payload to mark)
     if (pkt.payload_len && congested(pkt)) np_ce_received(*qp);
-    for (uint32_t i = 0; i < (k ? k : 1); i++) completer_rx(*qp, packet(i));
+    for (uint32_t i = 0; i < (k ? k : 1) && (i == 0 || takes(i, true)); i++) completer_rx(*qp, packet(i));
     // Complete what this response finished now, before the next frame of the burst: completions then
     // appear in wire order, as on hardware. Apps waiting on one channel for a send and a receive CQ
     // (perftest -e) count on the send completion preceding the receive of the reply it provoked.
@@ -443,7 +452,8 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       qp->comm_est = true;
       async_event(EVENT_COMM_EST, qp->qpn);
     }
-    for (uint32_t i = 0; i < (k ? k : 1); i++) responder_rx(*qp, packet(i), buf.data);
+    for (uint32_t i = 0; i < (k ? k : 1) && (i == 0 || takes(i, false)); i++)
+      responder_rx(*qp, packet(i), buf.data);
   }
 }
 

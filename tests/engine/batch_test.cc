@@ -74,7 +74,8 @@ class BatchPort final : public Port {
       o.verify_icrc = false;
       if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt, o) != wire::ParseError::ok)
         continue;
-      if (force_batch) {  // a peer that flags a frame it should not have
+      if (force_batch && (!force_middle_only || pkt.info->position == wire::Position::middle)) {
+        // a peer that flags a frame it should not have
         bufs[i].batch = force_batch;
         bufs[i].icrc_absent = true;
         force_batch = 0;
@@ -91,6 +92,7 @@ class BatchPort final : public Port {
   void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
   uint64_t batches = 0, packets_in_batches = 0;
   uint8_t force_batch = 0;
+  bool force_middle_only = false;  // force_batch waits for a middle packet
   uint32_t batch_bytes_to = 8192;  // what it answers for any destination
 
  private:
@@ -318,6 +320,31 @@ TEST(Batch, AFrameFlaggedAsABatchThatIsNoneIsDropped) {
   EXPECT_EQ(wa[1].status, WC_SUCCESS);
   EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 8192, lb.a().mem.data() + 16384, 2048));
   EXPECT_EQ(lb.a().eng->counter(Counter::rx_drop_parse), 1u);
+}
+
+// A batch whose first packet moves the QP to ERR (here: a middle packet flagged as 2 of half its length,
+// which the responder refuses as an invalid request) delivers none of the rest: they are dropped as frames
+// arriving at a QP in ERR are (rx_drop_qpn), never processed.
+TEST(Batch, PacketsAfterOneThatFailsTheQpAreDropped) {
+  Pair t(true);
+  Loopback& lb = t.lb;
+  const auto [qa, qb] = lb.connect(QPT_RC);
+  t.port[0]->batch_bytes_to = 0;  // (A sends single packets; B is told one of them is a batch)
+  post_recv(lb.b(), qb, 0, 65536, 1);
+  t.port[1]->force_batch = 2;
+  t.port[1]->force_middle_only = true;
+  Sge sge{lb.a().addr(0), 8192, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  auto wa = lb.poll(lb.a(), 1, 60'000'000'000ull);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_parse), 0u);
+  // every packet A sent but the FIRST and the flagged frame's first half arrived at a QP in ERR: the
+  // flagged frame's second half too
+  EXPECT_EQ(lb.b().eng->counter(Counter::rx_drop_qpn), lb.a().eng->counter(Counter::sent_pkts) - 1);
+  QpAttr at;
+  ASSERT_EQ(0, lb.b().eng->query_qp(qb, at));
+  EXPECT_EQ(at.qp_state, QPS_ERR);
 }
 
 }  // namespace
