@@ -361,8 +361,8 @@ class CapturePort final : public en::Port {
   // give up and let record() count what does not fit.
   void reserve(std::unique_lock<std::mutex>& lk, const en::PacketBuf* bufs, uint32_t n) {
     size_t need = 0;
-    for (uint32_t i = 0; i < n;
-         ++i)  // (a batch frame is recorded as its packets: their headers once more each)
+    // (a batch frame is recorded as its packets: their headers once more each)
+    for (uint32_t i = 0; i < n; ++i)
       need += (kEpbOverhead + 128) * std::max<uint32_t>(bufs[i].batch, 1) + std::min(bufs[i].len, kSnapLen);
     if (fill_len_ + need <= kBufBytes || failed_.load(std::memory_order_relaxed)) return;
     kicked_ = true;
