@@ -305,10 +305,19 @@ void EngineImpl::finish_frame(bool ack_only) {
 }
 
 uint32_t EngineImpl::wire_bytes() const {
-  const uint32_t len = cur_layout.frame_len, k = cur_buf.batch;
-  if (k < 2) return len;
-  const uint32_t payload = len - cur_layout.payload_offset - wire::kIcrcLen;  // (middle packets: no pad)
-  return k * (len - payload + payload / k);
+  const uint32_t len = cur_layout.frame_len;  // (a batch's packets are middles: no pad)
+  return wire::batch_wire_len(len, len - cur_layout.payload_offset - wire::kIcrcLen, cur_buf.batch);
+}
+
+uint32_t EngineImpl::batch_bytes_for(const Qp& q, uint32_t npkts) {
+  return port_batch_bytes && npkts >= 4 && !q.prefix.udp_checksum
+             ? port.tx_batch_bytes_to(q.spec.dst_mac.data(), q.spec.bth.dqpn)
+             : 0;
+}
+
+uint32_t EngineImpl::batch_packets(uint32_t batch_bytes, uint32_t mtu, uint64_t rest) {
+  const auto k = static_cast<uint32_t>(std::min<uint64_t>(batch_bytes / mtu, (rest - 1) / mtu));
+  return std::min({k, Port::kMaxBatch, 0xffffu / mtu});  // (the payload fits gather_len)
 }
 
 void EngineImpl::abort_frame() {
@@ -431,7 +440,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       return;
     }
     count(Counter::rcvd_pkts, k ? k : 1);  // as rxe: frames that passed the header checks and reach a QP
-    count(Counter::rcvd_bytes, k ? k * (buf.len - pkt.payload_len + seg) : buf.len);
+    count(Counter::rcvd_bytes, wire::batch_wire_len(buf.len, pkt.payload_len, k));
     // READ responses are data too: CE on them notifies the responder (ACKs carry no payload to mark)
     if (pkt.payload_len && congested(pkt)) np_ce_received(*qp);
     for (uint32_t i = 0; i < (k ? k : 1) && (i == 0 || takes(i, true)); i++) completer_rx(*qp, packet(i));
@@ -446,7 +455,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
       return;
     }
     count(Counter::rcvd_pkts, k ? k : 1);
-    count(Counter::rcvd_bytes, k ? k * (buf.len - pkt.payload_len + seg) : buf.len);
+    count(Counter::rcvd_bytes, wire::batch_wire_len(buf.len, pkt.payload_len, k));
     if (congested(pkt)) np_ce_received(*qp);
     if (st == QPS_RTR && !qp->comm_est && qp->type != QPT_UD) {  // none for UD (IBTA o11-5.1.1)
       qp->comm_est = true;

@@ -556,6 +556,11 @@ struct EngineImpl {
   // How many packets from `psn` (`rest` bytes of the WQE left) the requester sends as one batch frame; < 2:
   // one packet alone.
   uint32_t batch_run(const Qp& q, uint32_t psn, uint64_t rest, uint32_t every, uint32_t budget) const;
+  // Port::tx_batch_bytes_to for a message of `npkts` packets to q's peer, asked once as it starts: 0 (no
+  // batch frames) for one with fewer than two middles, or a port that takes none.
+  uint32_t batch_bytes_for(const Qp& q, uint32_t npkts);
+  // Packets of a batch from a message's middle, `rest` bytes of it left: full ones only, never its last.
+  static uint32_t batch_packets(uint32_t batch_bytes, uint32_t mtu, uint64_t rest);
   // Whether the current frame's payload of `len` bytes is better left where it is (a port that gathers,
   // Port::tx_gather, and no checksum to compute over it); then gather_payload(src, len) says where.
   bool gathers(uint32_t len) const {

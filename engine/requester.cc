@@ -49,8 +49,7 @@ uint32_t EngineImpl::batch_run(const Qp& q, uint32_t psn, uint64_t rest, uint32_
   // immediate data, solicited event) is sent alone, and so is any packet that needs the AckReq (one every
   // `every` packets, and the last of this turn: the batch's packets must all be plain middles). No PSN past
   // the window (RC): a batch ends where the packets sent one by one would have stopped.
-  auto k = static_cast<uint32_t>(std::min<uint64_t>(q.req.batch_bytes / q.mtu, (rest - 1) / q.mtu));
-  k = std::min({k, Port::kMaxBatch, 0xffffu / q.mtu, budget - 1});  // (the payload fits gather_len)
+  uint32_t k = std::min(batch_packets(q.req.batch_bytes, q.mtu, rest), budget - 1);
   if (q.type == QPT_RC) {
     const uint32_t used = q.req.noack_pkts + 1;
     k = std::min(k, every > used ? every - used : 0u);
@@ -156,9 +155,7 @@ bool EngineImpl::requester_run(Qp& q) {
       w.npkts = (info.is_atomic || q.type == QPT_UD) ? 1 : packets_for(w.length, q.mtu);
       // Whether this message's middle packets may go as batch frames: only if it has two middles at least,
       // and only to a destination the port passes batches to whole.
-      q.req.batch_bytes = port_batch_bytes && w.npkts >= 4 && !info.is_read && !q.prefix.udp_checksum
-                              ? port.tx_batch_bytes_to(q.spec.dst_mac.data(), q.spec.bth.dqpn)
-                              : 0;
+      q.req.batch_bytes = info.is_read ? 0 : batch_bytes_for(q, w.npkts);
       w.first_psn = q.req.next_psn;
       w.last_psn = wire::psn_add(w.first_psn, w.npkts - 1);
       w.resp_psn = w.first_psn;

@@ -573,14 +573,10 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
       const bool last = r.cur_offset + len >= r.length;
       // Middle responses as batch frames where the port passes them whole (as the requester's packets:
       // engine/README.md), asked once per (re)transmission; never the last, which carries the AETH.
-      if (first)
-        r.batch_bytes = port_batch_bytes && packets_for(r.length, q.mtu) >= 4 && !q.prefix.udp_checksum
-                            ? port.tx_batch_bytes_to(q.spec.dst_mac.data(), q.spec.bth.dqpn)
-                            : 0;
+      if (first) r.batch_bytes = batch_bytes_for(q, packets_for(r.length, q.mtu));
       uint32_t batch = 0;
       if (!first && !last && r.batch_bytes) {
-        batch = static_cast<uint32_t>(std::min<uint64_t>(r.batch_bytes / q.mtu, (rest - 1) / q.mtu));
-        batch = std::min({batch, Port::kMaxBatch, 0xffffu / q.mtu});
+        batch = batch_packets(r.batch_bytes, q.mtu, rest);
         if (batch > 1)
           len = batch * q.mtu;
         else

@@ -38,31 +38,9 @@ uint32_t gso_headers_len(const uint8_t* f, uint32_t len) {
 
 void set_gso_segment_headers(uint8_t* f, uint32_t hdr, uint32_t payload, uint16_t ipv4_id0, uint32_t index,
                              bool checksum_valid) {
-  uint8_t* ip = f + kEthLen;
-  if (hdr == kEthLen + kIpv4MinLen + kUdpLen) {
-    const auto len = static_cast<uint16_t>(kIpv4MinLen + kUdpLen + payload);
-    const auto id = static_cast<uint16_t>(ipv4_id0 + index);
-    if (checksum_valid) {
-      // RFC 1624 (eqn. 3): HC' = ~(~HC + ~m + m') over the words that change, from what is there (summing
-      // the header again read back the words just stored, each load waiting for its stores). From a sum
-      // that was computed (never 0xffff) this gives exactly what summing again gives, -0 included.
-      uint32_t sum = uint32_t{static_cast<uint16_t>(~load_be16(ip + 10))} +
-                     static_cast<uint16_t>(~load_be16(ip + 2)) + len +
-                     static_cast<uint16_t>(~load_be16(ip + 4)) + id;
-      sum = (sum & 0xffff) + (sum >> 16);
-      sum = (sum & 0xffff) + (sum >> 16);
-      store_be16(ip + 10, static_cast<uint16_t>(~sum));
-      store_be16(ip + 2, len);
-      store_be16(ip + 4, id);
-    } else {
-      store_be16(ip + 2, len);
-      store_be16(ip + 4, id);
-      store_be16(ip + 10, ipv4_header_checksum(ip, kIpv4MinLen));
-    }
-  } else {
-    store_be16(ip + 4, static_cast<uint16_t>(kUdpLen + payload));
-  }
-  store_be16(f + hdr - 4, static_cast<uint16_t>(kUdpLen + payload));
+  const bool v4 = hdr == kEthLen + kIpv4MinLen + kUdpLen;
+  set_udp_datagram_len(f + kEthLen, kUdpLen + payload, static_cast<uint16_t>(v4 ? ipv4_id0 + index : 0),
+                       checksum_valid);
 }
 
 void copy_gso_segment_headers(uint8_t* out, const uint8_t* d, uint32_t hdr, uint32_t payload,

@@ -1,5 +1,7 @@
 #include "wire/headers.h"
 
+#include "wire/opcode.h"  // (the headers' lengths)
+
 namespace urxe::wire {
 
 bool gid_is_ipv4_mapped(const Gid& g) {
@@ -116,6 +118,34 @@ bool ipv4_header_checksum_ok(const uint8_t* hdr, uint32_t len) {
   const uint16_t stored = len >= 12 ? load_be16(hdr + 10) : 0;
   const uint16_t computed = ipv4_header_checksum(hdr, len);
   return stored == computed || (computed == 0 && stored == 0xffff);
+}
+
+void set_udp_datagram_len(uint8_t* ip, uint32_t udp_len, uint16_t ipv4_id, bool checksum_valid) {
+  uint32_t ip_hdr_len = kIpv6Len;
+  if ((ip[0] >> 4) == 4) {
+    ip_hdr_len = (ip[0] & 0x0fu) * 4u;
+    const auto len = static_cast<uint16_t>(ip_hdr_len + udp_len);
+    if (checksum_valid) {
+      // RFC 1624 (eqn. 3): HC' = ~(~HC + ~m + m') over the words that change, from what is there (summing
+      // the header again read back the words just stored, each load waiting for its stores). From a sum
+      // that was computed (never 0xffff) this gives exactly what summing again gives, -0 included.
+      uint32_t sum = uint32_t{static_cast<uint16_t>(~load_be16(ip + 10))} +
+                     static_cast<uint16_t>(~load_be16(ip + 2)) + len +
+                     static_cast<uint16_t>(~load_be16(ip + 4)) + ipv4_id;
+      sum = (sum & 0xffff) + (sum >> 16);
+      sum = (sum & 0xffff) + (sum >> 16);
+      store_be16(ip + 10, static_cast<uint16_t>(~sum));
+      store_be16(ip + 2, len);
+      store_be16(ip + 4, ipv4_id);
+    } else {
+      store_be16(ip + 2, len);
+      store_be16(ip + 4, ipv4_id);
+      store_be16(ip + 10, ipv4_header_checksum(ip, ip_hdr_len));
+    }
+  } else {
+    store_be16(ip + 4, static_cast<uint16_t>(udp_len));
+  }
+  store_be16(ip + ip_hdr_len + 4, static_cast<uint16_t>(udp_len));
 }
 
 }  // namespace urxe::wire

@@ -120,6 +120,12 @@ uint16_t ipv4_header_checksum(const uint8_t* hdr, uint32_t len);  // with the ch
 // computation gives) and 0xffff (+0's twin, what RFC 1624's incremental update leaves, e.g. a router or
 // netem marking ECN CE) are: one's-complement arithmetic has two zeros, and Wireshark accepts both.
 bool ipv4_header_checksum_ok(const uint8_t* hdr, uint32_t len);
+// Gives the IP and UDP headers at `ip` (IPv4 of any IHL, or IPv6; UDP right after) the fields a UDP datagram
+// of `udp_len` bytes with IPv4 ID `ipv4_id` has: IP length, IPv4 ID and header checksum, UDP length (the UDP
+// checksum is left as it is). What differs between two frames cut from one run (a GSO batch's segments, a
+// same-host batch frame's packets). checksum_valid: the IPv4 header checksum there is right for the header as
+// it is, and is updated for the words that change (RFC 1624) instead of summed again.
+void set_udp_datagram_len(uint8_t* ip, uint32_t udp_len, uint16_t ipv4_id, bool checksum_valid);
 
 struct Ipv6Header {
   uint8_t traffic_class = 0;

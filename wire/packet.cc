@@ -364,15 +364,8 @@ uint32_t batch_packet(ByteSpan batch, uint32_t segments, uint32_t index, MutByte
   uint8_t* f = out.data();
   std::memcpy(f, batch.data(), pkt.payload_offset);
   std::memcpy(f + pkt.payload_offset, batch.data() + pkt.payload_offset + size_t{index} * seg, seg);
-  if (pkt.ip_version == 4) {
-    const uint32_t ihl = pkt.l4_offset - pkt.l3_offset;
-    store_be16(f + pkt.l3_offset + 2, static_cast<uint16_t>(len - pkt.l3_offset));
-    store_be16(f + pkt.l3_offset + 10, 0);
-    store_be16(f + pkt.l3_offset + 10, ipv4_header_checksum(f + pkt.l3_offset, ihl));
-  } else {
-    store_be16(f + pkt.l3_offset + 4, static_cast<uint16_t>(len - pkt.l3_offset - kIpv6Len));
-  }
-  store_be16(f + pkt.l4_offset + 4, static_cast<uint16_t>(len - pkt.l4_offset));
+  // (the IPv4 ID stays: all of a QP's frames carry the one in its headers)
+  set_udp_datagram_len(f + pkt.l3_offset, len - pkt.l4_offset, load_be16(f + pkt.l3_offset + 4), false);
   store_be24(f + pkt.bth_offset + 9, psn_add(pkt.bth.psn, index));
   write_icrc(MutByteSpan(f, len));
   return len;

@@ -142,6 +142,11 @@ bool write_icrc(MutByteSpan frame);
 // packet `index` of `batch` into `out` and returns its length; 0 (writing nothing) when `batch` is not such a
 // frame of `segments` (>= 2) packets, `index` is past them or `out` is too small.
 uint32_t batch_packet(ByteSpan batch, uint32_t segments, uint32_t index, MutByteSpan out);
+// The bytes a batch frame of `frame_len` bytes, `payload_len` of them payload, stands for on a wire: its
+// `segments` packets, each with its own headers and ICRC. frame_len itself when it is not a batch (< 2).
+inline uint32_t batch_wire_len(uint32_t frame_len, uint32_t payload_len, uint32_t segments) {
+  return segments < 2 ? frame_len : segments * (frame_len - payload_len + payload_len / segments);
+}
 // Convenience: headers + copy of `payload` + seal. Returns the frame length, 0 if it does not fit.
 uint32_t build_frame(MutByteSpan out, const FrameSpec& spec, ByteSpan payload);
 
