@@ -273,7 +273,7 @@ LocalPathPort::Peer* LocalPathPort::peer_to(const uint8_t* mac, uint32_t dqpn, u
 
 uint32_t LocalPathPort::tx_batch_bytes_to(const uint8_t* dst_mac, uint32_t dqpn) {
   if (dst_mac[0] & 1) return 0;
-  const Peer* p = peer_to(dst_mac, dqpn, local_mono_ns());
+  const Peer* p = peer_to(dst_mac, dqpn, local_coarse_ns());
   const uint32_t slot = p ? p->tx.slot_bytes() : 0;
   return slot > kBatchHeadroom ? std::min(batch_bytes_, slot - kBatchHeadroom) : 0;
 }
@@ -361,7 +361,8 @@ LocalPathPort::Peer* LocalPathPort::last_peer_for(const engine::PacketBuf& buf, 
 uint32_t LocalPathPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   uint32_t done = 0, run = 0;  // bufs[run, i) go to the real port, in order with the local ones
   bool stop = false;
-  uint64_t now = local_mono_ns();  // (once per burst)
+  // (once per burst; the path's timers are of kRetryNs, all on this clock)
+  const uint64_t now = local_coarse_ns();
   uint32_t i = 0;
   for (; i < n && !stop; i++) {
     Peer* p = last_peer_for(bufs[i], now);
@@ -473,7 +474,7 @@ void LocalPathPort::rx_wait_arm(bool armed) {
   inner_->rx_wait_arm(armed);
   rx_.arm(armed);
   if (armed) {
-    const uint64_t now = local_mono_ns();
+    const uint64_t now = local_coarse_ns();
     if (now - last_reap_ns_ > kRetryNs) {
       last_reap_ns_ = now;
       rx_.reap(local_owner_alive);

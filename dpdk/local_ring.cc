@@ -422,6 +422,12 @@ uint64_t local_mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+uint64_t local_coarse_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 bool LocalSender::closed() const {
   return !m_ || m_->hdr->closed.load(std::memory_order_relaxed);
 }
