@@ -232,6 +232,7 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg)
   qps = std::vector<std::atomic<Qp*>>(d.max_qp);
   active = std::vector<std::atomic<uint64_t>>((size_t{d.max_qp} + 63) / 64);
   active_words = std::vector<std::atomic<uint64_t>>((active.size() + 63) / 64);
+  while (((active_words.size() - 1) >> active_top_shift) >= 64) active_top_shift++;
   taken.resize(active.size());
   next_qp_index = d.max_qp ? config.qpn_start % d.max_qp : 0;
   qp_list.reserve(d.max_qp);
@@ -618,16 +619,24 @@ bool EngineImpl::progress_round(Engine::Round round) {
   // lets only a few QPs send per round, the turns go round.
   // Words with bits are taken (summary first, then each word); a bit set meanwhile stays for the next round.
   uint32_t nw = 0, n_active = 0;
-  for (size_t s = 0; s < e.active_words.size(); s++) {
-    uint64_t sum = e.active_words[s].load(std::memory_order_relaxed)
-                       ? e.active_words[s].exchange(0, std::memory_order_acquire)
-                       : 0;
-    while (sum) {
-      const uint32_t w = static_cast<uint32_t>(s * 64 + static_cast<size_t>(__builtin_ctzll(sum)));
-      sum &= sum - 1;
-      const uint64_t bits = e.active[w].exchange(0, std::memory_order_acquire);
-      if (bits) e.taken[nw++] = {w, bits};
-      n_active += static_cast<uint32_t>(__builtin_popcountll(bits));
+  uint64_t top =
+      e.active_top.load(std::memory_order_relaxed) ? e.active_top.exchange(0, std::memory_order_seq_cst) : 0;
+  const size_t n_words = e.active_words.size();
+  while (top) {
+    const size_t g = static_cast<size_t>(__builtin_ctzll(top));
+    top &= top - 1;
+    const size_t end = std::min(n_words, (g + 1) << e.active_top_shift);
+    for (size_t s = g << e.active_top_shift; s < end; s++) {
+      uint64_t sum = e.active_words[s].load(std::memory_order_relaxed)
+                         ? e.active_words[s].exchange(0, std::memory_order_seq_cst)
+                         : 0;
+      while (sum) {
+        const uint32_t w = static_cast<uint32_t>(s * 64 + static_cast<size_t>(__builtin_ctzll(sum)));
+        sum &= sum - 1;
+        const uint64_t bits = e.active[w].exchange(0, std::memory_order_acquire);
+        if (bits) e.taken[nw++] = {w, bits};
+        n_active += static_cast<uint32_t>(__builtin_popcountll(bits));
+      }
     }
   }
   // Each QP's turn sends at most visit_budget frames, so that a turn of every active QP stays near

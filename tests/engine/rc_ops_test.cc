@@ -227,6 +227,32 @@ TEST_F(RcOps, UnsignaledCompletesSilentlyButInOrder) {
   EXPECT_EQ(wa[0].wr_id, 2u);
 }
 
+// A round visits only the groups of QP words its top-level word names: QPs at both ends of the QP table
+// (the last word of the last group, the first of the first) are posted to, answered and completed.
+TEST(RcQpTable, QpsAtBothEndsOfTheTableMakeProgress) {
+  EngineConfig cfg;
+  cfg.qpn_start = cfg.device.max_qp - 1;
+  Loopback lb(cfg);
+  const auto [qa_last, qb_last] = lb.connect(QPT_RC);
+  const auto [qa_first, qb_first] = lb.connect(QPT_RC);
+  EXPECT_EQ(qa_last - cfg.qpn_base, cfg.device.max_qp - 1);
+  EXPECT_EQ(qa_first, cfg.qpn_base);
+  for (const auto& [qa, qb] : {std::pair{qa_last, qb_last}, std::pair{qa_first, qb_first}}) {
+    for (int i = 0; i < 3; i++) {
+      post_recv(lb.b(), qb, 0x1000, 64, 7);
+      Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+      post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 8));
+      const auto wa = lb.poll(lb.a(), 1);
+      const auto wb = lb.poll(lb.b(), 1);
+      ASSERT_EQ(wa.size(), 1u) << "QP " << qa;
+      ASSERT_EQ(wb.size(), 1u) << "QP " << qb;
+      EXPECT_EQ(wa[0].status, WC_SUCCESS);
+      EXPECT_EQ(wb[0].status, WC_SUCCESS);
+      EXPECT_EQ(wb[0].qp_num, qb);
+    }
+  }
+}
+
 TEST(RcPsn, WraparoundAcrossMessages) {
   Loopback lb;
   Loopback::ConnOpts o;
