@@ -250,26 +250,32 @@ bool LocalReceiver::create(const std::string& dir, const std::string& name, uint
 
 uint32_t LocalReceiver::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
   if (!m_ || n == 0) return 0;
-  const uint64_t claimed = m_->hdr->claimed.load(std::memory_order_acquire);
-  if (claimed == 0) return 0;
   const uint32_t lanes = m_->hdr->lanes;
+  // (bits past the lanes, which no sender of ours sets, are not followed out of the lane records)
+  const uint64_t claimed = m_->hdr->claimed.load(std::memory_order_acquire) &
+                           (lanes >= 64 ? ~uint64_t{0} : (uint64_t{1} << lanes) - 1);
+  if (claimed == 0) return 0;
   uint32_t got = 0;
-  // lanes in turn from next_lane_, wrapping without a division (this runs on every poll)
-  uint32_t l = next_lane_ < lanes ? next_lane_ : 0;
-  for (uint32_t k = 0; k < lanes && got < n; k++, l = l + 1 == lanes ? 0 : l + 1) {
-    if (!(claimed >> l & 1)) continue;
-    Lane& lane = m_->lanes[l];
-    const uint32_t head = lane.head.load(std::memory_order_acquire);
-    uint32_t& taken = m_->taken[l];
-    while (taken != head && got < n) {
-      Slot* s = m_->slot(l, taken);
-      bufs[got].data = s->data;
-      bufs[got].len = s->len <= m_->hdr->slot_bytes ? s->len : 0;  // a sender cannot make us read past it
-      bufs[got].icrc_absent = (s->flags & kSlotNoIcrc) != 0;
-      bufs[got].batch = static_cast<uint8_t>(s->flags >> kSlotBatchShift);
-      bufs[got].opaque = reinterpret_cast<void*>(uintptr_t{l} + 1);
-      taken++;
-      got++;
+  // The claimed lanes in turn from next_lane_: those at or above it, then those below (this runs on every
+  // poll, so only the claimed lanes' bits are visited).
+  const uint32_t from = next_lane_ < lanes ? next_lane_ : 0;
+  const uint64_t above = claimed & (~uint64_t{0} << from);
+  for (uint64_t pass : {above, claimed & ~above}) {
+    for (; pass && got < n; pass &= pass - 1) {
+      const auto l = static_cast<uint32_t>(__builtin_ctzll(pass));
+      Lane& lane = m_->lanes[l];
+      const uint32_t head = lane.head.load(std::memory_order_acquire);
+      uint32_t& taken = m_->taken[l];
+      while (taken != head && got < n) {
+        Slot* s = m_->slot(l, taken);
+        bufs[got].data = s->data;
+        bufs[got].len = s->len <= m_->hdr->slot_bytes ? s->len : 0;  // a sender cannot make us read past it
+        bufs[got].icrc_absent = (s->flags & kSlotNoIcrc) != 0;
+        bufs[got].batch = static_cast<uint8_t>(s->flags >> kSlotBatchShift);
+        bufs[got].opaque = reinterpret_cast<void*>(uintptr_t{l} + 1);
+        taken++;
+        got++;
+      }
     }
   }
   next_lane_ = next_lane_ + 1 >= lanes ? 0 : next_lane_ + 1;
