@@ -617,7 +617,8 @@ bool EngineImpl::progress_round(Engine::Round round) {
   // last QP that sent in this one: when the windows of all QPs cannot fit the path, the same QPs must not
   // always be the ones whose frames come last (and that a full queue drops), and when a shared path rate
   // lets only a few QPs send per round, the turns go round.
-  // Words with bits are taken (summary first, then each word); a bit set meanwhile stays for the next round.
+  // Words with bits are taken (the top word first, then each summary word it names, then each word); a bit
+  // set meanwhile stays for the next round.
   uint32_t nw = 0, n_active = 0;
   uint64_t top =
       e.active_top.load(std::memory_order_relaxed) ? e.active_top.exchange(0, std::memory_order_seq_cst) : 0;
