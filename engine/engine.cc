@@ -598,6 +598,7 @@ bool EngineImpl::progress_round(Engine::Round round) {
   // At least four bursts, and past the marking threshold: frames that deep in the ring are the ones marked.
   bool did = e.rx_drain(std::max(4 * burst, e.rx_mark_frames + 2 * burst)) > 0;
   // due timers: their QPs get a visit
+  const uint64_t stall_before = e.stall_ns;
   while (!e.wakes.empty() && e.wakes.front().t <= e.now) {
     const Wake w = e.wakes.front();
     std::pop_heap(e.wakes.begin(), e.wakes.end(), std::greater<>{});
@@ -605,6 +606,7 @@ bool EngineImpl::progress_round(Engine::Round round) {
     Qp* q = e.qps[w.index].load(std::memory_order_relaxed);
     if (q && q->scheduled_wake == w.t) {
       q->scheduled_wake = UINT64_MAX;
+      if (e.stall_ns == stall_before) e.note_late_wake(*q, w.t);  // the earliest due: the whole delay
       e.activate_locked(*q);
     }
   }
@@ -791,6 +793,7 @@ void EngineImpl::schedule(Qp& q) {
       std::make_heap(wakes.begin(), wakes.end(), std::greater<>{});
     }
     q.scheduled_wake = t;
+    q.wake_paced = t == paced_until(q);
     wakes.push_back({t, q.index});
     std::push_heap(wakes.begin(), wakes.end(), std::greater<>{});
   }

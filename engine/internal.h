@@ -185,6 +185,7 @@ struct Qp {
   uint32_t qpn = 0;
   uint32_t index = 0;                    // qpn - qpn_base: its bit in EngineImpl::active, its slot in qps
   uint64_t scheduled_wake = UINT64_MAX;  // the time of its entry in EngineImpl::wakes (MAX: none)
+  bool wake_paced = false;               // that entry is the time its rate lets it send again
   QpType type = QPT_RC;
   uint32_t pd = 0;
   Cq* scq = nullptr;
@@ -210,6 +211,7 @@ struct Qp {
     uint64_t alpha_ns = 0, increase_ns = 0, last_cut_ns = 0;
     uint32_t stage = 0;         // increase steps since the last cut
     uint64_t next_send_ns = 0;  // pacing: the next packet may leave at this time
+    uint64_t stall_mark = 0;    // EngineImpl::stall_ns when the timers were last moved on
   } rate;
 
   // send queue (app produces, progress consumes)
@@ -381,6 +383,11 @@ struct EngineImpl {
   // The round trip seen by any QP (smoothed over all samples): a QP that lost everything it sent before
   // measuring its own round trip still gets a tail loss probe, timed from its neighbours' round trips.
   uint64_t srtt_any_ns = 0, rttvar_any_ns = 0;
+  // How long, in all, the engine ran late for a paced sender's wake (its threads were off the CPU while
+  // frames were due), past kStallGraceNs each time: DCQCN's timers stop for that time (engine/congestion.cc).
+  uint64_t stall_ns = 0;
+  static constexpr uint64_t kStallGraceNs = 200'000;
+  void note_late_wake(const Qp& q, uint64_t due);
   alignas(8) std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> own_counters{};
   uint64_t* counters = own_counters.data();  // or EngineConfig::counter_storage
 

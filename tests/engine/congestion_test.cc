@@ -204,6 +204,52 @@ TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
               static_cast<unsigned long long>(marked.cnps_handled), static_cast<double>(after.ns) / 1e3);
 }
 
+// The engine off the CPU while a paced sender's frames are due (a loaded machine) is not time its rate
+// recovers in: the CNPs of that time are read in one go and cut once, so the periods it hid must not count
+// as increases either. An idle QP's rate does recover over the same time.
+TEST(Dcqcn, AStalledEngineDoesNotCountTheStallAsRecovery) {
+  // rate after a 20 ms jump of the clock with the QP paced and frames due (stalled) or with nothing posted
+  auto rate_after_jump = [](bool stalled, uint32_t& before) {
+    EngineConfig cfg;
+    cfg.dcqcn.rp_max_rate = 10000;
+    cfg.dcqcn.np_rx_ring_mark_enable = 0;
+    Loopback lb(cfg, 1500, 4 << 20);
+    auto [qa, qb] = lb.connect(QPT_RC);
+    lb.link.latency_ns = 5'000;
+    EXPECT_TRUE(write_burst(lb, qa, 20, [] { return true; }).data_ok);
+    lb.settle(1'000'000);
+    Sge sge{lb.a().addr(0), 65536, lb.a().mr.lkey};
+    before = lb.a().eng->qp_rate_mbps(qa);
+    if (stalled) {
+      for (int i = 0; i < 4; i++)
+        post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(65536), lb.b().mr.rkey));
+      lb.a().eng->progress();  // sends what its rate allows, then waits for its pacing time
+      before = lb.a().eng->qp_rate_mbps(qa);
+      lb.link.clock.t += 20'000'000;
+      lb.a().eng->progress();
+    } else {
+      lb.link.clock.t += 20'000'000;
+      post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(65536), lb.b().mr.rkey));
+      lb.a().eng->progress();
+    }
+    const uint32_t r = lb.a().eng->qp_rate_mbps(qa);
+    lb.settle();
+    return r;
+  };
+  uint32_t stalled0 = 0, idle0 = 0;
+  const uint32_t stalled = rate_after_jump(true, stalled0), idle = rate_after_jump(false, idle0);
+  ASSERT_GT(stalled0, 0u);
+  ASSERT_LT(stalled0, 5000u);  // paced after the marked burst
+  EXPECT_EQ(stalled0, idle0);  // the same start
+  // 20 ms are ~66 increase periods: hyper increases add ~3 Gbit/s (or unpaced at 10). A stall counts at
+  // most the grace and the wait for the pacing time: a period or two.
+  EXPECT_TRUE(idle == 0 || idle > stalled0 + 2000) << "idle " << idle << ", from " << idle0;
+  EXPECT_GT(stalled, 0u);
+  EXPECT_LT(stalled, stalled0 + 500) << "from " << stalled0;
+  std::printf("rate %u Mbit/s; after 20 ms stalled with frames due %u, after 20 ms idle %u\n", stalled0,
+              stalled, idle);
+}
+
 // A round over many QPs takes time, and the clock read at its start falls behind: a paced QP must be paced
 // by the clock of now, not by that reading, or each round lets one frame through whatever the rate (with
 // 1,000 QPs on one path through a veth, a QP's next frame then waited past its retransmit timeout). Here
