@@ -174,13 +174,20 @@ TEST(Ecn, FramesDeepInTheReceiveRingAreAnsweredAsIfMarked) {
   }
 }
 
+// The DCQCN tests' engines: line rate 10 Gbit/s (64 KiB in ~52 us), CE on the wire only (the loopback
+// delivers whole bursts at once, which would look like a deep receive ring).
+EngineConfig dcqcn_config(uint32_t min_rate_mbps = EngineConfig::Dcqcn{}.rp_min_rate) {
+  EngineConfig cfg;
+  cfg.dcqcn.rp_max_rate = 10000;
+  cfg.dcqcn.rp_min_rate = min_rate_mbps;
+  cfg.dcqcn.np_rx_ring_mark_enable = 0;
+  return cfg;
+}
+
 // The reaction point: CNPs cut the sender's rate (the same WRITEs take longer while marked), and without
 // marks the rate recovers on the timers (after an idle second the burst is as fast as before).
 TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
-  EngineConfig cfg;
-  cfg.dcqcn.rp_max_rate = 10000;         // 10 Gbit/s: 64 KiB in ~52 us at line rate
-  cfg.dcqcn.np_rx_ring_mark_enable = 0;  // CE on the wire only: the loopback delivers whole bursts at once
-  Loopback lb(cfg, 1500, 4 << 20);
+  Loopback lb(dcqcn_config(), 1500, 4 << 20);
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 5'000;
   const BurstRun clean = write_burst(lb, qa, 20, [] { return false; });
@@ -210,10 +217,7 @@ TEST(Dcqcn, CnpsCutTheRateAndTimersRecoverIt) {
 TEST(Dcqcn, AStalledEngineDoesNotCountTheStallAsRecovery) {
   // rate after a 20 ms jump of the clock with the QP paced and frames due (stalled) or with nothing posted
   auto rate_after_jump = [](bool stalled, uint32_t& before) {
-    EngineConfig cfg;
-    cfg.dcqcn.rp_max_rate = 10000;
-    cfg.dcqcn.np_rx_ring_mark_enable = 0;
-    Loopback lb(cfg, 1500, 4 << 20);
+    Loopback lb(dcqcn_config(), 1500, 4 << 20);
     auto [qa, qb] = lb.connect(QPT_RC);
     lb.link.latency_ns = 5'000;
     EXPECT_TRUE(write_burst(lb, qa, 20, [] { return true; }).data_ok);
@@ -256,11 +260,7 @@ TEST(Dcqcn, AStalledEngineDoesNotCountTheStallAsRecovery) {
 // every read of the clock finds it 10 us later, longer than a frame takes at the QP's rate (held at
 // 1-5 Gbit/s): one round sends many frames of a 64 KiB WRITE.
 TEST(Dcqcn, APacedQpIsPacedByTheClockOfNowWithinARound) {
-  EngineConfig cfg;
-  cfg.dcqcn.rp_max_rate = 10000;
-  cfg.dcqcn.rp_min_rate = 1000;  // a frame of 1 KiB at most ~9 us apart
-  cfg.dcqcn.np_rx_ring_mark_enable = 0;
-  Loopback lb(cfg, 1500, 4 << 20);
+  Loopback lb(dcqcn_config(1000), 1500, 4 << 20);  // at least 1 Gbit/s: 1 KiB frames at most ~9 us apart
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 5'000;
   ASSERT_TRUE(write_burst(lb, qa, 20, [] { return true; }).data_ok);
@@ -286,10 +286,7 @@ TEST(Dcqcn, APacedQpIsPacedByTheClockOfNowWithinARound) {
 // READ responses are the responder's data and are paced too: CE on them reaches the responder as CNPs
 // (from the requester, whose receive side they congest), and the same READs then take longer.
 TEST(Dcqcn, CnpsPaceTheResponderReadResponses) {
-  EngineConfig cfg;
-  cfg.dcqcn.rp_max_rate = 10000;
-  cfg.dcqcn.np_rx_ring_mark_enable = 0;
-  Loopback lb(cfg, 1500, 4 << 20);
+  Loopback lb(dcqcn_config(), 1500, 4 << 20);
   auto [qa, qb] = lb.connect(QPT_RC);
   lb.link.latency_ns = 5'000;
   fill(lb.b().mem, 0, 65536, 9);
