@@ -23,6 +23,7 @@
 #include "provider/capture_port.h"
 #include "provider/internal.h"
 #include "provider/ports.h"
+#include "wire/crc32_fold.h"
 
 namespace urxe::provider {
 
@@ -352,8 +353,10 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
     } catch (const std::system_error& ex) {
       return fail(EAGAIN, std::string("progress thread: ") + ex.what());
     }
-    URXE_DEBUG("alloc_context(%s): port %s, async_fd %d, qpn_base 0x%x", dev->config->name.c_str(),
-               st->config.port.c_str(), st->async_rd, ecfg.qpn_base);
+    URXE_DEBUG("alloc_context(%s): port %s, async_fd %d, qpn_base 0x%x, CRC-32 %s / %s (below / from 256 B)",
+               dev->config->name.c_str(), st->config.port.c_str(), st->async_rd, ecfg.qpn_base,
+               urxe::wire::crc_fold_level_name(urxe::wire::crc_fold_best_level(0)),
+               urxe::wire::crc_fold_level_name(urxe::wire::crc_fold_best_level(256)));
     return &ctx->vctx;
   });
 }
