@@ -63,7 +63,7 @@ void rp_start(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now, uint64_t 
 // The timers stand still for the time the engine stalled (`stall_ns`, EngineImpl::stall_ns): its threads
 // off the CPU, a paced sender's frames due. The CNPs that came meanwhile are read in one go and make one
 // cut (one per monitor period); counting the periods the stall hid as increases made the rate climb by
-// tens of steps per stall: on a loaded machine 128 QPs held 3x the rate at which a switch marked.
+// tens of steps per stall: on a loaded machine 128 QPs held up to 3.7x the rate at which a switch marked.
 void rate_update(Qp::Rate& r, const EngineConfig::Dcqcn& p, uint64_t now, uint64_t stall_ns,
                  uint64_t rtt_ns = 0) {
   if (!r.limited) return;
