@@ -36,9 +36,8 @@ void EngineImpl::np_ce_received(Qp& q) {
 }
 
 void EngineImpl::note_late_wake(const Qp& q, uint64_t due) {
+  // (a paced wake is one of a limited rate: the QP's or its path's)
   if (!q.wake_paced || now < due + kStallGraceNs) return;
-  const Qp::Rate* path = path_rate(q);
-  if (!q.rate.limited && !(path && path->limited)) return;
   if (q.req.idx == q.sq.prod.load(std::memory_order_acquire) && !res_pending(q)) return;  // nothing to send
   stall_ns += now - due - kStallGraceNs;
 }

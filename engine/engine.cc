@@ -745,7 +745,8 @@ bool EngineImpl::cqe_unread() const {
   return false;
 }
 
-uint64_t EngineImpl::qp_wake(const Qp& q) const {
+uint64_t EngineImpl::qp_wake(const Qp& q, bool& paced) const {
+  paced = false;
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (q.flush_needed) return 0;
   if ((st == QPS_ERR || st == QPS_SQE) &&
@@ -754,9 +755,9 @@ uint64_t EngineImpl::qp_wake(const Qp& q) const {
   if (st == QPS_ERR && !q.srq &&
       q.rq.ring.cons.load(std::memory_order_relaxed) != q.rq.ring.prod.load(std::memory_order_acquire))
     return 0;
-  uint64_t best = UINT64_MAX;
+  uint64_t best = UINT64_MAX, pace = 0;
   if (res_pending(q)) {
-    const uint64_t pace = paced_until(q);  // READ responses wait for their rate (and ACKs behind them)
+    pace = paced_until(q);  // READ responses wait for their rate (and ACKs behind them)
     if (!pace) return 0;
     best = pace;
   } else if (q.resp.ack_pending) {
@@ -767,15 +768,18 @@ uint64_t EngineImpl::qp_wake(const Qp& q) const {
   } else if (!requester_blocked(q)) {
     return 0;
   } else if (const uint64_t t = paced_until(q); t && q.req.idx != q.sq.prod.load(std::memory_order_acquire)) {
+    pace = t;
     best = std::min(best, t);  // paced: it may send again then
   }
   if (q.comp.timer_deadline) best = std::min(best, q.comp.timer_deadline);
   if (q.comp.probe_deadline && (st == QPS_RTS || st == QPS_SQD)) best = std::min(best, q.comp.probe_deadline);
+  paced = pace != 0 && best == pace;
   return best;
 }
 
 void EngineImpl::schedule(Qp& q) {
-  const uint64_t t = qp_wake(q);
+  bool paced = false;
+  const uint64_t t = qp_wake(q, paced);
   if (t <= now) {
     activate_locked(q);
   } else if (t != UINT64_MAX && t < q.scheduled_wake) {
@@ -793,7 +797,7 @@ void EngineImpl::schedule(Qp& q) {
       std::make_heap(wakes.begin(), wakes.end(), std::greater<>{});
     }
     q.scheduled_wake = t;
-    q.wake_paced = t == paced_until(q);
+    q.wake_paced = paced;
     wakes.push_back({t, q.index});
     std::push_heap(wakes.begin(), wakes.end(), std::greater<>{});
   }

@@ -370,8 +370,8 @@ struct EngineImpl {
   };
   std::vector<Wake> wakes;
   // When qp next needs a visit: 0 now, a time, or UINT64_MAX (only a post, a frame or a verb can give it
-  // work). schedule() makes it so after a visit.
-  uint64_t qp_wake(const Qp& qp) const;
+  // work); `paced`: that time is when its rate lets it send again. schedule() makes it so after a visit.
+  uint64_t qp_wake(const Qp& qp, bool& paced) const;
   void schedule(Qp& qp);
   struct Taken {
     uint32_t word;
