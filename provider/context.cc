@@ -51,9 +51,10 @@ ContextState::~ContextState() {
   // A last round: ACKs the app's last poll held for its answer (Engine::acks_held) go out, as destroy_qp's
   // round does for a QP destroyed first.
   if (engine) engine->progress();
-  URXE_DEBUG("progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu",
-             (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
-             (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port);
+  URXE_DEBUG(
+      "progress: %llu busy rounds, %llu sleeps, %llu naps, woken by doorbell %llu, by port %llu; nice %d",
+      (unsigned long long)n_rounds, (unsigned long long)n_sleeps, (unsigned long long)n_naps,
+      (unsigned long long)n_wake_doorbell, (unsigned long long)n_wake_port, progress_nice);
   if (const auto* local = dynamic_cast<const urxe::dpdk::LocalPathPort*>(port.get())) {
     const urxe::dpdk::LocalPathStats& ls = local->stats();
     URXE_DEBUG(

@@ -5,10 +5,12 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -68,6 +70,7 @@ void ContextState::run() {
   const int ncpus = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
   const bool one_cpu = ncpus == 1;
   if (one_cpu) max_spin_ns = idle_app_spin_ns = 0;
+  progress_nice = raise_priority(one_cpu);
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
     max_spin_ns = idle_app_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
   uint64_t cap_ns = max_spin_ns;  // max_spin_ns, or idle_app_spin_ns while the app's threads are idle
@@ -306,6 +309,22 @@ void request_short_slice() {
   if (const char* e = std::getenv("URXE_SLICE_US"); e && *e)
     attr.sched_runtime = std::strtoull(e, nullptr, 10) * 1000;
   if (attr.sched_runtime) ::syscall(SYS_sched_setattr, 0, &attr, 0u);
+}
+
+// On one CPU the thread's wake-ups can only take the CPU from its app, and where that app spins on memory a
+// peer WRITEs (ib_write_lat, MPI's eager protocols), only this thread can place the WRITE: each wake-up must
+// preempt the app at once, as the kernel's softirq preempts it for kernel rxe. At nice 0 the scheduler (CFS)
+// often lets the app run on to its next tick first. So there the thread asks for nice -10
+// (`URXE_PROGRESS_NICE` sets any value, also with more CPUs; 0 = leave it), which needs CAP_SYS_NICE or an
+// RLIMIT_NICE that allows it: without, it stays at its nice. Returns the nice it runs at.
+int raise_priority(bool one_cpu) {
+  int nice = one_cpu ? -10 : 0;
+  if (const char* e = std::getenv("URXE_PROGRESS_NICE"); e && *e) nice = std::atoi(e);
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  if (nice != 0) ::setpriority(PRIO_PROCESS, tid, nice);  // (EPERM/EACCES: it stays as it is)
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  return errno ? 0 : now;
 }
 
 // Claims a block of QPNs for this context (byte i of urxe.qpn locked → QPNs 0x11 + i*max_qp ...), so

@@ -5,6 +5,9 @@
  * cannot run (Open MPI over UCX saw round trips of 4-12 ms). The app polls a CQ without pause for 0.5 s,
  * once with no CQ armed and once with another CQ armed; each time the thread (urxe-progress) must use
  * under a tenth of the CPU (it naps, waking every 50 us to 1 ms).
+ * On one CPU the thread also runs at nice -10 where the process may raise a priority (root, CAP_SYS_NICE):
+ * its wake-ups must preempt an app that spins on memory a peer WRITEs. With more CPUs, or with
+ * URXE_PROGRESS_NICE=0, it stays at the app's nice.
  * Run by in_netns.sh (socket port: the thread sleeps on a real wait fd). Usage: progress_idle_test DEVICE */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -14,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -36,6 +42,42 @@ static int progress_tid(void) {
   }
   closedir(d);
   return tid;
+}
+
+/* Waits (5 s at most) for the progress thread of the context just opened (the only one open). */
+static int wait_progress_tid(void) {
+  int tid = progress_tid();  // the thread names itself once it runs
+  for (const double t0 = now_ms(); tid < 0 && now_ms() - t0 < 5000; tid = progress_tid()) sched_yield();
+  return tid;
+}
+
+/* The thread's nice (field 19 of /proc's stat), once it had 200 ms to set it. */
+static int thread_nice(int tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  int nice = 99;
+  for (const double t0 = now_ms(); now_ms() - t0 < 200; sched_yield()) {
+    FILE* f = fopen(path, "r");
+    if (!f) return 99;
+    const size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    const char* p = strrchr(buf, ')');  // the name may hold spaces; field 3 follows ") "
+    if (p) p += 2;
+    for (int field = 3; field < 19 && p; field++)
+      if ((p = strchr(p, ' '))) p++;
+    if (p) nice = atoi(p);
+    if (nice != 0) break;
+  }
+  return nice;
+}
+
+/* Whether this process may lower a nice below 0 (tried in a child). */
+static int may_raise_priority(void) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(setpriority(PRIO_PROCESS, 0, -10) == 0 ? 0 : 1);
+  int st = 0;
+  return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 /* Time the thread has run on a CPU, in ms (schedstat's first field, ns). */
@@ -66,15 +108,29 @@ static double poll_share(struct ibv_cq* cq, int tid) {
 
 int main(int argc, char** argv) {
   REQUIRE(argc == 2, "usage: progress_idle_test DEVICE");
+  unsetenv("URXE_PROGRESS_NICE");
+  const int may_raise = may_raise_priority();
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  struct ibv_device* dev = find_device(list, n, argv[1]);
+  REQUIRE(dev, "no device %s", argv[1]);
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity: %s", strerror(errno));
+  if (CPU_COUNT(&all) >= 2) {  // more CPUs: the thread stays at the app's nice
+    struct ibv_context* c = ibv_open_device(dev);
+    REQUIRE(c, "ibv_open_device: %s", strerror(errno));
+    const int t = wait_progress_tid();
+    REQUIRE(t > 0, "no urxe-progress thread in this process");
+    const int nice = thread_nice(t);
+    printf("%d CPUs: urxe-progress at nice %d\n", CPU_COUNT(&all), nice);
+    CHECK(nice == 0, "with %d CPUs urxe-progress runs at nice %d, not 0", CPU_COUNT(&all), nice);
+    ibv_close_device(c);
+  }
   /* One CPU for the whole process; the progress thread, created by ibv_open_device, inherits it. */
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(sched_getcpu(), &one);
   REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity: %s", strerror(errno));
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  struct ibv_device* dev = find_device(list, n, argv[1]);
-  REQUIRE(dev, "no device %s", argv[1]);
   struct ibv_context* ctx = ibv_open_device(dev);
   REQUIRE(ctx, "ibv_open_device: %s", strerror(errno));
   struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
@@ -82,10 +138,14 @@ int main(int argc, char** argv) {
   struct ibv_cq* armed = ibv_create_cq(ctx, 16, NULL, ch, 0);
   struct ibv_cq* polled = ibv_create_cq(ctx, 16, NULL, NULL, 0);
   REQUIRE(armed && polled, "ibv_create_cq: %s", strerror(errno));
-  int tid = progress_tid();  // the thread names itself once it runs
-  for (const double t0 = now_ms(); tid < 0 && now_ms() - t0 < 5000; tid = progress_tid()) sched_yield();
+  const int tid = wait_progress_tid();
   REQUIRE(tid > 0, "no urxe-progress thread in this process");
   REQUIRE(cpu_ms(tid) >= 0, "no schedstat for thread %d", tid);
+  const int nice = thread_nice(tid);
+  printf("one CPU: urxe-progress at nice %d (this process %s raise a priority)\n", nice,
+         may_raise ? "may" : "may not");
+  CHECK(nice == (may_raise ? -10 : 0), "on one CPU urxe-progress runs at nice %d, not %d", nice,
+        may_raise ? -10 : 0);
 
   printf("no CQ armed:\n");
   const double idle = poll_share(polled, tid);
@@ -100,6 +160,16 @@ int main(int argc, char** argv) {
   ibv_destroy_cq(armed);
   ibv_destroy_comp_channel(ch);
   ibv_close_device(ctx);
+
+  setenv("URXE_PROGRESS_NICE", "0", 1);  // the app's choice: leave the thread at its nice
+  struct ibv_context* c = ibv_open_device(dev);
+  REQUIRE(c, "ibv_open_device: %s", strerror(errno));
+  const int t = wait_progress_tid();
+  REQUIRE(t > 0, "no urxe-progress thread in this process");
+  const int kept = thread_nice(t);
+  printf("one CPU, URXE_PROGRESS_NICE=0: urxe-progress at nice %d\n", kept);
+  CHECK(kept == 0, "with URXE_PROGRESS_NICE=0 urxe-progress runs at nice %d", kept);
+  ibv_close_device(c);
   ibv_free_device_list(list);
   printf("%s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
