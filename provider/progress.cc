@@ -304,7 +304,12 @@ void request_short_slice() {
     uint64_t sched_period;
   } attr{};
   attr.size = sizeof attr;
-  attr.sched_policy = 0;        // SCHED_OTHER
+  attr.sched_policy = 0;  // SCHED_OTHER
+  // at the nice it has (the app's): sched_setattr sets that too
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+  if (errno) return;
+  attr.sched_nice = nice;
   attr.sched_runtime = 100000;  // 100 us: the minimum slice
   if (const char* e = std::getenv("URXE_SLICE_US"); e && *e)
     attr.sched_runtime = std::strtoull(e, nullptr, 10) * 1000;
@@ -313,18 +318,22 @@ void request_short_slice() {
 
 // On one CPU the thread's wake-ups can only take the CPU from its app, and where that app spins on memory a
 // peer WRITEs (ib_write_lat, MPI's eager protocols), only this thread can place the WRITE: each wake-up must
-// preempt the app at once, as the kernel's softirq preempts it for kernel rxe. At nice 0 the scheduler (CFS)
-// often lets the app run on to its next tick first. So there the thread asks for nice -10
-// (`URXE_PROGRESS_NICE` sets any value, also with more CPUs; 0 = leave it), which needs CAP_SYS_NICE or an
-// RLIMIT_NICE that allows it: without, it stays at its nice. Returns the nice it runs at.
+// preempt the app at once, as the kernel's softirq preempts it for kernel rxe. At the app's nice the
+// scheduler (CFS, as in the 6.1 kernel of tools/rxe-peer's guests) often lets the app run on first. So
+// there the thread takes a nice 10 below the app's (`URXE_PROGRESS_NICE`: another offset, also with more
+// CPUs; 0 = the app's), which needs CAP_SYS_NICE or an RLIMIT_NICE that allows it: without, it stays at the
+// app's. Returns the nice it runs at.
 int raise_priority(bool one_cpu) {
-  int nice = one_cpu ? -10 : 0;
-  if (const char* e = std::getenv("URXE_PROGRESS_NICE"); e && *e) nice = std::atoi(e);
+  int offset = one_cpu ? -10 : 0;
+  if (const char* e = std::getenv("URXE_PROGRESS_NICE"); e && *e) offset = std::atoi(e);
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  if (nice != 0) ::setpriority(PRIO_PROCESS, tid, nice);  // (EPERM/EACCES: it stays as it is)
+  errno = 0;
+  const int app = ::getpriority(PRIO_PROCESS, tid);  // inherited from the thread that opened the device
+  if (errno) return 0;
+  if (offset != 0) ::setpriority(PRIO_PROCESS, tid, std::clamp(app + offset, -20, 19));  // (EPERM: stays)
   errno = 0;
   const int now = ::getpriority(PRIO_PROCESS, tid);
-  return errno ? 0 : now;
+  return errno ? app : now;
 }
 
 // Claims a block of QPNs for this context (byte i of urxe.qpn locked → QPNs 0x11 + i*max_qp ...), so
