@@ -407,7 +407,8 @@ struct EngineImpl {
   alignas(8) uint64_t writes_placed = 0;
   bool held_for_write = false;   // the held ACKs wait for the answer to a WRITE, not to a completion
   uint32_t write_hold_skip = 0;  // rounds placing WRITEs still to go unheld since a hold went unanswered
-  static constexpr uint32_t kWriteHoldBackoff = 64;
+  uint32_t write_hold_fails = 0;  // WRITE holds unanswered in a row: the skip is 1, 2, 4 ... rounds
+  static constexpr uint32_t kWriteHoldBackoff = 64;  // the longest skip
   // The CQs written since the held ACKs were taken (or since this round began), with their producer index
   // after the last one: while the app has not read one of those completions, it has not answered yet.
   struct CqMark {

@@ -1110,17 +1110,48 @@ TEST(RcAckHold, AppRoundSendsItsAnswerBeforeTheAck) {
     ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
     quiet();
     // A stream: a WRITE placed while the ACK of the one before waits sends both ACKs (nobody answered), and
-    // then the ACKs of the next rounds that place a WRITE go at once (EngineImpl::kWriteHoldBackoff of them)
+    // then the ACKs of the next rounds that place a WRITE go at once: one round after the first unanswered
+    // hold, two after the second in a row, ... (EngineImpl::kWriteHoldBackoff at most); an answered hold
+    // ends that, so an app that answered late once loses its hold for one exchange only
     watch->opcodes.clear();
     write_to_b(30);
     EXPECT_EQ(b.acks_held(), hold);
     write_to_b(31);
     EXPECT_FALSE(b.acks_held());
     EXPECT_EQ(watch->opcodes, (std::vector<uint8_t>{kAck, kAck}));
-    write_to_b(32);
+    write_to_b(32);  // the one round skipped: its ACK goes at once
     EXPECT_FALSE(b.acks_held());
     EXPECT_EQ(watch->opcodes.size(), 3u);
-    ASSERT_EQ(lb.poll(lb.a(), 3).size(), 3u);
+    write_to_b(33);  // held again
+    EXPECT_EQ(b.acks_held(), hold);
+    write_to_b(34);  // unanswered again, the second in a row: two rounds skip
+    EXPECT_FALSE(b.acks_held());
+    for (uint64_t id : {35, 36}) {
+      write_to_b(id);
+      EXPECT_FALSE(b.acks_held());
+    }
+    write_to_b(37);
+    EXPECT_EQ(b.acks_held(), hold);
+    post(lb.b(), qb, make_rdma_wr(WR_RDMA_WRITE, &back, lb.a().addr(8192), lb.a().mr.rkey, 38));
+    b.try_progress();  // B's app answers: the ACK goes behind its WRITE
+    EXPECT_FALSE(b.acks_held());
+    EXPECT_EQ(watch->opcodes.size(), 9u);  // the 8 ACKs and B's WRITE, the last ACK behind it
+    if (hold) {
+      EXPECT_EQ(watch->opcodes.back(), kAck);
+      EXPECT_EQ(watch->opcodes[watch->opcodes.size() - 2], kWriteOnly);
+    }
+    write_to_b(39);
+    EXPECT_EQ(b.acks_held(), hold);
+    write_to_b(40);  // unanswered, the first since the answer: one round skips
+    EXPECT_FALSE(b.acks_held());
+    write_to_b(41);
+    EXPECT_FALSE(b.acks_held());
+    write_to_b(42);
+    EXPECT_EQ(b.acks_held(), hold);
+    post(lb.b(), qb, make_rdma_wr(WR_RDMA_WRITE, &back, lb.a().addr(8192), lb.a().mr.rkey, 43));
+    b.try_progress();
+    EXPECT_FALSE(b.acks_held());
+    ASSERT_EQ(lb.poll(lb.a(), 12).size(), 12u);  // A's 12 WRITEs acknowledged
     quiet();
 
     // A round that completed nothing and placed nothing holds nothing (A's READ), nor does a round that
