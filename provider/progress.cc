@@ -304,8 +304,10 @@ void request_short_slice() {
     uint64_t sched_period;
   } attr{};
   attr.size = sizeof attr;
-  attr.sched_policy = 0;  // SCHED_OTHER
-  // at the nice it has (the app's): sched_setattr sets that too
+  attr.sched_policy = SCHED_OTHER;
+  // Only a thread that runs under SCHED_OTHER (a real-time app's thread keeps the policy it inherited), at
+  // the nice it has (the app's): sched_setattr sets both.
+  if (::sched_getscheduler(0) != SCHED_OTHER) return;
   errno = 0;
   const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
   if (errno) return;

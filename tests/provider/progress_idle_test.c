@@ -7,7 +7,8 @@
  * under a tenth of the CPU (it naps, waking every 50 us to 1 ms).
  * On one CPU the thread also runs at a nice 10 below its app's where the process may raise a priority
  * (root, CAP_SYS_NICE): its wake-ups must preempt an app that spins on memory a peer WRITEs. With more
- * CPUs, or with URXE_PROGRESS_NICE=0, it stays at the app's nice (this test's: kAppNice).
+ * CPUs, or with URXE_PROGRESS_NICE=0, it stays at the app's nice (this test's: kAppNice), and under the
+ * app's scheduling policy.
  * Run by in_netns.sh (socket port: the thread sleeps on a real wait fd). Usage: progress_idle_test DEVICE */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -173,6 +174,20 @@ int main(int argc, char** argv) {
   printf("one CPU, URXE_PROGRESS_NICE=0: urxe-progress at nice %d\n", kept);
   CHECK(kept == kAppNice, "with URXE_PROGRESS_NICE=0 urxe-progress runs at nice %d, not the app's %d", kept,
         kAppNice);
+  ibv_close_device(c);
+
+  /* An app that chose another policy (here SCHED_BATCH, which needs no privilege): the thread keeps it. */
+  const struct sched_param none = {0};
+  REQUIRE(sched_setscheduler(0, SCHED_BATCH, &none) == 0, "sched_setscheduler: %s", strerror(errno));
+  c = ibv_open_device(dev);
+  REQUIRE(c, "ibv_open_device: %s", strerror(errno));
+  const int tb = wait_progress_tid();
+  REQUIRE(tb > 0, "no urxe-progress thread in this process");
+  (void)thread_nice(tb);  // (time to set its scheduling)
+  const int policy = sched_getscheduler(tb);
+  printf("app under SCHED_BATCH: urxe-progress under policy %d\n", policy);
+  CHECK(policy == SCHED_BATCH, "urxe-progress under policy %d, not the app's SCHED_BATCH (%d)", policy,
+        SCHED_BATCH);
   ibv_close_device(c);
   ibv_free_device_list(list);
   printf("%s\n", failures ? "FAILED" : "ok");
