@@ -225,7 +225,7 @@ struct ContextState final : urxe::provider::LoggingSink {
 
   // Progress-thread statistics, printed at close with URXE_DEBUG=1.
   uint64_t n_sleeps = 0, n_wake_doorbell = 0, n_wake_port = 0, n_rounds = 0;
-  int progress_nice = 0;  // the nice the progress thread runs at (raise_priority)
+  int progress_nice = 0;  // the nice the progress thread runs at (set_progress_nice)
 
   ~ContextState() override;
 
@@ -354,7 +354,7 @@ void wait_acked(pthread_mutex_t* mu, pthread_cond_t* cond, const uint32_t* done_
 
 // ---- progress.cc ----
 void request_short_slice();
-int raise_priority(bool one_cpu);
+int set_progress_nice();
 int claim_qpn_block(const std::string& ibdev_path, uint32_t block_size, int& fd_out);
 
 // ---- verbs.cc ----

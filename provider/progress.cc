@@ -70,7 +70,7 @@ void ContextState::run() {
   const int ncpus = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
   const bool one_cpu = ncpus == 1;
   if (one_cpu) max_spin_ns = idle_app_spin_ns = 0;
-  progress_nice = raise_priority(one_cpu);
+  progress_nice = set_progress_nice();
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
     max_spin_ns = idle_app_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
   uint64_t cap_ns = max_spin_ns;  // max_spin_ns, or idle_app_spin_ns while the app's threads are idle
@@ -318,15 +318,14 @@ void request_short_slice() {
   if (attr.sched_runtime) ::syscall(SYS_sched_setattr, 0, &attr, 0u);
 }
 
-// On one CPU the thread's wake-ups can only take the CPU from its app, and where that app spins on memory a
-// peer WRITEs (ib_write_lat, MPI's eager protocols), only this thread can place the WRITE: each wake-up must
-// preempt the app at once, as the kernel's softirq preempts it for kernel rxe. At the app's nice the
-// scheduler (CFS, as in the 6.1 kernel of tools/rxe-peer's guests) often lets the app run on first. So
-// there the thread takes a nice 10 below the app's (`URXE_PROGRESS_NICE`: another offset, also with more
-// CPUs; 0 = the app's), which needs CAP_SYS_NICE or an RLIMIT_NICE that allows it: without, it stays at the
-// app's. Returns the nice it runs at.
-int raise_priority(bool one_cpu) {
-  int offset = one_cpu ? -10 : 0;
+// The thread's nice, relative to its app's: `URXE_PROGRESS_NICE` (default 0, the app's; a negative offset
+// needs CAP_SYS_NICE or an RLIMIT_NICE that allows it, else the thread stays at the app's). A thread that
+// outranks its app preempts it at once when it wakes, as the kernel's softirq preempts an app for kernel
+// rxe; on one CPU, where only it can place a WRITE for an app that spins on memory, -10 was tried as the
+// default and not kept (provider/README.md, Runtime: it cost a CQ-polling app's tail more than it gained).
+// Returns the nice it runs at.
+int set_progress_nice() {
+  int offset = 0;
   if (const char* e = std::getenv("URXE_PROGRESS_NICE"); e && *e) offset = std::atoi(e);
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
   errno = 0;
