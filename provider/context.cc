@@ -345,6 +345,7 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
       st->progress_thread = std::thread([st] {
         pthread_setname_np(pthread_self(), "urxe-progress");
         request_short_slice();
+        st->progress_nice = set_progress_nice();
         try {
           st->run();
         } catch (...) {

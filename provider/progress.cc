@@ -70,7 +70,6 @@ void ContextState::run() {
   const int ncpus = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
   const bool one_cpu = ncpus == 1;
   if (one_cpu) max_spin_ns = idle_app_spin_ns = 0;
-  progress_nice = set_progress_nice();
   if (const char* e = std::getenv("URXE_IDLE_SPIN_US"); e && *e)
     max_spin_ns = idle_app_spin_ns = std::strtoull(e, nullptr, 10) * 1000;
   uint64_t cap_ns = max_spin_ns;  // max_spin_ns, or idle_app_spin_ns while the app's threads are idle
