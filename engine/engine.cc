@@ -345,8 +345,7 @@ void EngineImpl::tx_flush() {
     // that place a WRITE, twice as many each time in a row, up to kWriteHoldBackoff; an answered one ends
     // the backoff. (A fixed skip of 64 after any unanswered hold made one slow answer, an app off its CPU
     // for a moment, cost the next 64 exchanges their hold: ib_write_lat 64 B through the veth averaged
-    // 6.1-23.9 us with p99 36-90 where it now averages 5.2-5.4 with p99 23-26, and in the 1-vCPU guests of
-    // tools/rxe-peer, whose apps take longer than the hold to answer, 1,600 of 2,000 WRITEs were skipped.)
+    // 6.1-23.9 us with p99 36-90 where it now averages 5.2-5.4 with p99 23-26; engine/README.md.)
     if (held_for_write) {
       if (tx_not_ack == 0) {
         write_hold_fails = std::min(write_hold_fails + 1, 7u);
