@@ -344,8 +344,8 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
     try {
       st->progress_thread = std::thread([st] {
         pthread_setname_np(pthread_self(), "urxe-progress");
-        request_short_slice();
         st->progress_nice = set_progress_nice();
+        request_short_slice(st->progress_nice);
         try {
           st->run();
         } catch (...) {

@@ -353,8 +353,8 @@ void wait_acked(pthread_mutex_t* mu, pthread_cond_t* cond, const uint32_t* done_
                 const uint32_t* done_b, uint32_t want_b);
 
 // ---- progress.cc ----
-void request_short_slice();
 int set_progress_nice();
+void request_short_slice(int nice);
 int claim_qpn_block(const std::string& ibdev_path, uint32_t block_size, int& fd_out);
 
 // ---- verbs.cc ----

@@ -290,8 +290,9 @@ void ContextState::run() {
 // Asks the scheduler (EEVDF, Linux >= 6.12) for a short time slice for the calling thread, so that when it
 // wakes for a packet or a doorbell it preempts a busy-polling application thread at once instead of waiting
 // out that thread's slice (measured: ~6 ms per wakeup with two pingpong processes on two cores).
-// Unprivileged; ignored by older kernels.
-void request_short_slice() {
+// Unprivileged; ignored by older kernels. `nice`: the one the thread runs at (set_progress_nice), which
+// sched_setattr sets too.
+void request_short_slice(int nice) {
   struct {
     uint32_t size;
     uint32_t sched_policy;
@@ -304,12 +305,9 @@ void request_short_slice() {
   } attr{};
   attr.size = sizeof attr;
   attr.sched_policy = SCHED_OTHER;
-  // Only a thread that runs under SCHED_OTHER (a real-time app's thread keeps the policy it inherited), at
-  // the nice it has (the app's): sched_setattr sets both.
+  // Only a thread that runs under SCHED_OTHER: a real-time or SCHED_BATCH app's thread keeps the policy
+  // it inherited.
   if (::sched_getscheduler(0) != SCHED_OTHER) return;
-  errno = 0;
-  const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
-  if (errno) return;
   attr.sched_nice = nice;
   attr.sched_runtime = 100000;  // 100 us: the minimum slice
   if (const char* e = std::getenv("URXE_SLICE_US"); e && *e)
