@@ -348,7 +348,7 @@ void EngineImpl::tx_flush() {
     // 6.1-23.9 us with p99 36-90 where it now averages 5.2-5.4 with p99 23-26; engine/README.md.)
     if (held_for_write) {
       if (tx_not_ack == 0) {
-        write_hold_fails = std::min(write_hold_fails + 1, 7u);
+        write_hold_fails = std::min(write_hold_fails + 1, kWriteHoldMaxFails);
         write_hold_skip = std::min(kWriteHoldBackoff, 1u << (write_hold_fails - 1));
       } else {
         write_hold_fails = 0;

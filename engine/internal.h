@@ -409,6 +409,7 @@ struct EngineImpl {
   uint32_t write_hold_skip = 0;  // rounds placing WRITEs still to go unheld since a hold went unanswered
   uint32_t write_hold_fails = 0;  // WRITE holds unanswered in a row: the skip is 1, 2, 4 ... rounds
   static constexpr uint32_t kWriteHoldBackoff = 64;  // the longest skip
+  static constexpr uint32_t kWriteHoldMaxFails = std::bit_width(kWriteHoldBackoff);  // 1 << (7 - 1) = 64
   // The CQs written since the held ACKs were taken (or since this round began), with their producer index
   // after the last one: while the app has not read one of those completions, it has not answered yet.
   struct CqMark {

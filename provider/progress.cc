@@ -328,7 +328,8 @@ int set_progress_nice() {
   errno = 0;
   const int app = ::getpriority(PRIO_PROCESS, tid);  // inherited from the thread that opened the device
   if (errno) return 0;
-  if (offset != 0) ::setpriority(PRIO_PROCESS, tid, std::clamp(app + offset, -20, 19));  // (EPERM: stays)
+  if (offset == 0) return app;
+  ::setpriority(PRIO_PROCESS, tid, std::clamp(app + offset, -20, 19));  // (EPERM: it stays at the app's)
   errno = 0;
   const int now = ::getpriority(PRIO_PROCESS, tid);
   return errno ? app : now;

@@ -72,6 +72,25 @@ static int thread_nice(int tid) {
   return nice;
 }
 
+/* Opens `dev` (the only context open) and returns it, its progress thread's tid in *tid and, once that
+   thread had time to set its scheduling, its nice in *nice; NULL (and why, on stderr) if either is missing.
+ */
+static struct ibv_context* open_with_thread(struct ibv_device* dev, int* tid, int* nice) {
+  struct ibv_context* c = ibv_open_device(dev);
+  if (!c) {
+    fprintf(stderr, "ibv_open_device: %s\n", strerror(errno));
+    return NULL;
+  }
+  *tid = wait_progress_tid();
+  if (*tid <= 0) {
+    fprintf(stderr, "no urxe-progress thread in this process\n");
+    ibv_close_device(c);
+    return NULL;
+  }
+  *nice = thread_nice(*tid);
+  return c;
+}
+
 /* Whether this process may lower its nice by 10 (tried in a child). */
 static int may_raise_priority(void) {
   const pid_t pid = fork();
@@ -118,12 +137,10 @@ int main(int argc, char** argv) {
   REQUIRE(dev, "no device %s", argv[1]);
   cpu_set_t all;
   REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity: %s", strerror(errno));
+  int t = -1, nice = 99;
   if (CPU_COUNT(&all) >= 2) {  // (with more CPUs too)
-    struct ibv_context* c = ibv_open_device(dev);
-    REQUIRE(c, "ibv_open_device: %s", strerror(errno));
-    const int t = wait_progress_tid();
-    REQUIRE(t > 0, "no urxe-progress thread in this process");
-    const int nice = thread_nice(t);
+    struct ibv_context* c = open_with_thread(dev, &t, &nice);
+    REQUIRE(c, "no context with its progress thread");
     printf("%d CPUs: urxe-progress at nice %d\n", CPU_COUNT(&all), nice);
     CHECK(nice == kAppNice, "with %d CPUs urxe-progress runs at nice %d, not the app's %d", CPU_COUNT(&all),
           nice, kAppNice);
@@ -134,17 +151,15 @@ int main(int argc, char** argv) {
   CPU_ZERO(&one);
   CPU_SET(sched_getcpu(), &one);
   REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity: %s", strerror(errno));
-  struct ibv_context* ctx = ibv_open_device(dev);
-  REQUIRE(ctx, "ibv_open_device: %s", strerror(errno));
+  int tid = -1;
+  struct ibv_context* ctx = open_with_thread(dev, &tid, &nice);
+  REQUIRE(ctx, "no context with its progress thread");
   struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   REQUIRE(ch, "ibv_create_comp_channel: %s", strerror(errno));
   struct ibv_cq* armed = ibv_create_cq(ctx, 16, NULL, ch, 0);
   struct ibv_cq* polled = ibv_create_cq(ctx, 16, NULL, NULL, 0);
   REQUIRE(armed && polled, "ibv_create_cq: %s", strerror(errno));
-  const int tid = wait_progress_tid();
-  REQUIRE(tid > 0, "no urxe-progress thread in this process");
   REQUIRE(cpu_ms(tid) >= 0, "no schedstat for thread %d", tid);
-  const int nice = thread_nice(tid);
   printf("one CPU: urxe-progress at nice %d\n", nice);
   CHECK(nice == kAppNice, "on one CPU urxe-progress runs at nice %d, not the app's %d", nice, kAppNice);
 
@@ -163,11 +178,9 @@ int main(int argc, char** argv) {
   ibv_close_device(ctx);
 
   setenv("URXE_PROGRESS_NICE", "-10", 1);  // the user's choice: the thread outranks the app
-  struct ibv_context* c = ibv_open_device(dev);
-  REQUIRE(c, "ibv_open_device: %s", strerror(errno));
-  const int t = wait_progress_tid();
-  REQUIRE(t > 0, "no urxe-progress thread in this process");
-  const int raised = thread_nice(t);
+  int raised = 99;
+  struct ibv_context* c = open_with_thread(dev, &t, &raised);
+  REQUIRE(c, "no context with its progress thread");
   printf("URXE_PROGRESS_NICE=-10: urxe-progress at nice %d (this process %s raise a priority)\n", raised,
          may_raise ? "may" : "may not");
   const int want = may_raise ? kAppNice - 10 : kAppNice;
@@ -178,12 +191,9 @@ int main(int argc, char** argv) {
   /* An app that chose another policy (here SCHED_BATCH, which needs no privilege): the thread keeps it. */
   const struct sched_param none = {0};
   REQUIRE(sched_setscheduler(0, SCHED_BATCH, &none) == 0, "sched_setscheduler: %s", strerror(errno));
-  c = ibv_open_device(dev);
-  REQUIRE(c, "ibv_open_device: %s", strerror(errno));
-  const int tb = wait_progress_tid();
-  REQUIRE(tb > 0, "no urxe-progress thread in this process");
-  (void)thread_nice(tb);  // (time to set its scheduling)
-  const int policy = sched_getscheduler(tb);
+  c = open_with_thread(dev, &t, &nice);
+  REQUIRE(c, "no context with its progress thread");
+  const int policy = sched_getscheduler(t);
   printf("app under SCHED_BATCH: urxe-progress under policy %d\n", policy);
   CHECK(policy == SCHED_BATCH, "urxe-progress under policy %d, not the app's SCHED_BATCH (%d)", policy,
         SCHED_BATCH);
