@@ -14,8 +14,10 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <system_error>
+#include <vector>
 
 #include "dpdk/local_port.h"
 #include "hostnet/gid.h"
@@ -36,6 +38,18 @@ void log_line(const char* fmt, ...) {
   va_end(ap);
 }
 
+namespace {
+// The contexts of this process whose progress threads run (send_held_acks).
+std::mutex g_live_mu;
+std::vector<ContextState*> g_live;
+}  // namespace
+
+void send_held_acks() {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  for (ContextState* st : g_live)
+    if (st->engine->acks_held()) st->engine->try_progress();
+}
+
 // A context is ours when its device's ops are urxe's (provider.cc), known by their alloc_device.
 bool is_urxe_context(ibv_context* c) {
   if (!c || !c->device) return false;
@@ -44,6 +58,10 @@ bool is_urxe_context(ibv_context* c) {
 }
 
 ContextState::~ContextState() {
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    g_live.erase(std::remove(g_live.begin(), g_live.end(), this), g_live.end());
+  }
   counter_file.stop_mirror();  // its per-QP source uses the engine
   stop.store(true);
   wake();
@@ -354,6 +372,10 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
       });
     } catch (const std::system_error& ex) {
       return fail(EAGAIN, std::string("progress thread: ") + ex.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_live_mu);
+      g_live.push_back(st);
     }
     URXE_DEBUG("alloc_context(%s): port %s, async_fd %d, qpn_base 0x%x, CRC-32 %s / %s (below / from 256 B)",
                dev->config->name.c_str(), st->config.port.c_str(), st->async_rd, ecfg.qpn_base,

@@ -180,6 +180,9 @@ inline UrxeDevice* to_dev(ibv_device* d) {
   return reinterpret_cast<UrxeDevice*>(d);
 }
 bool is_urxe_context(ibv_context* c);
+// Sends the ACKs that app rounds of this process's contexts hold for an answer (a round each that has
+// some): the app went on to connection management (the UCMA shim, on each command) instead of answering.
+void send_held_acks();
 inline UrxeCq* to_cq(ibv_cq* c) {
   return reinterpret_cast<UrxeCq*>(c);
 }
@@ -258,6 +261,11 @@ struct ContextState final : urxe::provider::LoggingSink {
   static constexpr uint64_t kBusyNapNs = 50000;
   std::atomic<int> sleep_mode{kAwake};
   std::atomic<uint64_t> app_polls{0};  // poll_cq calls (changes = an app thread is polling)
+  std::atomic<uint64_t> polls_at_sleep{0};  // app_polls when the thread last slept on the port
+  // The app answered ACKs its round held with a post (doorbell), and the thread has not found any held
+  // unanswered since: its waits may then outlast kNapNs (progress.cc, quiet).
+  std::atomic<bool> holds_answered{false};
+  static constexpr uint64_t kWakeAfterPolls = 256;  // polls in one such sleep that wake it (app_poll)
   std::atomic<uint32_t> posts_since_poll{0};  // post_send calls since the last app poll (approximate)
   static constexpr uint32_t kPostsPerRound = 32;
   std::atomic<uint32_t> armed_cqs{0};  // CQs with a channel armed by req_notify_cq (an app may block)
@@ -265,14 +273,21 @@ struct ContextState final : urxe::provider::LoggingSink {
 
   // An app thread's poll: do the NIC's work here if nobody else is doing it right now.
   void app_poll() {
-    app_polls.store(app_polls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    const uint64_t polls = app_polls.load(std::memory_order_relaxed) + 1;
+    app_polls.store(polls, std::memory_order_relaxed);
     posts_since_poll.store(0, std::memory_order_relaxed);
+    const int mode = sleep_mode.load(std::memory_order_relaxed);
+    // The thread sleeps on the port, each frame waking it in the kernel although this app reads the frame
+    // itself (on 2 busy cores, each wake-up preempts an app), and it stays so until its sleep ends (up to
+    // kMaxSleepNs): an app that took up busy-polling during that sleep wakes it, once per sleep, so that
+    // it sees the app drive and naps without the port (ib_send_lat's first 10 ms).
+    if (mode == kSleeping && polls - polls_at_sleep.load(std::memory_order_relaxed) == kWakeAfterPolls)
+      wake();
     // Its round may hold ACKs back for the app's answer (not one that raised a completion event:
     // Engine::try_progress), unless the thread sleeps (it would not send them if the app stopped polling:
-    // a napping thread's step is at most kNapNs, and on more than one CPU shorter while ACKs wait).
-    engine->try_progress(nullptr, sleep_mode.load(std::memory_order_relaxed) != kSleeping
-                                      ? en::Engine::Round::app
-                                      : en::Engine::Round::other);
+    // a napping thread's step is at most kNapNs, or kQuietNapNs while the app answers its holds, and on
+    // more than one CPU shorter while ACKs wait when it begins).
+    engine->try_progress(nullptr, mode != kSleeping ? en::Engine::Round::app : en::Engine::Round::other);
   }
   void cq_armed(UrxeCq* cq) {
     if (!cq->armed.exchange(true)) armed_cqs.fetch_add(1, std::memory_order_seq_cst);
@@ -297,6 +312,7 @@ struct ContextState final : urxe::provider::LoggingSink {
       // The app's last poll held ACKs back for its answer (Engine::try_progress): this may be it, so it
       // leaves now, the ACKs after it.
       if (engine->acks_held()) {
+        holds_answered.store(true, std::memory_order_relaxed);
         posts_since_poll.store(0, std::memory_order_relaxed);
         engine->try_progress();
         return;

@@ -92,7 +92,7 @@ void ContextState::run() {
   bool grow_spin = false;
   uint64_t rcvd_at_wake = 0;  // the engine's received frames when the last sleep ended
   uint64_t idle_since = 0, idle_polls = 0;
-  bool app_in_engine = false;  // the last look found an app thread in the engine: it drives, nap
+  bool app_in_engine = false;  // the last look found an app thread in the engine, or polling: it drives, nap
   // On one CPU the thread's step aside while the app drives starts at kNapNs, and is not cut short while
   // ACKs wait: each of its wake-ups can only take the CPU from the app that does the work (and would send
   // those ACKs with its answer). In the 1-vCPU TCG guests of tools/rxe-peer, where a wake-up costs far more
@@ -115,10 +115,10 @@ void ContextState::run() {
   // that other processes keep off the CPUs, reads frames only when it polls again, and its peer would wait
   // as long for ACKs the woken thread gives sooner. Figures: provider/README.md, Runtime.
   const bool few_cpus = ncpus == 1 || ncpus == 2;
-  constexpr uint64_t kWriteQuietNs = 50'000'000, kQuietPollGapNs = 50'000, kQuietCpuEveryNs = 1'000'000;
+  constexpr uint64_t kWriteQuietNs = 50'000'000, kQuietPollGapNs = 50'000, kQuietCpuEveryNs = 50'000'000;
   uint64_t polls_at_wait = 0, wait_at_ns = 0, writes_seen = 0, write_seen_ns = 0;
   uint64_t quiet_cpu_at = 0, quiet_cpu_ns = 0;  // the app's CPU time as last read for the rule, and when
-  bool app_on_cpu = false;                      // what that read found
+  bool app_on_cpu = true;                       // what that read found
   bool quiet = false;                           // port_unneeded's last answer
   // Whether the next wait may leave the port out; call once per wait, just before it.
   auto port_unneeded = [&](uint64_t now) {
@@ -133,15 +133,28 @@ void ContextState::run() {
     quiet = few_cpus && port_fd >= 0 && drove && now - write_seen_ns >= kWriteQuietNs &&
             armed_cqs.load(std::memory_order_seq_cst) == 0;
     // (Two syscalls: only where the rest allows quiet, and not for every frame's wake-up of a thread
-    // whose app other processes keep off the CPUs.)
-    if (quiet && now - quiet_cpu_at >= kQuietCpuEveryNs) {
+    // whose app other processes keep off the CPUs.) The window opens when the rest first allows quiet,
+    // and the app counts as on a CPU until it closes.
+    if (!quiet) {
+      quiet_cpu_at = 0;
+      app_on_cpu = true;
+    } else if (quiet_cpu_at == 0 || now - quiet_cpu_at >= kQuietCpuEveryNs) {
       const uint64_t cpu = app_cpu_now();
-      app_on_cpu = quiet_cpu_at && (cpu - quiet_cpu_ns) * 4 >= (now - quiet_cpu_at) * 3;
+      if (quiet_cpu_at) app_on_cpu = (cpu - quiet_cpu_ns) * 4 >= (now - quiet_cpu_at) * 3;
       quiet_cpu_at = now;
       quiet_cpu_ns = cpu;
     }
     quiet = quiet && app_on_cpu;
     return quiet;
+  };
+  // Whether the steps aside may grow past kNapNs and stay long: port_unneeded's last answer, unless a CQ
+  // was armed or a WRITE placed since, and the app answers the ACKs its rounds hold. A held ACK waits for
+  // the app's answer or this thread: an app that got its completion and went on to other work leaves it
+  // to the end of the step (a UCMA command sends it at once: send_held_acks). So the first unanswered
+  // hold the thread finds ends the long steps, and an answered one (doorbell) allows them again.
+  auto long_steps = [&] {
+    return quiet && holds_answered.load(std::memory_order_relaxed) &&
+           armed_cqs.load(std::memory_order_seq_cst) == 0 && engine->writes_placed() == writes_seen;
   };
   uint64_t busy_nap_ns = step_ns;
   // The thread never waits for the engine lock: an app thread holding it (poll_cq's inline round, a post's)
@@ -151,7 +164,9 @@ void ContextState::run() {
   while (!stop.load(std::memory_order_relaxed)) {
     bool ran = false;
     const bool worked = engine->try_progress(&ran, en::Engine::Round::thread);
-    if (ran) busy_nap_ns = step_ns;  // the engine was free
+    // The engine was free: the next step aside starts short again, unless the app drives with nothing
+    // for this thread to watch (quiet), where each step's timer preempts an app (below).
+    if (ran && !long_steps()) busy_nap_ns = step_ns;
     if (worked) {
       ++n_rounds;
       if ((n_rounds & 1023) == 0 && gid_watch.due(clock.now_ns())) gid_update();  // busy: never sleeps
@@ -195,20 +210,25 @@ void ContextState::run() {
         // app that goes on polling (UCX: Open MPI's ranks kept one armed all along) must not hold the
         // step at its shortest, whose timer preempted the ranks every 50 us (8-byte one-way average
         // 6.1-8.5 -> 2.1-2.7 us on the same-host path, 13.3-15.5 -> 7.1-7.5 through the veth).
+        // While quiet the steps grow to kQuietNapNs and stay there, also when the thread finds the engine
+        // free between them: reset to the shortest each time, they cost each polling app ~1,000 timer
+        // preemptions a second, which made ib_send_lat's p99 (provider/README.md, Runtime).
         const uint64_t polls_before = app_polls.load(std::memory_order_relaxed);
+        if (!long_steps()) busy_nap_ns = std::min(busy_nap_ns, kNapNs);
         // ACKs the app's round held wait for its next round; an app that left the engine right after
         // must not keep them for a whole step (its peer's send completions would wait too).
         wait_fds(
             false, port_fd,
             engine->acks_held() && !one_cpu ? std::min(busy_nap_ns, en::Engine::kAckHoldNs) : busy_nap_ns);
+        if (engine->acks_held()) holds_answered.store(false, std::memory_order_relaxed);
         if (armed_cqs.load(std::memory_order_relaxed) == 0 || app_driving(polls_before))
-          busy_nap_ns = std::min(2 * busy_nap_ns, quiet ? kQuietNapNs : kNapNs);
+          busy_nap_ns = std::min(2 * busy_nap_ns, long_steps() ? kQuietNapNs : kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
       }
-      busy_nap_ns = step_ns;
       const bool with_port = !port_unneeded(now);
+      if (!long_steps()) busy_nap_ns = step_ns;
       uint64_t wait_ns = deadline > now ? std::min(deadline - now, with_port ? kNapNs : kQuietNapNs) : 0;
       // An app that armed a CQ may block on its channel (a req_notify_cq after kNapping wakes the nap:
       // cq_armed). The frames that would complete its work end the nap (below); a port without a wait fd
@@ -246,6 +266,7 @@ void ContextState::run() {
     const bool with_port = !port_unneeded(t);
     if (with_port) port->rx_wait_arm(true);
     sleep_until.store(0, std::memory_order_relaxed);
+    polls_at_sleep.store(app_polls.load(std::memory_order_relaxed), std::memory_order_relaxed);
     sleep_mode.store(with_port ? kSleeping : kNapping, std::memory_order_seq_cst);
     if (engine->try_progress(nullptr, en::Engine::Round::thread) || stop.load() || app_driving(idle_polls)) {
       sleep_mode.store(kAwake);
@@ -283,6 +304,9 @@ void ContextState::run() {
     } else if (woke - now < cap_ns / 2) {
       spin_ns = std::min(cap_ns, 2 * spin_ns + 1000);
     }
+    // The app polled through the sleep (or woke it so: app_poll): it drives. (On one CPU the next idle
+    // look would not see it poll: the app cannot run while this thread looks.)
+    if (app_driving(polls_at_sleep.load(std::memory_order_relaxed))) app_in_engine = true;
     idle_since = 0;
   }
 }

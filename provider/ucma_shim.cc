@@ -43,6 +43,7 @@
 #include "cm/ucma_abi.h"
 #include "hostnet/netns.h"
 #include "provider/device_tree.h"
+#include "provider/internal.h"
 #include "provider/log.h"
 #include "provider/ucma_shim.h"
 
@@ -345,6 +346,10 @@ ssize_t ucma_write(Channel& ch, const void* buf, size_t len) {
   if (hdr.cmd >= kUcmaCommandCount || hdr.in + sizeof hdr > len) return fail(EINVAL);
   if (hdr.cmd == RDMA_USER_CM_CMD_GET_OPTION) return fail(ENOSYS);  // the kernel has no handler for it
   const UcmaCommandInfo& info = kUcmaCommands[hdr.cmd];
+  // An app that manages connections has stopped answering what its last poll received: the ACKs its
+  // rounds hold for an answer go now, not when the progress thread next looks (a peer may be waiting
+  // for them before it listens: perftest -R).
+  urxe::provider::send_held_acks();
   const auto* bytes = static_cast<const uint8_t*>(buf);
   const auto* body = bytes + sizeof hdr;
   const size_t body_len = len - sizeof hdr;

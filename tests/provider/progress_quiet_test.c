@@ -1,0 +1,184 @@
+/* While apps busy-poll and answer, the progress threads stay out of their way. Two contexts of one device
+ * (two engines and progress threads, as two processes would have), a client and a server thread, each
+ * polling its CQ without pause and answering every receive with a SEND: ib_send_lat's ping-pong. On two
+ * CPUs each wake-up of a progress thread takes a core from one of the polling apps, and those preemptions
+ * made ib_send_lat's p99 (provider/README.md, Runtime: a CPU-time window read faster than the clock it
+ * reads advances, steps aside that went back to 50 us, a thread left asleep on the port woken by every
+ * frame). Checked: after the first kSettleMs, the two threads together switch out voluntarily (once per
+ * wait) fewer than kMaxWakesPerS times a second (the two contexts talk through the same-host path:
+ * 280-450 a second measured, 1,070-1,370 before). Bounded: ROUNDS round trips, 20 s. Run alone (SERIAL)
+ * by in_netns.sh. Usage: progress_quiet_test DEVICE [ROUNDS] */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+enum { kMsg = 64, kMaxWakesPerS = 800, kSettleMs = 100 };
+static const double kLimitMs = 20000;
+
+struct side {
+  const char* name;
+  int client;
+  struct ibv_context* ctx;
+  struct ibv_pd* pd;
+  struct ibv_mr* mr;
+  struct ibv_cq* cq;
+  struct ibv_qp* qp;
+  char buf[2 * kMsg]; /* [send][receive] */
+  int failed;
+};
+
+static int rounds;
+static atomic_int stop_all; /* a side gave up */
+
+/* The voluntary context switches of this process's urxe-progress threads, summed; -1 if none is found. */
+static long progress_switches(void) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  long sum = -1;
+  for (struct dirent* e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue;
+    const int ours = fgets(line, sizeof line, f) && strncmp(line, "urxe-progress", 13) == 0;
+    fclose(f);
+    if (!ours) continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    if (!(f = fopen(path, "r"))) continue;
+    while (fgets(line, sizeof line, f))
+      if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0) sum = (sum < 0 ? 0 : sum) + atol(line + 24);
+    fclose(f);
+  }
+  closedir(d);
+  return sum;
+}
+
+static int post_recv(struct side* s) {
+  struct ibv_sge sge = {(uintptr_t)(s->buf + kMsg), kMsg, s->mr->lkey};
+  struct ibv_recv_wr wr = {.wr_id = 2, .sg_list = &sge, .num_sge = 1}, *bad;
+  return ibv_post_recv(s->qp, &wr, &bad);
+}
+
+static int post_send(struct side* s) {
+  struct ibv_sge sge = {(uintptr_t)s->buf, kMsg, s->mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 1,
+                           .sg_list = &sge,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  return ibv_post_send(s->qp, &wr, &bad);
+}
+
+/* Polls without pause until it has seen `want_recvs` receive and `want_sends` send completions in all,
+   counting each; 0, or -1 (an error status, the other side gave up, or the time limit). */
+static int poll_until(struct side* s, int* recvs, int* sends, int want_recvs, int want_sends, double end) {
+  while (*recvs < want_recvs || *sends < want_sends) {
+    struct ibv_wc wc;
+    const int n = ibv_poll_cq(s->cq, 1, &wc);
+    if (n < 0 || (n == 1 && wc.status != IBV_WC_SUCCESS)) {
+      fprintf(stderr, "%s: poll %d, status %s\n", s->name, n, n == 1 ? ibv_wc_status_str(wc.status) : "-");
+      return -1;
+    }
+    if (n == 1) ++*(wc.wr_id == 2 ? recvs : sends);
+    if (atomic_load_explicit(&stop_all, memory_order_relaxed) || now_ms() > end) return -1;
+  }
+  return 0;
+}
+
+/* ib_send_lat's turn: the client sends and waits for the answer; the server waits, then answers. */
+static void* run_side(void* arg) {
+  struct side* s = arg;
+  const double end = now_ms() + kLimitMs;
+  int recvs = 0, sends = 0;
+  for (int i = 0; i < rounds && !s->failed; i++) {
+    if (s->client)
+      s->failed = post_send(s) || poll_until(s, &recvs, &sends, i + 1, 0, end) || post_recv(s);
+    else
+      s->failed = poll_until(s, &recvs, &sends, i + 1, 0, end) || post_recv(s) || post_send(s);
+  }
+  if (!s->failed) s->failed = poll_until(s, &recvs, &sends, rounds, rounds, end) != 0;
+  if (s->failed) {
+    fprintf(stderr, "%s: stopped early (%d receives, %d sends completed)\n", s->name, recvs, sends);
+    atomic_store(&stop_all, 1);  // the other side stops too, instead of waiting out the time limit
+  }
+  return NULL;
+}
+
+static int open_side(struct side* s, struct ibv_device* dev) {
+  s->ctx = ibv_open_device(dev);
+  REQUIRE(s->ctx, "%s: open: %s", s->name, strerror(errno));
+  s->pd = ibv_alloc_pd(s->ctx);
+  REQUIRE(s->pd, "%s: pd: %s", s->name, strerror(errno));
+  s->mr = ibv_reg_mr(s->pd, s->buf, sizeof s->buf, IBV_ACCESS_LOCAL_WRITE);
+  s->cq = ibv_create_cq(s->ctx, 32, NULL, NULL, 0);
+  REQUIRE(s->mr && s->cq, "%s: mr, cq: %s", s->name, strerror(errno));
+  struct ibv_qp_init_attr ia = qp_init_attr(s->cq, IBV_QPT_RC, 8);
+  s->qp = ibv_create_qp(s->pd, &ia);
+  REQUIRE(s->qp && !rc_to_init(s->qp), "%s: QP: %s", s->name, strerror(errno));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s DEVICE [ROUNDS]\n", argv[0]);
+    return 2;
+  }
+  rounds = argc > 2 ? atoi(argv[2]) : 100000;
+  int num = 0;
+  struct ibv_device** list = ibv_get_device_list(&num);
+  struct ibv_device* dev = find_device(list, num, argv[1]);
+  REQUIRE(dev, "no device %s", argv[1]);
+  static struct side server = {.name = "server"}, client = {.name = "client", .client = 1};
+  if (open_side(&server, dev) || open_side(&client, dev)) return 1;
+  union ibv_gid gid;
+  REQUIRE(ibv_query_gid(server.ctx, 1, 1, &gid) == 0, "query_gid");
+  REQUIRE(
+      !rc_to_rts(server.qp, client.qp->qp_num, &gid, 1) && !rc_to_rts(client.qp, server.qp->qp_num, &gid, 1),
+      "QPs to RTS");
+  REQUIRE(post_recv(&server) == 0 && post_recv(&client) == 0, "post_recv");
+  REQUIRE(progress_switches() >= 0, "no urxe-progress thread in this process");
+
+  const double t0 = now_ms();
+  pthread_t ts, tc;
+  pthread_create(&ts, NULL, run_side, &server);
+  pthread_create(&tc, NULL, run_side, &client);
+  /* Counted from kSettleMs into the ping-pong (the threads' first steps aside are short) to its end. */
+  while (now_ms() - t0 < kSettleMs) usleep(1000);
+  const long sw1 = progress_switches();
+  const double t1 = now_ms();
+  pthread_join(ts, NULL);
+  pthread_join(tc, NULL);
+  const double t2 = now_ms();
+  const long wakes = progress_switches() - sw1;
+  CHECK(!server.failed && !client.failed, "the ping-pong stopped early");
+  REQUIRE(t2 - t1 > kSettleMs, "the ping-pong ended %.0f ms after the count began: too few rounds", t2 - t1);
+  const double per_s = (double)wakes * 1000 / (t2 - t1);
+  printf(
+      "progress_quiet: %d round trips in %.0f ms (%.1f us each); the progress threads switched out %ld "
+      "times in its last %.0f ms (%.0f a second)\n",
+      rounds, t2 - t0, (t2 - t0) * 1000 / rounds, wakes, t2 - t1, per_s);
+  CHECK(per_s < kMaxWakesPerS, "the progress threads woke %.0f times a second beside two polling apps",
+        per_s);
+  for (int k = 0; k < 2; k++) {
+    struct side* s = k ? &client : &server;
+    ibv_destroy_qp(s->qp);
+    ibv_destroy_cq(s->cq);
+    ibv_dereg_mr(s->mr);
+    ibv_dealloc_pd(s->pd);
+    ibv_close_device(s->ctx);
+  }
+  ibv_free_device_list(list);
+  return test_result(NULL);
+}
