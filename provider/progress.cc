@@ -210,9 +210,11 @@ void ContextState::run() {
         // app that goes on polling (UCX: Open MPI's ranks kept one armed all along) must not hold the
         // step at its shortest, whose timer preempted the ranks every 50 us (8-byte one-way average
         // 6.1-8.5 -> 2.1-2.7 us on the same-host path, 13.3-15.5 -> 7.1-7.5 through the veth).
-        // While quiet the steps grow to kQuietNapNs and stay there, also when the thread finds the engine
-        // free between them: reset to the shortest each time, they cost each polling app ~1,000 timer
-        // preemptions a second, which made ib_send_lat's p99 (provider/README.md, Runtime).
+        // With long_steps the next step is kQuietNapNs at once, and stays so also when the thread finds the
+        // engine free between steps: reset to the shortest each time, they cost each polling app ~1,000
+        // timer preemptions a second, which made ib_send_lat's p99 (provider/README.md, Runtime); doubling
+        // up from there, ~10 steps at the start of each run (p99 over 5,000 turns 1.5-3.9x typical, against
+        // 1.3-1.5x at once).
         const uint64_t polls_before = app_polls.load(std::memory_order_relaxed);
         if (!long_steps()) busy_nap_ns = std::min(busy_nap_ns, kNapNs);
         // ACKs the app's round held wait for its next round; an app that left the engine right after
@@ -222,7 +224,7 @@ void ContextState::run() {
             engine->acks_held() && !one_cpu ? std::min(busy_nap_ns, en::Engine::kAckHoldNs) : busy_nap_ns);
         if (engine->acks_held()) holds_answered.store(false, std::memory_order_relaxed);
         if (armed_cqs.load(std::memory_order_relaxed) == 0 || app_driving(polls_before))
-          busy_nap_ns = std::min(2 * busy_nap_ns, long_steps() ? kQuietNapNs : kNapNs);
+          busy_nap_ns = long_steps() ? kQuietNapNs : std::min(2 * busy_nap_ns, kNapNs);
         sleep_mode.store(kAwake, std::memory_order_relaxed);
         idle_since = 0;
         continue;
