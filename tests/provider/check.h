@@ -105,6 +105,31 @@ static inline int rc_to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ib
                            IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+/* Connects two RC QPs of the device ctx belongs to, each to the other (rc_to_rts, GID index 1). */
+static inline int rc_connect_pair(struct ibv_context* ctx, struct ibv_qp* a, struct ibv_qp* b) {
+  union ibv_gid gid;
+  if (ibv_query_gid(ctx, 1, 1, &gid)) return -1;
+  return rc_to_rts(a, b->qp_num, &gid, 1) || rc_to_rts(b, a->qp_num, &gid, 1) ? -1 : 0;
+}
+
+/* A signaled SEND of the `len` bytes at `addr`, or a receive WR for them: ibv_post_*'s result. */
+static inline int post_send_buf(struct ibv_qp* qp, void* addr, uint32_t len, uint32_t lkey, uint64_t wr_id) {
+  struct ibv_sge sge = {(uintptr_t)addr, len, lkey};
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  return ibv_post_send(qp, &wr, &bad);
+}
+static inline int post_recv_buf(struct ibv_qp* qp, void* addr, uint32_t len, uint32_t lkey, uint64_t wr_id) {
+  struct ibv_sge sge = {(uintptr_t)addr, len, lkey};
+  struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
+  return ibv_post_recv(qp, &wr, &bad);
+}
+
 /* main's exit status: 1 after naming how many checks failed, else 0 after printing ok_line (if any). */
 static inline int test_result(const char* ok_line) {
   if (failures) {

@@ -40,20 +40,11 @@ static int rounds;
 static atomic_int stop_all; /* a side gave up: the other one stops too, instead of waiting out its timeouts */
 
 static int post_recv(struct side* s) {
-  struct ibv_sge sge = {(uintptr_t)(s->buf + kMsg), kMsg, s->mr->lkey};
-  struct ibv_recv_wr wr = {.wr_id = 2, .sg_list = &sge, .num_sge = 1}, *bad;
-  return ibv_post_recv(s->qp, &wr, &bad);
+  return post_recv_buf(s->qp, s->buf + kMsg, kMsg, s->mr->lkey, 2);
 }
 
 static int post_send(struct side* s) {
-  struct ibv_sge sge = {(uintptr_t)s->buf, kMsg, s->mr->lkey};
-  struct ibv_send_wr wr = {.wr_id = 1,
-                           .sg_list = &sge,
-                           .num_sge = 1,
-                           .opcode = IBV_WR_SEND,
-                           .send_flags = IBV_SEND_SIGNALED},
-                     *bad;
-  return ibv_post_send(s->qp, &wr, &bad);
+  return post_send_buf(s->qp, s->buf, kMsg, s->mr->lkey, 1);
 }
 
 /* perftest's ctx_notify_events, then its single poll of the CQ it waits for: 0, or -1 when no event came. */
@@ -140,11 +131,7 @@ int main(int argc, char** argv) {
   REQUIRE(dev, "no device %s", argv[1]);
   static struct side server = {.name = "server"}, client = {.name = "client", .client = 1};
   if (open_side(&server, dev) || open_side(&client, dev)) return 1;
-  union ibv_gid gid;
-  REQUIRE(ibv_query_gid(server.ctx, 1, 1, &gid) == 0, "query_gid");
-  REQUIRE(
-      !rc_to_rts(server.qp, client.qp->qp_num, &gid, 1) && !rc_to_rts(client.qp, server.qp->qp_num, &gid, 1),
-      "QPs to RTS");
+  REQUIRE(rc_connect_pair(server.ctx, server.qp, client.qp) == 0, "QPs to RTS");
   REQUIRE(post_recv(&server) == 0 && post_recv(&client) == 0, "post_recv");
 
   const double t0 = now_ms();

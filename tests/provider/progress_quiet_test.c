@@ -65,20 +65,11 @@ static long progress_switches(void) {
 }
 
 static int post_recv(struct side* s) {
-  struct ibv_sge sge = {(uintptr_t)(s->buf + kMsg), kMsg, s->mr->lkey};
-  struct ibv_recv_wr wr = {.wr_id = 2, .sg_list = &sge, .num_sge = 1}, *bad;
-  return ibv_post_recv(s->qp, &wr, &bad);
+  return post_recv_buf(s->qp, s->buf + kMsg, kMsg, s->mr->lkey, 2);
 }
 
 static int post_send(struct side* s) {
-  struct ibv_sge sge = {(uintptr_t)s->buf, kMsg, s->mr->lkey};
-  struct ibv_send_wr wr = {.wr_id = 1,
-                           .sg_list = &sge,
-                           .num_sge = 1,
-                           .opcode = IBV_WR_SEND,
-                           .send_flags = IBV_SEND_SIGNALED},
-                     *bad;
-  return ibv_post_send(s->qp, &wr, &bad);
+  return post_send_buf(s->qp, s->buf, kMsg, s->mr->lkey, 1);
 }
 
 /* Polls without pause until it has seen `want_recvs` receive and `want_sends` send completions in all,
@@ -142,11 +133,7 @@ int main(int argc, char** argv) {
   REQUIRE(dev, "no device %s", argv[1]);
   static struct side server = {.name = "server"}, client = {.name = "client", .client = 1};
   if (open_side(&server, dev) || open_side(&client, dev)) return 1;
-  union ibv_gid gid;
-  REQUIRE(ibv_query_gid(server.ctx, 1, 1, &gid) == 0, "query_gid");
-  REQUIRE(
-      !rc_to_rts(server.qp, client.qp->qp_num, &gid, 1) && !rc_to_rts(client.qp, server.qp->qp_num, &gid, 1),
-      "QPs to RTS");
+  REQUIRE(rc_connect_pair(server.ctx, server.qp, client.qp) == 0, "QPs to RTS");
   REQUIRE(post_recv(&server) == 0 && post_recv(&client) == 0, "post_recv");
   REQUIRE(progress_switches() >= 0, "no urxe-progress thread in this process");
 
