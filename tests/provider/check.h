@@ -1,9 +1,11 @@
 /* What the C programs of tests/provider share: CHECK (count a failure and go on), REQUIRE (count it and
  * return 1 from the calling function: use in main, or in a helper whose caller stops on non-zero), a
- * monotonic clock, and finding a device by name. */
+ * monotonic clock, finding a device by name, this process's progress threads, and RC set-up helpers. */
 #pragma once
+#include <dirent.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -40,6 +42,25 @@ static inline struct ibv_device* find_device(struct ibv_device** list, int n, co
   for (int i = 0; list && i < n; i++)
     if (strcmp(ibv_get_device_name(list[i]), name) == 0) return list[i];
   return NULL;
+}
+
+/* The tids of this process's threads named urxe-progress (one per open context), at most `max` of them;
+   returns how many were found. */
+static inline int progress_tids(int* tids, int max) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent* e; n < max && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f) && strncmp(comm, "urxe-progress", 13) == 0) tids[n++] = atoi(e->d_name);
+    fclose(f);
+  }
+  closedir(d);
+  return n;
 }
 
 /* QP attributes: one CQ for both queues, `wr` WRs and one SGE each way. */

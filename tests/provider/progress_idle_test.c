@@ -10,7 +10,6 @@
  * process may raise a priority (root, CAP_SYS_NICE).
  * Run by in_netns.sh (socket port: the thread sleeps on a real wait fd). Usage: progress_idle_test DEVICE */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <sched.h>
@@ -28,20 +27,8 @@ static const double kMaxShare = 0.1;  // measured: 0.3-0.6 %; looping there: 25-
 
 /* The thread named urxe-progress of this process: its tid, or -1. */
 static int progress_tid(void) {
-  DIR* d = opendir("/proc/self/task");
-  if (!d) return -1;
   int tid = -1;
-  for (struct dirent* e; tid < 0 && (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    char path[300], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE* f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(comm, sizeof comm, f) && strncmp(comm, "urxe-progress", 13) == 0) tid = atoi(e->d_name);
-    fclose(f);
-  }
-  closedir(d);
-  return tid;
+  return progress_tids(&tid, 1) ? tid : -1;
 }
 
 /* Waits (5 s at most) for the progress thread of the context just opened (the only one open). */
