@@ -79,7 +79,7 @@ static int sys_fd = -1;
 static uint64_t sys_read_cost; /* what one read of the counter adds (its own syscall) */
 static uint64_t sys_count(void) {
   uint64_t v = 0;
-  if (read(sys_fd, &v, sizeof v) != sizeof v) return 0;
+  if (sys_fd < 0 || read(sys_fd, &v, sizeof v) != sizeof v) return 0;
   return v;
 }
 /* The raw_syscalls:sys_enter tracepoint for this thread; mounts tracefs if needed (in_netns.sh gives this
@@ -184,11 +184,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
     return 2;
   }
+  /* Without the syscall counter the allocation checks still run; the run then ends as a skip that names
+   * the part not checked. */
   const char* why = open_syscall_counter();
-  if (why) {
-    printf("SKIP: cannot count syscalls: %s\n", why);
-    return 77;
-  }
+  if (why) printf("the syscall checks will not run: %s\n", why);
   int num = 0;
   struct ibv_device** list = ibv_get_device_list(&num);
   REQUIRE(list, "ibv_get_device_list: %s", strerror(errno));
@@ -362,12 +361,14 @@ int main(int argc, char** argv) {
     CHECK(n_allocs == 0, "phase %d: %ld allocations on the data path", phase, n_allocs);
     CHECK(n_progress_allocs == 0, "phase %d: %ld allocations on the progress thread", phase,
           (long)n_progress_allocs);
-    CHECK(sum.post_syscalls == 0, "phase %d: %llu syscalls in posts", phase,
-          (unsigned long long)sum.post_syscalls);
+    if (!why)
+      CHECK(sum.post_syscalls == 0, "phase %d: %llu syscalls in posts", phase,
+            (unsigned long long)sum.post_syscalls);
     /* A poll's syscalls are the port's transmit: a kick per burst, and on the socket port one send per
      * frame addressed to the device's own MAC (the QPs here talk to themselves), so at most 2 per frame. */
-    CHECK(sum.poll_syscalls <= 2 * sum.frames, "phase %d: %llu syscalls in polls for %llu frames", phase,
-          (unsigned long long)sum.poll_syscalls, (unsigned long long)sum.frames);
+    if (!why)
+      CHECK(sum.poll_syscalls <= 2 * sum.frames, "phase %d: %llu syscalls in polls for %llu frames", phase,
+            (unsigned long long)sum.poll_syscalls, (unsigned long long)sum.frames);
     n_allocs = 0;
   }
   CHECK(*counter == want_counter, "counter %llu, want %llu", (unsigned long long)*counter,
@@ -385,5 +386,9 @@ int main(int argc, char** argv) {
   ibv_close_device(ctx);
   ibv_free_device_list(list);
   free(mem);
+  if (why && !failures) {
+    printf("SKIP: no allocation on the data path (checked); syscalls not counted: %s\n", why);
+    return 77;
+  }
   return test_result("data path: no allocation and no syscall in posts, no allocation in polls");
 }

@@ -98,6 +98,7 @@ for app in "$@"; do
   # shellcheck disable=SC2086
   run plain$n $app
   [ $rc -eq 0 ] || { fail=1; continue; }
+  gt "$bw" 0 || { echo "FAIL: $app: no throughput figure in the unmarked run's output"; fail=1; continue; }
   bw0=$bw
   rate=$(awk -v b="$bw0" 'BEGIN { r = int(b / 4); print (r < 10 ? 10 : r) }')
   mark_on "$rate" || { echo "FAIL: nft would not take the marking rules"; exit 1; }
@@ -118,6 +119,7 @@ for app in "$@"; do
   echo "$app: unmarked ${bw0} MB/s; marking beyond ${rate} MB/s: ${bw} MB/s, $m frames marked," \
        "$ecn CE received, $cnp CNPs sent, $handled CNPs cut the rate; Jain over the QPs $jain"
   ok=1
+  gt "$bw" 0 || { echo "  FAIL: no throughput figure in the marked run's output"; ok=0; }
   gt "$m" 0 || { echo "  FAIL: the fabric marked nothing"; ok=0; }
   gt "$ecn" 0 || { echo "  FAIL: np_ecn_marked_roce_packets = $ecn"; ok=0; }
   gt "$cnp" 0 || { echo "  FAIL: np_cnp_sent = $cnp"; ok=0; }
