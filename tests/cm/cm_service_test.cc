@@ -476,9 +476,17 @@ TEST(CmService, RejectSendsConsumerRejectWithPrivateData) {
 TEST(CmService, DestroyingAnEstablishedIdSendsDreqAndThePeerIsDisconnected) {
   Connected c;
   c.connect_all();
+  int dreqs = 0, dreps = 0;
+  c.net.drop = [&](const wire::CmMad& m) {
+    dreqs += m.header.attribute_id == 0x15;
+    dreps += m.header.attribute_id == 0x16;
+    return false;
+  };
   ASSERT_EQ(c.client.destroy(c.cid), 0);  // like a process that dies: no DISCONNECT first
   c.net.run(1'000'000);
   c.server.expect_event(c.sid, UcmaEvent::disconnected);
+  EXPECT_EQ(dreqs, 1);  // the DREQ, sent once
+  EXPECT_EQ(dreps, 1);  // and answered
 }
 
 // rping destroys its id right after rdma_disconnect. The kernel then cancels the DREQ (cm_destroy_id in

@@ -587,7 +587,10 @@ TEST(RcWire, DuplicatedAndReorderedPacketsDeliverOnce) {
   for (int i = 0; i < 4; i++)
     post_recv(lb.b(), qb, static_cast<uint64_t>(i) * 4096, 4096, static_cast<uint64_t>(i));
   fill(lb.a().mem, 0, 16384, 5);
+  // A's odd PSNs arrive twice; every fourth of its frames (PSN = 2 mod 4) arrives 50 us late, behind the
+  // frames sent after it.
   lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 0 && (p.bth.psn & 3) == 2) lb.link.hold_ns = 50'000;
     return (side == 0 && (p.bth.psn & 1)) ? Fate::duplicate : Fate::pass;
   };
   for (int i = 0; i < 4; i++) {
@@ -599,6 +602,9 @@ TEST(RcWire, DuplicatedAndReorderedPacketsDeliverOnce) {
   for (int i = 0; i < 4; i++) EXPECT_EQ(wb[i].wr_id, static_cast<uint64_t>(i));
   EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 16384));
   EXPECT_EQ(lb.poll(lb.b(), 5, 500'000'000).size(), 0u);
+  // both faults reached the responder
+  EXPECT_GT(lb.b().eng->counter(Counter::duplicate_request), 0u);
+  EXPECT_GT(lb.b().eng->counter(Counter::out_of_seq_request), 0u);
 }
 
 TEST(RcInvalidate, SendWithInvalidateInvalidatesTheRkey) {

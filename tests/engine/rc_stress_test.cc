@@ -57,7 +57,9 @@ void run_seed(uint32_t seed, const Faults& f, QpType type = QPT_RC) {
   std::vector<Sge> sges(static_cast<size_t>(n));
   std::vector<std::pair<uint64_t, uint64_t>> reads;  // (A dst offset, B src offset, len) checked below
   std::vector<uint64_t> read_len;
-  std::vector<uint64_t> fa_results_at;  // A offsets of FETCH_ADD results
+  // Each atomic's result in A's memory: (offset, the original value the sequential model gives back). The
+  // responder executes a QP's atomics in order, once each, however often the request arrives.
+  std::vector<std::pair<uint64_t, uint64_t>> atomic_results;
   int recv_slot = 0;
   const WrOpcode ops_rc[] = {
       WR_SEND,      WR_SEND_WITH_IMM,        WR_RDMA_WRITE,        WR_RDMA_WRITE_WITH_IMM,
@@ -121,6 +123,7 @@ void run_seed(uint32_t seed, const Faults& f, QpType type = QPT_RC) {
       w.num_sge = 1;
       w.atomic.remote_addr = B.addr(kAtom + c * 8);
       w.atomic.rkey = B.mr.rkey;
+      atomic_results.emplace_back((2 << 20) + static_cast<uint64_t>(i) * 8, counters[c]);
       if (w.opcode == WR_ATOMIC_FETCH_AND_ADD) {
         w.atomic.compare_add = uni(1, 1000);
         counters[c] += w.atomic.compare_add;
@@ -175,6 +178,11 @@ void run_seed(uint32_t seed, const Faults& f, QpType type = QPT_RC) {
       uint64_t v;
       std::memcpy(&v, B.mem.data() + kAtom + static_cast<uint64_t>(c) * 8, 8);
       EXPECT_EQ(v, counters[c]) << "counter " << c;
+    }
+    for (const auto& [at, want] : atomic_results) {
+      uint64_t got;
+      std::memcpy(&got, A.mem.data() + at, 8);
+      EXPECT_EQ(got, want) << "atomic result at A+" << at;
     }
     if (f.backpressure == 0) {
       EXPECT_EQ(lb.idle_spins, 0u);  // (a refusing port is legitimately retried)
