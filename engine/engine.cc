@@ -343,9 +343,8 @@ void EngineImpl::tx_flush() {
   if (!held.empty()) {
     // A WRITE's hold that nobody answered (a stream, or an app that does not answer) skips the next rounds
     // that place a WRITE, twice as many each time in a row, up to kWriteHoldBackoff; an answered one ends
-    // the backoff. (A fixed skip of 64 after any unanswered hold made one slow answer, an app off its CPU
-    // for a moment, cost the next 64 exchanges their hold: ib_write_lat 64 B through the veth averaged
-    // 6.1-23.9 us with p99 36-90 where it now averages 5.2-5.4 with p99 23-26; engine/README.md.)
+    // the backoff. (A fixed skip after any unanswered hold made one slow answer, an app off its CPU for a
+    // moment, cost the next exchanges their hold; docs/performance.md.)
     if (held_for_write) {
       if (tx_not_ack == 0) {
         write_hold_fails = std::min(write_hold_fails + 1, kWriteHoldMaxFails);
@@ -706,7 +705,7 @@ bool EngineImpl::progress_round(Engine::Round round) {
   // An app round that completed work and has only ACKs to send keeps them until the app answers: it
   // answers a completion (ib_send_lat: a SEND) within a microsecond or two, and the answer then leaves
   // first, in the same transmit call, instead of waiting for the ACKs' own (a veth's transmit also runs the
-  // receiving side's softirq: ~2-4 us here). The app's later rounds keep them while they make no other
+  // receiving side's softirq, microseconds). The app's later rounds keep them while they make no other
   // frame and a completion written since is still unread (the app polls again before it answers: perftest
   // waits for its SEND's completion, then polls the receive CQ), for kAckHoldNs at most; then, or with
   // the first other frame (after it), or in a round of the progress thread, they go.

@@ -255,9 +255,8 @@ struct ContextState final : urxe::provider::LoggingSink {
   // "quiet"): its waits and steps aside last up to this long.
   static constexpr uint64_t kQuietNapNs = 8000000;
   // An app thread is in the engine: step aside this long at first (doubling up to kNapNs while that goes
-  // on). Shorter costs the apps a preemption by this thread's timer more often (ib_send_lat 64 B over a
-  // veth: 15-20 us typical with a fixed 20 us); longer keeps a memory-polling app that just left the
-  // engine waiting for its frames (ib_write_lat on the same-host path: 36 us at 50, 62 at 100, 259 at 500).
+  // on). Shorter costs the apps a preemption by this thread's timer more often; longer keeps a
+  // memory-polling app that just left the engine waiting for its frames (docs/performance.md).
   static constexpr uint64_t kBusyNapNs = 50000;
   std::atomic<int> sleep_mode{kAwake};
   std::atomic<uint64_t> app_polls{0};  // poll_cq calls (changes = an app thread is polling)
@@ -303,8 +302,8 @@ struct ContextState final : urxe::provider::LoggingSink {
   // both sides can miss each other (x86 lets a load pass an earlier store): hence the full fence. It
   // costs a few nanoseconds. While the thread sleeps on the port, the posting thread runs the round
   // itself (the WQE's frames leave now, from here: on 2 cores a woken thread first has to win a core from a
-  // busy application, ~10-40 us) and wakes the thread only when that round could not run or left work or a
-  // timer due before the thread's own wake-up (`sleep_until`, at most kMaxSleepNs away).
+  // busy application, tens of microseconds) and wakes the thread only when that round could not run or left
+  // work or a timer due before the thread's own wake-up (`sleep_until`, at most kMaxSleepNs away).
   void doorbell(bool send) override {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleep_mode.load(std::memory_order_relaxed) != kSleeping) {
@@ -320,9 +319,9 @@ struct ContextState final : urxe::provider::LoggingSink {
       // The app drives: its next poll sends what it posted. An app that posts a long run before it polls
       // (perftest's bandwidth loop: up to the queue's depth) would hold every frame until then and leave
       // the peer idle (asleep) meanwhile, so every kPostsPerRound post_send calls the post runs a round
-      // (64 B ib_write_bw between two processes on one device: 1.1-1.2 Mpps without, 2.6-2.7 with the
-      // spin rule in progress.cc). Through the veth (64 B and 64 KiB) it changes nothing measurable.
-      // (16 measured the same for perftest; 32 leaves apps that post a few WRs per poll as they were.)
+      // (between two processes on one device it more than doubles 64 B ib_write_bw's packet rate, with the
+      // spin rule in progress.cc; through the veth it changes nothing measurable). 32 leaves apps that post
+      // a few WRs per poll as they were.
       uint32_t n = posts_since_poll.load(std::memory_order_relaxed) + 1;
       if (n >= kPostsPerRound) {
         n = 0;

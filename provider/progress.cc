@@ -50,19 +50,18 @@ void ContextState::run() {
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   // How long to keep polling without work before sleeping: adaptive, up to $URXE_IDLE_SPIN_US (default
   // 20 us; 100 us while the app's threads are idle, below). A spin pays off when frames come closer together
-  // than a wake-up costs (a stream: ~10-25 us per wake-up here); it costs when they do not, and on 2 cores it
+  // than a wake-up costs (a stream); it costs when they do not, and on 2 cores it
   // then also holds the core of the application it preempted (ib_write_lat: that app waited out every spin
-  // before it could see the data just written; 45 -> 23 us per message without it). So a spin that ends
+  // before it could see the data just written). So a spin that ends
   // without work halves the next one, and a sleep that a stream ends sooner than half the maximum doubles it
   // (below). Polling uses the pause instruction, not sched_yield: on a busy machine a yield hands the core to
   // a spinning application thread for a whole time slice. On a single CPU (a 1-vCPU guest, a container pinned
   // to one core) a spin only keeps the app, which is what would bring the work, off the CPU: no spin there.
   // While the app's own threads use (almost) no CPU, blocked in a read or on a channel (ib_write_bw's
   // server, a daemon), the spin may grow to kIdleAppSpinNs: it then holds no core an app of this process
-  // wants, and it spares the peer's sender a kick and this thread a wake-up per burst (64 B WRITE stream
-  // between two processes on the same-host path: 1.01-1.03 -> 1.22-1.34 Mpps; 64 KiB 1.40-1.70 ->
-  // 1.74-1.92 GB/s, with the cap at 100 us for every process). An app that spins on memory or busy-polls
-  // keeps the shorter cap. Known from the process's and this thread's CPU clocks, at most once per
+  // wants, and it spares the peer's sender a kick and this thread a wake-up per burst (a WRITE stream
+  // between two processes on the same-host path gains a fifth of its rate). An app that spins on memory or
+  // busy-polls keeps the shorter cap. Known from the process's and this thread's CPU clocks, at most once per
   // kAppCpuEveryNs, at an idle look (never per frame).
   constexpr uint64_t kIdleAppSpinNs = 100000, kAppCpuEveryNs = 1000000;
   uint64_t max_spin_ns = 20000, idle_app_spin_ns = kIdleAppSpinNs;
@@ -86,8 +85,7 @@ void ContextState::run() {
   // the sleep began (a spin would have caught it: `grow_spin`) and the work was a stream, at least
   // kStreamFrames frames before the next idle look (a 64 B WRITE stream from a peer that sends every 16
   // posts: 16 per wake-up), not a single exchange (ib_write_lat: one ACK a few us after the thread slept;
-  // spinning for it took the core of an app spinning on memory, average 39-44 -> 45-51 us, p99 80-240 ->
-  // up to 550).
+  // spinning for it would take the core of an app spinning on memory).
   constexpr uint64_t kStreamFrames = 8;
   bool grow_spin = false;
   uint64_t rcvd_at_wake = 0;  // the engine's received frames when the last sleep ended
@@ -96,10 +94,8 @@ void ContextState::run() {
   // On one CPU the thread's step aside while the app drives starts at kNapNs, and is not cut short while
   // ACKs wait: each of its wake-ups can only take the CPU from the app that does the work (and would send
   // those ACKs with its answer). In the 1-vCPU TCG guests of tools/rxe-peer, where a wake-up costs far more
-  // than the app takes to answer, the 50 us step and the 20 us cap had the thread preempt the apps again
-  // and again: ib_send_lat 64 B typical 758-777 -> 563-600 us and average 1,529 -> 700-750, ib_write_lat
-  // 1,036-1,053 -> 630-672 (kernel rxe in the same guests: ~540 and ~510). Natively, each process pinned
-  // to a core of its own: unchanged within the noise (ib_send_lat 5.9-8.9 -> 5.7-7.8 us).
+  // than the app takes to answer, a shorter step and cap had the thread preempt the apps again and again
+  // (docs/performance.md). Natively, each process on a core of its own, it changes nothing.
   const uint64_t step_ns = one_cpu ? kNapNs : kBusyNapNs;
   // With no idle CPU for it, every wake-up of this thread takes a CPU from an app: on one CPU its own; on
   // two, once two processes busy-poll, one of theirs. Asleep on the port, the thread is woken by each frame
@@ -206,8 +202,7 @@ void ContextState::run() {
         // only if the app polled on through the step: an app that arms, polls once more and blocks on
         // its channel (rdma-core's pattern) needs this thread back soon, but a CQ armed long ago by an
         // app that goes on polling (UCX: Open MPI's ranks kept one armed all along) must not hold the
-        // step at its shortest, whose timer preempted the ranks every 50 us (8-byte one-way average
-        // 6.1-8.5 -> 2.1-2.7 us on the same-host path, 13.3-15.5 -> 7.1-7.5 through the veth).
+        // step at its shortest, whose timer would preempt the ranks every 50 us.
         // With long_steps the next step is kQuietNapNs at once, and stays so also when the thread finds the
         // engine free between steps: reset to the shortest each time, they cost each polling app ~1,000
         // timer preemptions a second, which made ib_send_lat's p99 (provider/README.md, Runtime); doubling
@@ -292,10 +287,10 @@ void ContextState::run() {
     // How soon work came. Where the port knows when the frame that woke us was sent (the same-host path's
     // kick), that time: had we spun that long, we would have caught it; the spin then grows at the next
     // idle look if that was a stream (kStreamFrames). Else when we woke, which adds the wake-up's latency
-    // (20-40 us for an idle vCPU here): a sleep shorter than half the spin grows it at once. (On the
+    // (tens of microseconds for an idle vCPU): a sleep shorter than half the spin grows it at once. (On the
     // same-host path the wake-up time alone never grew a 20 us spin again once a pause had shrunk it: a
     // 64 B WRITE stream between two processes stalled on a wake-up every ~90 frames. Through the veth the
-    // stream condition cost ib_write_bw 64 KiB 275-311 -> 208-218 MB/s: there a wake-up that comes that
+    // stream condition cost 64 KiB ib_write_bw a quarter of its rate: there a wake-up that comes that
     // soon is rare and worth a spin.)
     const uint64_t event = port->rx_wait_event_ns();
     if (event != 0 && event < woke) {
@@ -313,7 +308,7 @@ void ContextState::run() {
 
 // Asks the scheduler (EEVDF, Linux >= 6.12) for a short time slice for the calling thread, so that when it
 // wakes for a packet or a doorbell it preempts a busy-polling application thread at once instead of waiting
-// out that thread's slice (measured: ~6 ms per wakeup with two pingpong processes on two cores).
+// out that thread's slice (milliseconds with two ping-pong processes on two cores).
 // Unprivileged; ignored by older kernels. `nice`: the one the thread runs at (set_progress_nice), which
 // sched_setattr sets too.
 void request_short_slice(int nice) {
