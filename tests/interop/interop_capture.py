@@ -15,8 +15,8 @@ class Capture:
     def __init__(self, path, mtu, iface="rxetap1", match=f"ether host {URXE_MAC}"):
         self.path, self.err_path = path, path + ".tcpdump.txt"
         self.errf = open(self.err_path, "w")
-        # --immediate-mode and a large buffer: see tools/rxe-peer/capture.sh (no ring-block latency, no
-        # drops while the TCG guest keeps the cores busy); the snap length covers a full frame.
+        # --immediate-mode: each frame written as it comes (no wait for a ring block to fill); a large buffer:
+        # no drops while the TCG guest keeps the cores busy; the snap length covers a full frame.
         self.proc = subprocess.Popen(["ip", "netns", "exec", NETNS, "tcpdump", "--immediate-mode", "-B", "65536",
                                       "-i", iface, "-s", str(mtu + 64), "-U", "-w", path, f"udp port 4791 and {match}"],
                                      stdout=subprocess.DEVNULL, stderr=self.errf)
@@ -28,7 +28,7 @@ class Capture:
             time.sleep(0.1)
 
     def stop(self):
-        time.sleep(0.3)
+        time.sleep(0.3)  # frames still in flight (netem's delay, the bridge): nothing to wait on but time
         if self.proc.poll() is None:
             self.proc.terminate()  # our own tcpdump, by its PID; it flushes on SIGTERM
             try:

@@ -179,8 +179,12 @@ def cm_cases():
     m += perftest_r
     # a lost REQ, REP, RTU, DREP or urxe's DREQ is retransmitted after ~4.6 s; rxe's RC retransmit timer is ~2 s.
     # rxe's DREQ is sent once and so spared from netem (GUEST_DREQ_FILTERS in interop.py).
-    m += rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 10 -V -v", "-c -a {addr} -C 10 -V -v", r"ping data",
-                name="rping_c10", netem=CM_NETEM, timeout=150, count=10)
+    # Besides netem's random loss, every 16th frame from urxe is dropped (tc gact determ): an rping of some 130
+    # frames could otherwise lose none at all, and the run must show recovery every time.
+    for c in rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 10 -V -v", "-c -a {addr} -C 10 -V -v", r"ping data",
+                    name="rping_c10", netem=CM_NETEM, timeout=150, count=10):
+        c["determ_drop"] = 16
+        m.append(c)
     # every CM MAD from urxe dropped for the first 2 s: a urxe client's REQ is lost (retransmitted after
     # ~4.6 s), a urxe server's REP (retransmitted after ~4.1 s, or sent again for rxe's retransmitted REQ)
     for c in rdmacm("cm", "rping", "-s -a 0.0.0.0 -C 2 -V -v", "-c -a {addr} -C 2 -V -v", r"ping data",
