@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "engine/engine.h"
@@ -298,11 +300,64 @@ inline SendWr make_rdma_wr(WrOpcode op, const Sge* sge, uint64_t remote_addr, ui
   return wr;
 }
 
+// An atomic (fetch-and-add or compare-and-swap) on the 8 bytes at `remote_addr` in the peer's MR `rkey`.
+inline SendWr make_atomic_wr(WrOpcode op, const Sge* sge, uint64_t remote_addr, uint32_t rkey,
+                             uint64_t compare_add, uint64_t wr_id = 1) {
+  SendWr wr = make_wr(op, sge, 1, wr_id);
+  wr.atomic.remote_addr = remote_addr;
+  wr.atomic.rkey = rkey;
+  wr.atomic.compare_add = compare_add;
+  return wr;
+}
+
 inline int count_ops(const Link& l, int side, uint8_t opcode) {
   int c = 0;
   for (auto& [s, p] : l.trace)
     if (s == side && p.bth.opcode == opcode) c++;
   return c;
+}
+
+// The PSNs of the frames with this BTH opcode that `side` sent, in order.
+inline std::vector<uint32_t> psns_of(const Link& l, int side, uint8_t opcode) {
+  std::vector<uint32_t> psns;
+  for (auto& [s, p] : l.trace)
+    if (s == side && p.bth.opcode == opcode) psns.push_back(p.bth.psn);
+  return psns;
+}
+
+// The ACK frames `side` sent with this AETH type and value (an RNR NAK's value is its timer code).
+inline int count_naks(const Link& l, int side, wire::AethType type, uint8_t value) {
+  int c = 0;
+  for (auto& [s, p] : l.trace)
+    if (s == side && p.bth.opcode == wire::op::acknowledge && p.aeth.type() == type &&
+        p.aeth.value() == value)
+      c++;
+  return c;
+}
+
+// Frame matchers for drop_frames.
+using FrameMatch = std::function<bool(const wire::Packet&)>;
+inline FrameMatch with_opcode(uint8_t opcode) {
+  return [opcode](const wire::Packet& p) { return p.bth.opcode == opcode; };
+}
+inline FrameMatch of_kind(wire::OpKind kind) {
+  return [kind](const wire::Packet& p) { return p.info && p.info->kind == kind; };
+}
+
+// For drop_frames: every matching frame from the first dropped on.
+inline constexpr int kEveryFrame = INT_MAX;
+
+// Sets the link's hook to drop `count` frames that `side` sends and `match` accepts, from the `nth` such
+// frame (counted from 1) on; `psn`, when given, gets the first dropped frame's PSN.
+inline void drop_frames(Link& l, int side, FrameMatch match, int nth = 1, int count = 1,
+                        uint32_t* psn = nullptr) {
+  l.hook = [side, match = std::move(match), nth, count, psn, seen = 0](int s, const wire::Packet& p,
+                                                                       std::vector<uint8_t>&) mutable {
+    if (s != side || !match(p)) return Fate::pass;
+    ++seen;
+    if (seen == nth && psn) *psn = p.bth.psn;
+    return seen >= nth && seen - nth < count ? Fate::drop : Fate::pass;
+  };
 }
 
 // Helpers shared by the engine tests.
@@ -324,6 +379,99 @@ inline void post_recv(Node& n, uint32_t qpn, uint64_t off, uint32_t len, uint64_
 inline void post(Node& n, uint32_t qpn, const SendWr& wr) {
   const SendWr* bad = nullptr;
   ASSERT_EQ(0, n.eng->post_send(qpn, &wr, &bad));
+}
+
+// The address of a buffer, for an MR over it and the WRs that use that MR.
+inline uint64_t vaddr(const std::vector<uint8_t>& buf) {
+  return reinterpret_cast<uintptr_t>(buf.data());
+}
+
+// Registers `buf` with a node's engine in protection domain `pd`; returns reg_mr's result.
+inline int reg_vec(Node& n, uint32_t pd, std::vector<uint8_t>& buf, uint32_t access, MrInfo& mr) {
+  return n.eng->reg_mr(pd, buf.data(), buf.size(), vaddr(buf), access, mr);
+}
+
+inline void expect_qp_state(Node& n, uint32_t qpn, QpState state) {
+  QpAttr at;
+  ASSERT_EQ(0, n.eng->query_qp(qpn, at));
+  EXPECT_EQ(at.qp_state, state);
+}
+
+// Posts `wr` on A's QP `qa` with a signaled WRITE behind it; expects `wr` to complete with `status`, the
+// WRITE to be flushed, and the QP to be in ERR.
+inline void expect_remote_error(Loopback& lb, uint32_t qa, SendWr wr, WcStatus status) {
+  Sge s2{lb.a().addr(0), 4, lb.a().mr.lkey};
+  SendWr after = make_rdma_wr(WR_RDMA_WRITE, &s2, lb.b().addr(0), lb.b().mr.rkey, 99);
+  wr.next = &after;
+  post(lb.a(), qa, wr);
+  auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, status) << wc_status_str(wa[0].status);
+  EXPECT_EQ(wa[0].wr_id, wr.wr_id);
+  EXPECT_EQ(wa[1].status, WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wa[1].wr_id, 99u);
+  expect_qp_state(lb.a(), qa, QPS_ERR);
+}
+
+// A port between an engine and its SimPort that watches what the engine sends: the BTH opcodes and burst
+// sizes it takes, the frames between two looks at the receive ring, and the frames whose bth_offset is not
+// where parse_frame finds the BTH.
+class WatchPort final : public Port {
+ public:
+  explicit WatchPort(Port& inner) : inner_(inner) {}
+  const PortAttr& attr() const override { return inner_.attr(); }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    for (uint32_t i = 0; i < n; i++) {
+      wire::Packet pkt;
+      if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt) != wire::ParseError::ok ||
+          bufs[i].bth_offset != pkt.bth_offset)
+        ++bth_offset_wrong;
+    }
+    const uint32_t k = inner_.tx_burst(bufs, n);
+    for (uint32_t i = 0; i < k; i++) {
+      wire::Packet pkt;
+      if (wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), pkt) == wire::ParseError::ok)
+        opcodes.push_back(pkt.bth.opcode);
+    }
+    if (k) bursts.push_back(k);
+    since_rx += k;
+    total_tx += k;
+    max_between_rx = std::max(max_between_rx, since_rx);
+    return k;
+  }
+  void tx_free(PacketBuf& buf) override { inner_.tx_free(buf); }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
+    since_rx = 0;
+    return inner_.rx_burst(bufs, n);
+  }
+  void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
+  uint64_t since_rx = 0, max_between_rx = 0, total_tx = 0, bth_offset_wrong = 0;
+  std::vector<uint8_t> opcodes;  // BTH opcodes of the frames the port took, in order
+  std::vector<uint32_t> bursts;  // frames the port took per tx_burst call (calls that took none left out)
+
+ private:
+  Port& inner_;
+};
+
+// A fixture for RC tests over a default Loopback: connect() makes the QP pair, qa on A and qb on B.
+class RcLoopbackTest : public ::testing::Test {
+ protected:
+  void connect(const ConnOpts& o = {}) { std::tie(qa, qb) = lb.connect(QPT_RC, o); }
+  Loopback lb;
+  uint32_t qa = 0, qb = 0;
+};
+
+// A Loopback::PortWrap that puts a P(inner, args...) under the engine of side `side` (-1: both sides) and
+// points out[side] at it.
+template <class P, class... Args>
+Loopback::PortWrap wrap_side(int side, P* (&out)[2], Args... args) {
+  return [side, &out, args...](int s, Port& inner) -> std::unique_ptr<Port> {
+    if (side >= 0 && s != side) return nullptr;
+    auto p = std::make_unique<P>(inner, args...);
+    out[s] = p.get();
+    return p;
+  };
 }
 
 }  // namespace urxe::engine::test

@@ -1,0 +1,229 @@
+// RC error NAKs and PSN gaps: each remote error status (access, invalid request, operational) with the
+// flush after it, the PSN-sequence NAK and go-back-N, an error NAK racing a READ response, and the errors
+// of invalidated and bad local keys.
+#include "tests/sim/loopback.h"
+
+namespace urxe::engine::test {
+namespace {
+
+using RcNak = RcLoopbackTest;
+using RcInvalidate = RcLoopbackTest;
+using RcLocal = RcLoopbackTest;
+
+TEST_F(RcNak, RemoteAccessErrorBadRkey) {
+  connect();
+  Sge sge{lb.a().addr(0), 100, lb.a().mr.lkey};
+  const uint32_t wrong_key = lb.b().mr.rkey ^ 0x1;  // right index, wrong key
+  SendWr w = make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(0), wrong_key, 1);
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+  EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::nak, 2), 1);
+  EXPECT_TRUE(lb.b().events.has(EVENT_QP_ACCESS_ERR));
+  expect_qp_state(lb.b(), qb, QPS_ERR);
+}
+
+TEST_F(RcNak, RemoteAccessErrorOutOfBounds) {
+  connect();
+  Sge sge{lb.a().addr(0), 100, lb.a().mr.lkey};
+  const uint64_t past_end = lb.b().addr(lb.b().mem.size() - 50);  // runs 50 bytes past the MR
+  SendWr w = make_rdma_wr(WR_RDMA_READ, &sge, past_end, lb.b().mr.rkey, 1);
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+}
+
+TEST_F(RcNak, RemoteAccessErrorMrWithoutRemoteWrite) {
+  connect();
+  std::vector<uint8_t> ro(256);
+  MrInfo mr;
+  ASSERT_EQ(0, reg_vec(lb.b(), lb.b().pd, ro, ACCESS_REMOTE_READ, mr));
+  Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
+  SendWr w = make_rdma_wr(WR_RDMA_WRITE, &sge, vaddr(ro), mr.rkey, 1);
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ro, std::vector<uint8_t>(256, 0));
+}
+
+TEST_F(RcNak, RemoteAccessErrorMrOfAnotherPd) {
+  connect();
+  uint32_t pd2;
+  ASSERT_EQ(0, lb.b().eng->alloc_pd(pd2));
+  std::vector<uint8_t> other(256);
+  MrInfo mr;
+  ASSERT_EQ(0, reg_vec(lb.b(), pd2, other, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr));
+  Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
+  SendWr w = make_rdma_wr(WR_RDMA_WRITE, &sge, vaddr(other), mr.rkey, 1);
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+}
+
+TEST_F(RcNak, InvalidRequestMisalignedAtomic) {
+  connect();
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr w = make_atomic_wr(WR_ATOMIC_FETCH_AND_ADD, &sge, lb.b().addr(4), lb.b().mr.rkey, 1, 1);
+  expect_remote_error(lb, qa, w, WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::nak, 1), 1);
+  EXPECT_TRUE(lb.b().events.has(EVENT_QP_REQ_ERR));
+}
+
+TEST_F(RcNak, InvalidRequestQpWithoutRemoteRead) {
+  ConnOpts o;
+  o.access = ACCESS_REMOTE_WRITE;
+  connect(o);
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr w = make_rdma_wr(WR_RDMA_READ, &sge, lb.b().addr(0), lb.b().mr.rkey, 1);
+  expect_remote_error(lb, qa, w, WC_REM_INV_REQ_ERR);
+}
+
+TEST_F(RcNak, InvalidRequestReceiveBufferTooSmall) {
+  connect();
+  post_recv(lb.b(), qb, 0, 100, 5);
+  Sge sge{lb.a().addr(0), 200, lb.a().mr.lkey};
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_REM_INV_REQ_ERR);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].wr_id, 5u);
+  EXPECT_EQ(wb[0].status, WC_LOC_LEN_ERR);
+}
+
+// The same with a SEND of several packets: the responder NAKs the packet that overflows (not the first),
+// and the requester reports that NAK's status at once, not a retry failure after a timeout.
+TEST_F(RcNak, InvalidRequestReceiveBufferTooSmallForALongSend) {
+  connect();
+  post_recv(lb.b(), qb, 0, 1500, 5);
+  Sge sge{lb.a().addr(0), 4000, lb.a().mr.lkey};
+  const uint64_t t0 = lb.link.clock.now_ns();
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_REM_INV_REQ_ERR);
+  EXPECT_LT(lb.link.clock.now_ns() - t0, 1'000'000u);  // (the retransmit timeout is 67 ms)
+  EXPECT_EQ(lb.a().eng->counter(Counter::retry_exceeded_err), 0u);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_LOC_LEN_ERR);
+}
+
+TEST_F(RcNak, RemoteOperationalErrorBadReceiveLkey) {
+  connect();
+  post_recv(lb.b(), qb, 0, 100, 5, lb.b().mr.lkey + 0x100);  // no such MR
+  Sge sge{lb.a().addr(0), 50, lb.a().mr.lkey};
+  expect_remote_error(lb, qa, make_wr(WR_SEND, &sge, 1, 1), WC_REM_OP_ERR);
+  EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::nak, 3), 1);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_LOC_PROT_ERR);
+}
+
+TEST_F(RcNak, PsnSequenceErrorOncePerGapThenGoBackN) {
+  connect();
+  post_recv(lb.b(), qb, 0, 16384, 1);
+  fill(lb.a().mem, 0, 10 * 1024, 3);
+  uint32_t dropped_psn = 0;  // the third packet of a ten-packet message
+  drop_frames(lb.link, 0, of_kind(wire::OpKind::send), 3, 1, &dropped_psn);
+  Sge sge{lb.a().addr(0), 10 * 1024, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 10 * 1024));
+  // exactly one PSN-sequence NAK, carrying the missing PSN; the requester resent from it
+  int naks = 0;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 1 && p.bth.opcode == wire::op::acknowledge && p.aeth.type() == wire::AethType::nak) {
+      naks++;
+      EXPECT_EQ(p.aeth.value(), 0);
+      EXPECT_EQ(p.bth.psn, dropped_psn);
+    }
+  EXPECT_EQ(naks, 1);
+  EXPECT_EQ(lb.a().eng->counter(Counter::rcvd_seq_err), 1u);
+  EXPECT_EQ(lb.b().eng->counter(Counter::out_of_seq_request), 7u);
+  int resent = 0;
+  for (auto& [s, p] : lb.link.trace)
+    if (s == 0 && p.bth.psn == dropped_psn) resent++;
+  EXPECT_EQ(resent, 2);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+}
+
+// A READs 100 bytes of B's, then a WRITE the responder refuses: the NAK may overtake the READ response.
+// Returns A's two completions.
+std::vector<Wc> read_then_bad_write(Loopback& lb, uint32_t qa) {
+  fill(lb.b().mem, 0, 100, 3);
+  Sge rs{lb.a().addr(0), 100, lb.a().mr.lkey};
+  SendWr r = make_rdma_wr(WR_RDMA_READ, &rs, lb.b().addr(0), lb.b().mr.rkey, 1);
+  Sge ws{lb.a().addr(0x1000), 8, lb.a().mr.lkey};
+  SendWr w = make_rdma_wr(WR_RDMA_WRITE, &ws, lb.b().addr(0), 0xbad00, 2);
+  r.next = &w;
+  post(lb.a(), qa, r);
+  return lb.poll(lb.a(), 2);
+}
+
+TEST_F(RcNak, ErrorNakOvertakingReadResponseStillCompletesTheRead) {
+  connect();
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && of_kind(wire::OpKind::rdma_read_response)(p)) lb.link.hold_ns = 50'000;
+    return Fate::pass;
+  };
+  auto wa = read_then_bad_write(lb, qa);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data(), 100));
+  EXPECT_EQ(wa[1].status, WC_REM_ACCESS_ERR);
+}
+
+TEST_F(RcNak, ErrorNakAfterLostReadResponseFailsTheReadAndFlushesTheRest) {
+  connect();
+  drop_frames(lb.link, 1, of_kind(wire::OpKind::rdma_read_response), 1, kEveryFrame);
+  auto wa = read_then_bad_write(lb, qa);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WC_RETRY_EXC_ERR);  // the responder (now in ERR) never answers again
+  EXPECT_EQ(wa[1].status, WC_WR_FLUSH_ERR);
+}
+
+TEST_F(RcInvalidate, SendWithInvalidateInvalidatesTheRkey) {
+  connect();
+  std::vector<uint8_t> buf(64);
+  MrInfo mr;
+  ASSERT_EQ(0, reg_vec(lb.b(), lb.b().pd, buf, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr));
+  post_recv(lb.b(), qb, 0, 64, 1);
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
+  SendWr s = make_wr(WR_SEND_WITH_INV, &sge, 1, 1);
+  s.invalidate_rkey = mr.rkey;
+  post(lb.a(), qa, s);
+  auto wb = lb.poll(lb.b(), 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_TRUE(wb[0].wc_flags & WC_WITH_INV);
+  EXPECT_EQ(wb[0].imm_data, mr.rkey);  // invalidated_rkey
+  SendWr w = make_rdma_wr(WR_RDMA_WRITE, &sge, vaddr(buf), mr.rkey, 2);
+  ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
+  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
+}
+
+TEST_F(RcInvalidate, LocalInvalidateCompletesLocally) {
+  connect();
+  std::vector<uint8_t> buf(64);
+  MrInfo mr;
+  ASSERT_EQ(0, reg_vec(lb.a(), lb.a().pd, buf, ACCESS_LOCAL_WRITE, mr));
+  SendWr li = make_wr(WR_LOCAL_INV, nullptr, 0, 1);
+  li.invalidate_rkey = mr.lkey;
+  const size_t before = lb.link.trace.size();
+  post(lb.a(), qa, li);
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+  EXPECT_EQ(wa[0].opcode, WC_LOCAL_INV);
+  EXPECT_EQ(lb.link.trace.size(), before);  // no packet
+  // the key is now unusable: a SEND from it fails locally
+  Sge sge{vaddr(buf), 8, mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 2));
+  wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_LOC_PROT_ERR);
+}
+
+TEST_F(RcLocal, BadLkeyIsLocalProtectionError) {
+  connect();
+  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey + 0x300};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_LOC_PROT_ERR);
+  expect_qp_state(lb.a(), qa, QPS_ERR);
+}
+
+}  // namespace
+}  // namespace urxe::engine::test
