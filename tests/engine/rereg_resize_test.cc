@@ -262,9 +262,12 @@ TEST(ReregThreads, TranslationUnderTrafficNeverTouchesTheOldBuffer) {
   const SendWr* bad = nullptr;
   ASSERT_EQ(0, a.eng->post_send(qa, &wr, &bad));
   Wc last{};
-  while (a.eng->poll_cq(a.cq, 1, &last) == 0 && std::chrono::steady_clock::now() < give_up)
+  int got = 0;
+  while ((got = a.eng->poll_cq(a.cq, 1, &last)) == 0 && std::chrono::steady_clock::now() < give_up)
     std::this_thread::yield();
-  EXPECT_EQ(last.status, WC_SUCCESS);
+  ASSERT_EQ(got, 1) << "the last WRITE did not complete within 60 s";
+  EXPECT_EQ(last.status, WC_SUCCESS) << wc_status_str(last.status);
+  EXPECT_EQ(last.wr_id, posted);
   EXPECT_EQ(0, std::memcmp(buf->data(), a.mem.data(), kLen));
   (void)qb;
 }

@@ -1,5 +1,7 @@
 // UC (no ACKs; a gap drops the rest of the message), UD (DETH, Q_Key incl. the privileged bit, GRH area,
 // source QPN, one MTU), SRQ (shared by QPs, limit event), and posting from another thread.
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "tests/sim/loopback.h"
@@ -330,20 +332,32 @@ TEST(Events, CommEstWhenFirstPacketArrivesInRtr) {
   EXPECT_TRUE(lb.b().events.has(EVENT_COMM_EST));
 }
 
+// The engines run on the test's thread; the "application" posts and polls on another, through the rings
+// only. Every message carries its own bytes (a slot per message in flight, reused once its completion was
+// checked), and every completion's wr_id, status, opcode and length, and every received message's bytes,
+// are checked. A broken engine fails the test after a generous bound instead of hanging it.
 TEST(Threads, PostAndPollWhileProgressRunsOnAnotherThread) {
   Loopback lb;
   const auto conn = lb.connect(QPT_RC);  // named (lambdas capture it; clang 14 cannot capture bindings)
   const uint32_t qa = conn.first, qb = conn.second;
   lb.link.latency_ns = 0;
-  std::atomic<bool> stop{false};
-  // The engines run on this thread; the "application" posts and polls on another, through the rings only.
-  constexpr int kMsgs = 2000;
+  constexpr int kMsgs = 2000, kWindow = 32;
+  constexpr uint32_t kLen = 64;
+  // message i's bytes: a pattern seeded by i, in A's slot i % kWindow; it lands in B's slot i % kWindow
+  auto slot = [](int i) { return static_cast<uint64_t>(i % kWindow) * kLen; };
+  auto message = [](int i) {
+    std::vector<uint8_t> m(kLen);
+    fill(m, 0, kLen, static_cast<uint8_t>(i));
+    std::memcpy(m.data(), &i, sizeof i);
+    return m;
+  };
+  std::atomic<bool> finished{false}, give_up{false};
+  std::atomic<int> done{0}, recvd{0};
   std::thread app([&] {
-    int sent = 0, done = 0, recvd = 0, rposted = 0;
-    Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
-    Sge rs{lb.b().addr(0), 64, lb.b().mr.lkey};
-    while (done < kMsgs || recvd < kMsgs) {
-      if (rposted < kMsgs && rposted - recvd < 32) {
+    int sent = 0, rposted = 0;
+    while ((done < kMsgs || recvd < kMsgs) && !give_up) {
+      if (rposted < kMsgs && rposted - recvd < kWindow) {
+        Sge rs{lb.b().addr(slot(rposted)), kLen, lb.b().mr.lkey};
         RecvWr rw;
         rw.sg_list = &rs;
         rw.num_sge = 1;
@@ -351,33 +365,47 @@ TEST(Threads, PostAndPollWhileProgressRunsOnAnotherThread) {
         const RecvWr* br;
         if (lb.b().eng->post_recv(qb, &rw, &br) == 0) rposted++;
       }
-      if (sent < kMsgs && sent - done < 32 && sent < rposted) {
+      if (sent < kMsgs && sent - done < kWindow && sent < rposted) {
+        const std::vector<uint8_t> m = message(sent);  // the slot's message sent - kWindow has completed
+        std::memcpy(lb.a().mem.data() + slot(sent), m.data(), kLen);
+        Sge sge{lb.a().addr(slot(sent)), kLen, lb.a().mr.lkey};
         SendWr w = make_wr(WR_SEND, &sge, 1, static_cast<uint64_t>(sent));
         const SendWr* bs;
         if (lb.a().eng->post_send(qa, &w, &bs) == 0) sent++;
       }
       Wc wc[8];
       int n = lb.a().eng->poll_cq(lb.a().cq, 8, wc);
-      for (int i = 0; i < n; i++) {
-        EXPECT_EQ(wc[i].wr_id, static_cast<uint64_t>(done));
-        EXPECT_EQ(wc[i].status, WC_SUCCESS);
-        done++;
+      for (int i = 0; i < n; i++, done++) {
+        EXPECT_EQ(wc[i].wr_id, static_cast<uint64_t>(done.load()));
+        EXPECT_EQ(wc[i].status, WC_SUCCESS) << wc_status_str(wc[i].status);
+        EXPECT_EQ(wc[i].opcode, WC_SEND);
       }
       n = lb.b().eng->poll_cq(lb.b().cq, 8, wc);
-      for (int i = 0; i < n; i++) {
-        EXPECT_EQ(wc[i].wr_id, static_cast<uint64_t>(recvd));
-        recvd++;
+      for (int i = 0; i < n; i++, recvd++) {
+        const int r = recvd;
+        EXPECT_EQ(wc[i].wr_id, static_cast<uint64_t>(r));
+        EXPECT_EQ(wc[i].status, WC_SUCCESS) << wc_status_str(wc[i].status);
+        EXPECT_EQ(wc[i].opcode, WC_RECV);
+        EXPECT_EQ(wc[i].byte_len, kLen);
+        // checked before the slot takes another receive (this thread posts them)
+        EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + slot(r), message(r).data(), kLen)) << "message " << r;
       }
     }
-    stop = true;
+    finished = !give_up;
   });
   lb.link.keep_trace = false;
-  while (!stop) {
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!finished && std::chrono::steady_clock::now() < bound) {
     lb.a().eng->progress();
     lb.b().eng->progress();
     lb.link.clock.t += 100;
   }
+  give_up = true;
   app.join();
+  EXPECT_TRUE(finished) << "not done after 60 s: " << done.load() << " of " << kMsgs << " sends completed, "
+                        << recvd.load() << " received";
+  EXPECT_EQ(done.load(), kMsgs);
+  EXPECT_EQ(recvd.load(), kMsgs);
 }
 
 }  // namespace
