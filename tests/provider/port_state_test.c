@@ -83,6 +83,16 @@ static long stats_link_downed(const char* dev) {
   return k ? strtol(k + strlen("\"link_downed\":"), NULL, 10) : -1;
 }
 
+/* The same, asked until it is `want` or timeout_ms passed. */
+static long stats_link_downed_wait(const char* dev, long want, int timeout_ms) {
+  const double end = now_ms() + timeout_ms;
+  for (;;) {
+    const long v = stats_link_downed(dev);
+    if (v == want || now_ms() > end) return v;
+    usleep(20 * 1000);
+  }
+}
+
 /* Takes the port down by `down_dev` and back up; checks events, states and link_downed == expect after. */
 static void flap(struct ibv_context* ctx, const char* dev, const char* down_dev, long expect) {
   const char* ibdev_path = ctx->device->ibdev_path;
@@ -152,9 +162,8 @@ int main(int argc, char** argv) {
   CHECK(sysfs_link_downed(ibdev_path, 5, 0) == 5, "after close: sysfs link_downed %ld",
         sysfs_link_downed(ibdev_path, 5, 0));
   CHECK(ip_link(peer, "down") == 0 && ip_link(peer, "up") == 0, "flap %s", peer);
-  usleep(100 * 1000);
-  CHECK(stats_link_downed(dev) == 6, "no app open: urxe stats link_downed %ld, want 6",
-        stats_link_downed(dev));
+  const long no_app = stats_link_downed_wait(dev, 6, 3000);
+  CHECK(no_app == 6, "no app open: urxe stats link_downed %ld, want 6", no_app);
   CHECK(sysfs_link_downed(ibdev_path, 6, 0) == 6, "urxe stats did not mirror into sysfs: %ld",
         sysfs_link_downed(ibdev_path, 6, 0));
   if (!failures)
