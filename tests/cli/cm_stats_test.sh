@@ -20,24 +20,41 @@ netns_tmpdir tmp urxe-cmstats || exit 1
 mkdir -m 777 "$tmp/pcap"
 netns_pair $a $b va vb 10.91.0.1/24 10.91.0.2/24 || exit 1
 
-netns_urxe_side_in "$tmp/runA" $a va "$tmp/server" "$urxe" "$so" "--pcap $tmp/pcap" rping -s -a 10.91.0.1 -C 3 &
-srv=$!
-netns_at_exit "kill $srv 2>/dev/null"
-sleep 1  # rping -s listens; a client that comes too early is rejected (REJ 8) and exits non-zero
-netns_urxe_side_in "$tmp/runB" $b vb "$tmp/client" "$urxe" "$so" "" rping -c -a 10.91.0.1 -C 3 -v
-expect_rc "rping client" 0 $?
-wait $srv
-expect_rc "rping server" 0 $?
-sleep 1.5  # the services mirror their counters within a second
-
 stats() {  # stats NS RUN_DIR [ARGS]
   _ns=$1 _run=$2
   shift 2
   ip netns exec "$_ns" env URXE_RUN_DIR="$_run" "$urxe" stats urxe0 "$@"
 }
+got() { printf '%s' "$1" | jq -c "[.cm.$2.req, .cm.$2.rep, .cm.$2.rtu, .cm.$2.dreq, .cm.$2.drep]"; }
+
+netns_urxe_side_in "$tmp/runA" $a va "$tmp/server" "$urxe" "$so" "--pcap $tmp/pcap" rping -s -a 10.91.0.1 -C 3 &
+srv=$!
+netns_at_exit "kill $srv 2>/dev/null"
+# A client that comes before rping -s listens is rejected (REJ 8) and exits non-zero: wait for the listening
+# id in A's CM service (which the server's rping starts), or for the server's end.
+# shellcheck disable=SC2317  # called through netns_wait_for
+listening() {
+  ip netns exec "$a" env URXE_RUN_DIR="$tmp/runA" "$urxe" cm show 2>/dev/null | grep -q " state LISTEN " ||
+    ! kill -0 "$srv" 2>/dev/null
+}
+if netns_wait_for 20 listening && kill -0 "$srv" 2>/dev/null; then ok "rping -s listens"
+else bad "rping -s: no listening id in the CM service after 20 s (or it exited)"; fi
+netns_urxe_side_in "$tmp/runB" $b vb "$tmp/client" "$urxe" "$so" "" rping -c -a 10.91.0.1 -C 3 -v
+expect_rc "rping client" 0 $?
+wait $srv
+expect_rc "rping server" 0 $?
+# The services mirror their counters into the trees once a second (when they changed): wait until both
+# sides show the whole exchange (the checks below then read them again).
+# shellcheck disable=SC2317  # called through netns_wait_for
+mirrored() {
+  _js=$(stats "$a" "$tmp/runA" --json 2>/dev/null) && _jc=$(stats "$b" "$tmp/runB" --json 2>/dev/null) &&
+    [ "$(got "$_js" cm_rx_msgs)$(got "$_js" cm_tx_msgs)" = "[1,0,1,1,0][0,1,0,0,1]" ] &&
+    [ "$(got "$_jc" cm_tx_msgs)$(got "$_jc" cm_rx_msgs)" = "[1,0,1,1,0][0,1,0,0,1]" ]
+}
+netns_wait_for 5 mirrored || echo "note: the CM counters are not all as expected 5 s after rping's end"
+
 js=$(stats $a "$tmp/runA" --json)
 jc=$(stats $b "$tmp/runB" --json)
-got() { printf '%s' "$1" | jq -c "[.cm.$2.req, .cm.$2.rep, .cm.$2.rtu, .cm.$2.dreq, .cm.$2.drep]"; }
 # The client connects and disconnects first: it sends REQ, RTU, DREQ; the server REP and DREP.
 check "server received REQ, RTU, DREQ" '^\[1,0,1,1,0\]$' "$(got "$js" cm_rx_msgs)"
 check "server sent REP, DREP" '^\[0,1,0,0,1\]$' "$(got "$js" cm_tx_msgs)"

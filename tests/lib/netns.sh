@@ -44,6 +44,8 @@
 #   netns_wait_listen PID [NS] [PORT]       wait (at most 20 s) until a TCP listener on PORT (default 18515,
 #                                           which ibverbs-utils and perftest use) exists in NS ("" or none =
 #                                           this namespace), or until process PID (the server) has exited
+#   netns_wait_for SECS CMD...              run CMD (a command or shell function) every 0.05 s until it
+#                                           succeeds, at most SECS (whole) seconds: 0 once it did, else 1
 #   netns_at_exit 'SHELL CODE'              run at exit (last registered runs first)
 
 _netns_exit=""
@@ -229,4 +231,15 @@ netns_wait_listen() {  # netns_wait_listen PID [NS] [PORT]
     _wl_i=$((_wl_i + 1))
   done
   return 1
+}
+
+netns_wait_for() {  # netns_wait_for SECS CMD...: at most SECS x 20 tries, and SECS + 1 s by the clock
+  _wf_n=$(($1 * 20)) _wf_end=$(($(date +%s) + $1 + 1)) _wf_i=0
+  shift
+  until "$@"; do
+    _wf_i=$((_wf_i + 1))
+    [ $_wf_i -lt $_wf_n ] && [ "$(date +%s)" -lt $_wf_end ] || return 1
+    sleep 0.05
+  done
+  return 0
 }

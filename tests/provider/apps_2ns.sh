@@ -4,9 +4,10 @@
 # `urxe link add` picks by default. Server in ns A, client in ns B; both must exit 0 and print their result.
 #   usage: apps_2ns.sh DEVCTL PROVIDER_SO "APP ARGS" ["APP ARGS" ...]
 #   (the client gets the server's address appended; the veth MTU is $URXE_TEST_MTU, default 1500)
-# URXE_TEST_FLAP=SECS: 1.5 s into each client run, the client's interface goes down for SECS (its carrier
-# and the server's); the flap must fall inside the run. URXE_TEST_CLIENT_FAILS=REGEX: the client must fail
-# instead, printing REGEX (e.g. a completion error), and the server may fail too.
+# URXE_TEST_FLAP=SECS: once each client run's RoCE traffic flows (100 frames from the client counted by the
+# server's ingress rule), the client's interface goes down for SECS (its carrier and the server's); the flap
+# must fall inside the run. URXE_TEST_CLIENT_FAILS=REGEX: the client must fail instead, printing REGEX (e.g.
+# a completion error), and the server may fail too.
 # URXE_TEST_SHARED_RUN=1: both sides share one run directory (as two namespaces of a host using the default
 # /run/urxe do), the server's device urxe0 on va and the client's urxe1 on vb (the client's command and
 # $UCX_NET_DEVICES with urxe0 renamed), so the frames between them take the same-host path: each app
@@ -55,6 +56,11 @@ sent_pkts() {  # sent_pkts NS DEV
     sed -n 's/.*"sent_pkts":\([0-9]*\).*/\1/p' | head -1
 }
 
+# shellcheck disable=SC2317  # called through netns_wait_for
+traffic_or_end() {  # the client's RoCE traffic flows ($in0: RoCE frames in on va before it), or it ended
+  [ "$(roce_in "$a" va)" -ge $((in0 + 100)) ] || ! kill -0 "$cli" 2>/dev/null
+}
+
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
@@ -94,6 +100,7 @@ for app in "$@"; do
     side $a va "$tmp/server" $pin_a $app &
     srv=$!
     netns_wait_listen $srv $a  # the server listens on TCP 18515 (ibverbs-utils, perftest)
+    in0=$(roce_in $a va)
     (
       export NETNS_URXE_DEV=urxe$shared
       [ -z "${UCX_NET_DEVICES:-}" ] || export UCX_NET_DEVICES="$(echo "$UCX_NET_DEVICES" | sed "s/urxe0/urxe$shared/")"
@@ -103,10 +110,12 @@ for app in "$@"; do
     cli=$!
     flap_missed=0
     if [ -n "${URXE_TEST_FLAP:-}" ]; then
-      sleep 1.5
-      kill -0 $cli 2>/dev/null || flap_missed=1
+      # The run under way: RoCE frames from the client reached va (perftest's exchange before is TCP).
+      netns_wait_for 30 traffic_or_end ||
+        echo "  no RoCE traffic from the client 30 s into its run (frames in on va: $in0 -> $(roce_in $a va))"
+      [ "$(roce_in $a va)" -ge $((in0 + 100)) ] && kill -0 $cli 2>/dev/null || flap_missed=1
       ip -n $b link set vb down
-      sleep "$URXE_TEST_FLAP"
+      sleep "$URXE_TEST_FLAP"  # the flap's length, which the test sets: a duration, not a wait for an event
       ip -n $b link set vb up
       [ -n "${URXE_TEST_CLIENT_FAILS:-}" ] || kill -0 $cli 2>/dev/null || flap_missed=1
     fi

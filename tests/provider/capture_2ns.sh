@@ -33,7 +33,7 @@ pair() {  # pair NAME "A OPTIONS" "B ENV" APP ARGS...: server on A, client on B;
   name=$1; aopts=$2; benv=$3; shift 3
   side $a va "$tmp/$name.server" "$aopts" "$@" &
   srv=$!
-  sleep 1
+  netns_wait_listen $srv $a  # the server listens on TCP 18515 (ibverbs-utils, perftest)
   # shellcheck disable=SC2086
   side $b vb "$tmp/$name.client" "" env $benv "$@" 10.91.0.1
   crc=$?
@@ -125,7 +125,7 @@ fi
 mkdir -p "$tmp/dead.b"
 side $a va "$tmp/dead.server" "" ib_write_bw -d urxe0 -x 1 -D 30 &
 srv=$!
-sleep 1
+netns_wait_listen $srv $a || bad "dead peer: the server does not listen on TCP 18515"
 side $b vb "$tmp/dead.client" "" env URXE_PCAP="$tmp/dead.b" ib_write_bw -d urxe0 -x 1 -D 30 10.91.0.1 &
 cli=$!
 i=0

@@ -62,6 +62,8 @@ run() {
   netns_wait_listen $_srv $a
   netns_urxe_side_in "$tmp/$_name.b" $b vb "$tmp/$_name.client" "$urxe" "$so" "" "$@" 10.93.0.1 &
   _cli=$!
+  # Not waits for a condition: the fairness window is one second (its length is the measure) starting 3 s
+  # into the client's run, once DCQCN had time to settle the QPs' rates (a time, not an event to poll for).
   sleep 3
   qp_bytes "$tmp/$_name.b" >"$tmp/$_name.s1"
   sleep 1

@@ -44,15 +44,22 @@ if printf '%s\n' "$out" | grep -q "10\.77\.0\.1"; then echo "FAIL: removed addre
 # The device kept its identity across refreshes (same device, still opens).
 check "still listed" "hca_id:[[:space:]]+urxe0" "$out"
 
-# `link watch` follows address changes by itself.
+# `link watch` follows address changes by itself. It refreshes once when it starts, after it subscribed to
+# rtnetlink: an address added before (10.77.3.3, into the hole at GID 1) appearing says it listens; that
+# address removed and another one added after that can only reach it as events.
+ip addr add 10.77.3.3/24 dev va
 "$URXE_DEVCTL" link watch 2>/dev/null &
 watcher=$!
-sleep 0.5
+n=0
+until ibv_devinfo -v -d urxe0 2>&1 | grep -q "::ffff:10.77.3.3, RoCE v2" || [ $n -ge 100 ]; do sleep 0.05; n=$((n + 1)); done
+[ $n -lt 100 ] || { echo "FAIL: link watch did not refresh the table when it started (within 5 s)"; fail=1; }
+ip addr del 10.77.3.3/24 dev va
 ip addr add 10.77.2.7/24 dev va
 n=0
-until ibv_devinfo -v -d urxe0 2>&1 | grep -q "::ffff:10.77.2.7, RoCE v2" || [ $n -ge 50 ]; do sleep 0.1; n=$((n + 1)); done
+until ibv_devinfo -v -d urxe0 2>&1 | grep -q "::ffff:10.77.2.7, RoCE v2" || [ $n -ge 100 ]; do sleep 0.05; n=$((n + 1)); done
 out=$(ibv_devinfo -v -d urxe0 2>&1)
 check "link watch put a new address into the hole at GID 1" "GID\[  1\]:[[:space:]]+::ffff:10\.77\.2\.7, RoCE v2" "$out"
+if printf '%s\n' "$out" | grep -q "10\.77\.3\.3"; then echo "FAIL: link watch left a removed address listed"; fail=1; fi
 check "and left GID 2 alone" "GID\[  2\]:[[:space:]]+::ffff:10\.77\.1\.5, RoCE v2" "$out"
 kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
 

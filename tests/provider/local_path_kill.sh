@@ -1,7 +1,7 @@
 #!/bin/sh
 # The same-host path when a process dies: two processes on urxe0 in one namespace (the path is on by default),
-# ib_write_bw between them; the server is killed (SIGKILL) two seconds in. The client must end as it does
-# over the wire, with its WRITEs failing IBV_WC_RETRY_EXC_ERR (status 12), within the retry budget
+# ib_write_bw between them; the server is killed (SIGKILL) once the traffic flows. The client must end as it
+# does over the wire, with its WRITEs failing IBV_WC_RETRY_EXC_ERR (status 12), within the retry budget
 # (timeout 14 = 67 ms, 7 retries, growing to 4x: a few seconds); and the dead server's ring must be gone
 # from the device's directory of rings (RUN_DIR/local/MAC/) afterwards (the client removes what a dead process left), as must the
 # client's own once it exited.
@@ -29,8 +29,16 @@ netns_wait_listen $srv
 # shellcheck disable=SC2086
 timeout 60 $app 10.89.0.1 >"$tmp/client" 2>&1 &
 cli=$!
-sleep 2
-segs=$(ls "$dir" 2>/dev/null | grep -c '\.seg$')
+# The run under way before the kill: both processes' rings published, and the client's WRITEs flowing (the
+# device's sent_pkts past a thousand, a few dozen 64 KiB messages; the counters are live in shared memory).
+rings() { set -- "$dir"/*.seg; if [ -e "$1" ]; then echo $#; else echo 0; fi; }
+sent() { "$devctl" stats urxe0 --json 2>/dev/null | sed -n 's/.*"sent_pkts":\([0-9]*\).*/\1/p' | head -1; }
+# shellcheck disable=SC2317  # called through netns_wait_for
+running() {
+  { [ "$(rings)" = 2 ] && [ "$(sent)" -ge 1000 ] 2>/dev/null; } || ! kill -0 "$cli" 2>/dev/null
+}
+netns_wait_for 30 running || echo "note: after 30 s, $(sent) packets sent"
+segs=$(rings)
 if [ "$segs" = 2 ]; then echo "ok: both processes published a ring"; else
   echo "FAIL: $segs rings in $dir while both run, want 2"; fail=1; fi
 app_pid=$(pgrep -P $srv)  # the server itself, not its timeout
