@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/wr_table.h"
 #include "wire/packet.h"
 #include "wire/psn.h"
 
@@ -613,25 +614,6 @@ inline bool res_pending(const Qp& q) {
   for (const RespRes& r : q.resp.res)
     if (r.pending) return true;
   return false;
-}
-
-// Per-WR-opcode behaviour (the requester's and completer's one table, engine.cc), indexed by WrOpcode.
-struct WrInfo {
-  WrOpcode opcode = WR_RDMA_WRITE;  // this row's index in the table
-  bool valid = false;
-  bool rc = false, uc = false, ud = false;  // QP types that take it
-  WcOpcode wc_opcode = WC_SEND;
-  wire::MsgOpcodes ops{};  // low 5 bits of the BTH opcode by position (a READ or atomic has only `only`)
-  bool is_read = false, is_atomic = false, is_local = false, has_imm = false, has_inv = false;
-  bool is_write = false, is_send = false;
-};
-// The table's rows (engine.cc), one per WrOpcode up to WR_SEND_WITH_INV; wr_info is inline: the requester,
-// completer and post_send look a row up per packet or WQE (an out-of-line call was ~1.4 % of a 64 B sender).
-constexpr size_t kWrRows = size_t{WR_SEND_WITH_INV} + 1;
-extern const WrInfo kWrTable[kWrRows];
-extern const WrInfo kInvalidWr;
-inline const WrInfo& wr_info(WrOpcode op) {
-  return op < kWrRows ? kWrTable[op] : kInvalidWr;
 }
 
 // The packet of a message that byte `offset` falls in, at path MTU `mtu`: a power of two (mtu_to_bytes), so
