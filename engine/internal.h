@@ -1,5 +1,5 @@
-// Engine internals shared by the role files (pd_mr, cq, srq, qp, requester, responder, completer). Not a
-// public header: the provider and the tests use engine.h only.
+// Engine internals shared by the engine's files (engine/README.md lists them). Not a public header: the
+// provider and the tests use engine.h only.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -513,18 +513,6 @@ struct EngineImpl {
   // `paced`: READ responses wait for the QP's rate (false: a later request needs them out first)
   bool responder_tx(Qp& qp, uint32_t budget, bool paced = true);
 
-  // engine.cc: frames
-  void rx_frame(PacketBuf& buf);
-  // Allocates a frame for `spec` with `payload_len` bytes, writes the headers; returns the payload
-  // pointer (or nullptr when the port has no buffer). Then finish_frame() seals and queues it.
-  // `prefix`: spec's headers up to UDP, made already (a QP's frames toward its peer).
-  uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len,
-                       const wire::HeaderPrefix* prefix = nullptr);
-  // The IP traffic class of an AV as sent: ECT(0) added (keeping the DSCP) unless ECN is off or the AV
-  // sets ECN bits itself. Applied where a frame template is made, not per frame.
-  uint8_t wire_traffic_class(uint8_t tc) const {
-    return config.ecn && (tc & 3) == 0 ? static_cast<uint8_t>(tc | 2) : tc;
-  }
   // congestion.cc. Notification point: a congested (CE-marked) packet reached `qp`; answers with a CNP when
   // the QP's limit allows. Reaction point: a CNP for `qp`; rp_update applies the timers that ran out by
   // `now`; rp_sent paces the QP after it sent `bytes`.
@@ -579,10 +567,28 @@ struct EngineImpl {
     if (Qp::Rate* p = path_rate(qp)) rate_sent(*p, bytes);
   }
   void qp_set_path(Qp& qp, const wire::Gid* dgid);  // nullptr: leaves its path
+
+  // rx.cc: frames in
+  void rx_frame(PacketBuf& buf);
+  // Takes up to `limit` frames from the port (whole bursts, until one comes back short); returns how many.
+  uint32_t rx_drain(uint32_t limit);
+
+  // tx.cc: frames out
+  // Allocates a frame for `spec` with `payload_len` bytes, writes the headers; returns the payload
+  // pointer (or nullptr when the port has no buffer). Then finish_frame() seals and queues it.
+  // `prefix`: spec's headers up to UDP, made already (a QP's frames toward its peer).
+  uint8_t* begin_frame(const wire::FrameSpec& spec, uint32_t payload_len,
+                       const wire::HeaderPrefix* prefix = nullptr);
   void finish_frame(bool ack_only = false);
   uint32_t wire_bytes() const;  // of the frame being built, as on a wire (a batch frame: its packets')
+  void abort_frame();
+  // The IP traffic class of an AV as sent: ECT(0) added (keeping the DSCP) unless ECN is off or the AV
+  // sets ECN bits itself. Applied where a frame template is made, not per frame.
+  uint8_t wire_traffic_class(uint8_t tc) const {
+    return config.ecn && (tc & 3) == 0 ? static_cast<uint8_t>(tc | 2) : tc;
+  }
   // How many packets from `psn` (`rest` bytes of the WQE left) the requester sends as one batch frame; < 2:
-  // one packet alone.
+  // one packet alone (requester.cc).
   uint32_t batch_run(const Qp& q, uint32_t psn, uint64_t rest, uint32_t every, uint32_t budget) const;
   // Port::tx_batch_bytes_to for a message of `npkts` packets to q's peer, asked once as it starts: 0 (no
   // batch frames) for one with fewer than two middles, or a port that takes none.
@@ -599,11 +605,10 @@ struct EngineImpl {
     cur_buf.gather_offset = static_cast<uint16_t>(cur_layout.payload_offset);
     cur_buf.gather_len = static_cast<uint16_t>(len);
   }
-  void abort_frame();
   void tx_flush();                          // tx, then the held ACKs
   void tx_send(std::vector<PacketBuf>& q);  // what the port takes of q, in order
-  // Takes up to `limit` frames from the port (whole bursts, until one comes back short); returns how many.
-  uint32_t rx_drain(uint32_t limit);
+
+  // progress.cc
   bool progress_round(Engine::Round round = Engine::Round::other);  // one progress() round; engine lock held
   PacketBuf cur_buf{};
   wire::FrameLayout cur_layout{};
@@ -638,12 +643,12 @@ inline uint8_t transport_base(QpType t) {
   return t == QPT_RC ? wire::op::kRc : t == QPT_UC ? wire::op::kUc : wire::op::kUd;
 }
 // RoCEv2 UDP source port as rxe chooses it (entropy for ECMP): RC/UC from the QPN pair's flow label, UD
-// from a hash of the QPN.
+// from a hash of the QPN (tx.cc).
 uint16_t udp_sport_connected(uint32_t flow_label, uint32_t lqpn, uint32_t rqpn);
 uint16_t udp_sport_ud(uint32_t qpn);
 
 // Copies between a message offset and a scatter/gather list, resolving each SGE's lkey (per packet, so a
-// deregistered MR cannot be touched). Returns false on a key/bounds/access failure.
+// deregistered MR cannot be touched; pd_mr.cc). Returns false on a key/bounds/access failure.
 bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint8_t* data,
               uint32_t len, bool to_sges);
 // For a port that gathers (Port::tx_gather): the source bytes [offset, offset + len) of a gather list

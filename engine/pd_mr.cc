@@ -197,4 +197,45 @@ int EngineImpl::destroy_ah(uint32_t ah) {
   return 0;
 }
 
+namespace {
+// The SGE a message offset falls in (num_sge: past the list); `offset` becomes the offset inside it.
+uint32_t sge_seek(const Sge* sges, uint32_t num_sge, uint64_t& offset) {
+  uint32_t i = 0;
+  while (i < num_sge && offset >= sges[i].length) offset -= sges[i++].length;
+  return i;
+}
+}  // namespace
+
+bool sge_copy(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint8_t* data,
+              uint32_t len, bool to_sges) {
+  uint32_t i = sge_seek(sges, num_sge, offset);
+  while (len > 0) {
+    if (i >= num_sge) return false;
+    const Sge& s = sges[i];
+    const uint64_t room = s.length - offset;
+    const uint32_t n = static_cast<uint32_t>(room < len ? room : len);
+    MrError err;
+    uint8_t* p =
+        e.mr_resolve(s.lkey, pd, to_sges ? uint32_t{ACCESS_LOCAL_WRITE} : 0u, s.addr + offset, n, err);
+    if (!p) return false;
+    if (to_sges)
+      std::memcpy(p, data, n);
+    else
+      std::memcpy(data, p, n);
+    data += n;
+    len -= n;
+    offset = 0;
+    i++;
+  }
+  return true;
+}
+
+const uint8_t* sge_span(EngineImpl& e, uint32_t pd, const Sge* sges, uint32_t num_sge, uint64_t offset,
+                        uint32_t len) {
+  const uint32_t i = sge_seek(sges, num_sge, offset);
+  if (i >= num_sge || sges[i].length - offset < len) return nullptr;
+  MrError err;
+  return e.mr_resolve(sges[i].lkey, pd, 0u, sges[i].addr + offset, len, err);
+}
+
 }  // namespace urxe::engine
