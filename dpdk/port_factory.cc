@@ -9,21 +9,6 @@
 
 namespace urxe::dpdk {
 
-bool parse_port_kind(const std::string& text, PortKind& kind) {
-  static constexpr std::pair<const char*, PortKind> kNames[] = {{"auto", PortKind::automatic},
-                                                                {"dpdk", PortKind::dpdk},
-                                                                {"socket", PortKind::socket},
-                                                                {"loop", PortKind::loop},
-                                                                {"null", PortKind::null}};
-  for (const auto& [name, k] : kNames) {
-    if (text == name) {
-      kind = k;
-      return true;
-    }
-  }
-  return false;
-}
-
 std::unique_ptr<engine::Port> open_port(const PortOptions& opt, std::string* notice, std::string* err) {
   if (opt.kind == PortKind::loop || opt.kind == PortKind::null)
     return open_memory_port(opt.attr, opt.kind == PortKind::loop ? opt.bus : std::string());

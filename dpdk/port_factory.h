@@ -7,15 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "dpdk/port_kind.h"
 #include "engine/port.h"
 #include "wire/headers.h"
 
 namespace urxe::dpdk {
-
-enum class PortKind { automatic, dpdk, socket, loop, null };
-
-// "auto", "dpdk", "socket", "loop", "null"; false for anything else.
-bool parse_port_kind(const std::string& text, PortKind& kind);
 
 struct PortOptions {
   std::string ifname;

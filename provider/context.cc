@@ -22,7 +22,6 @@
 #include "dpdk/local_port.h"
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
-#include "provider/capture_port.h"
 #include "provider/internal.h"
 #include "provider/ports.h"
 #include "wire/crc32_fold.h"

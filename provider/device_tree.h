@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "dpdk/port_kind.h"
 #include "engine/engine.h"
 
 namespace urxe::provider {
@@ -34,14 +35,16 @@ struct Paths {
 };
 
 struct DeviceConfig {
-  std::string name;           // IB device name, e.g. "urxe0" (must not start with "rxe")
-  std::string netdev;         // the Ethernet interface the device sits on
-  std::string dpdk;           // EAL/vdev arguments passed through to the DPDK port ("" = default)
-  uint32_t mtu = 0;           // Ethernet MTU to use; 0 = the interface's
-  std::string port = "auto";  // packet I/O: auto | dpdk | socket | loop | null
+  std::string name;    // IB device name, e.g. "urxe0" (must not start with "rxe")
+  std::string netdev;  // the Ethernet interface the device sits on
+  std::string dpdk;    // EAL/vdev arguments passed through to the DPDK port ("" = default)
+  uint32_t mtu = 0;    // Ethernet MTU to use; 0 = the interface's
+  // Packet I/O: a dpdk::PortKind's name (dpdk/port_kind.h). Kept as written: an unknown kind is reported
+  // when a context opens its port.
+  std::string port{dpdk::port_kind_name(dpdk::PortKind::automatic)};
   uint32_t gid_tbl_len = 16;
   int uverbs = -1;  // N of uverbsN; -1 at creation = lowest free
-  // Live capture (provider/capture_port.h): directory ("" = off), MB per file (0 = no rotation), files kept
+  // Live capture (dpdk/capture_port.h): directory ("" = off), MB per file (0 = no rotation), files kept
   // per process ring (0 = all).
   std::string pcap;
   uint32_t pcap_size_mb = 100;
@@ -59,7 +62,7 @@ struct DeviceConfig {
   // DPDK af_packet or AF_XDP receiver) or is captured frame by frame: `urxe link add ... --no-gso`.
   bool gso = true;
   // Whether the device takes the same-host path: asked for, and a port with an interface (not loop/null).
-  bool uses_local_path() const { return local_path && port != "loop" && port != "null"; }
+  bool uses_local_path() const { return local_path && !dpdk::in_memory_port(port); }
 };
 
 enum class GidType { roce_v1, roce_v2 };

@@ -203,7 +203,7 @@ struct ContextState final : urxe::provider::LoggingSink {
   urxe::provider::NetdevInfo netdev{};
   SteadyClock clock;
   std::unique_ptr<en::Port> port;
-  std::unique_ptr<en::Port> capture;  // pcap tap over *port (--pcap, $URXE_PCAP; capture_port.h) or null
+  std::unique_ptr<en::Port> capture;  // pcap tap over *port or null (--pcap, $URXE_PCAP: dpdk/capture_port.h)
   std::unique_ptr<en::Engine> engine;
   int async_rd = -1, async_wr = -1;  // async_fd = async_rd (16-byte records)
   int doorbell_fd = -1;              // eventfd that wakes a sleeping progress thread

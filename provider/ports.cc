@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "dpdk/port_factory.h"
 #include "hostnet/interface.h"
 #include "provider/internal.h"
+#include "provider/log.h"
 
 namespace urxe::provider {
 
@@ -23,12 +25,25 @@ void notice_once(const std::string& key, const std::string& text) {
   seen.push_back(key);
   std::fprintf(stderr, "%s\n", text.c_str());
 }
+
+uint64_t env_u64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end) {
+    log_printf(engine::LogLevel::warn, "", "%s='%s' is not a number; using %llu", name, v,
+               static_cast<unsigned long long>(fallback));
+    return fallback;
+  }
+  return n;
+}
 }  // namespace
 
 std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortRequest& req, std::string& err) {
   dpdk::PortOptions opt;
   if (!dpdk::parse_port_kind(kind, opt.kind)) {
-    err = "unknown port kind '" + kind + "' (auto, dpdk, socket, loop, null)";
+    err = "unknown port kind '" + kind + "' (" + dpdk::port_kind_list() + ")";
     return nullptr;
   }
   opt.ifname = req.config.netdev;
@@ -78,6 +93,25 @@ void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& con
   } else {
     URXE_DEBUG("no same-host path: %s", err.c_str());
   }
+}
+
+dpdk::CaptureConfig capture_config(const DeviceConfig& dev) {
+  dpdk::CaptureConfig c;
+  c.dir = dev.pcap;
+  const char* e = std::getenv("URXE_PCAP");
+  if (e && *e) c.dir = std::strcmp(e, "off") == 0 ? "" : e;
+  c.file_bytes = env_u64("URXE_PCAP_SIZE", dev.pcap_size_mb) << 20;
+  c.files = static_cast<uint32_t>(env_u64("URXE_PCAP_FILES", dev.pcap_files));
+  c.device = dev.name;
+  c.netdev = dev.netdev;
+  c.log = [name = dev.name](engine::LogLevel level, const std::string& line) {
+    log_printf(level, name, "%s", line.c_str());
+  };
+  return c;
+}
+
+std::unique_ptr<engine::Port> open_capture(engine::Port& inner, const DeviceConfig& dev) {
+  return dpdk::open_capture(inner, capture_config(dev));
 }
 
 }  // namespace urxe::provider

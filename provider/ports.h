@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "dpdk/capture_port.h"
 #include "engine/port.h"
 #include "provider/device_tree.h"
 
@@ -26,5 +27,11 @@ std::unique_ptr<engine::Port> make_port(const std::string& kind, const PortReque
 // run. The port stays as it is, with a debug line, when the ring cannot be published.
 void add_local_path(std::unique_ptr<engine::Port>& port, const DeviceConfig& config, int ifindex,
                     const std::string& ibdev_path, uint32_t block, uint32_t block_size);
+
+// Live capture (dpdk/capture_port.h) with the device's settings overridden by the environment (URXE_PCAP,
+// URXE_PCAP_SIZE in MB, URXE_PCAP_FILES; URXE_PCAP=off), its lines going to the provider's log.
+dpdk::CaptureConfig capture_config(const DeviceConfig& dev);
+// The capture around `inner`; nullptr when it is off or DIR cannot be written (logged).
+std::unique_ptr<engine::Port> open_capture(engine::Port& inner, const DeviceConfig& dev);
 
 }  // namespace urxe::provider

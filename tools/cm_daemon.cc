@@ -28,7 +28,7 @@
 #include "hostnet/interface.h"
 #include "hostnet/monitor.h"
 #include "hostnet/neighbour.h"
-#include "provider/capture_port.h"
+#include "provider/ports.h"
 #include "provider/device_tree.h"
 #include "provider/stats.h"
 #include "wire/mad.h"

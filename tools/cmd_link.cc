@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dpdk/port_kind.h"
 #include "dpdk/socket_port.h"
 #include "hostnet/capability.h"
 #include "hostnet/gid.h"
@@ -241,7 +242,7 @@ int add_main(Args args) {
   cfg.name = name;
   cfg.netdev = ifname;
   uint32_t mtu = 0;
-  std::string port = "auto", dpdk;
+  dpdk::PortKind kind = dpdk::PortKind::automatic;
   bool filter = true;
   for (Token t; (t = opts.next());) {
     if (t.kind == Token::missing_value)
@@ -282,13 +283,12 @@ int add_main(Args args) {
       }
       cfg.gid_tbl_len = n;
     } else if (k == "--port") {
-      if (v != "auto" && v != "dpdk" && v != "socket" && v != "loop" && v != "null") {
-        std::fprintf(stderr, "urxe link add: --port '%.*s': valid kinds are auto, dpdk, socket, loop, null\n",
-                     static_cast<int>(v.size()), v.data());
+      if (!dpdk::parse_port_kind(v, kind)) {
+        std::fprintf(stderr, "urxe link add: --port '%.*s': valid kinds are %s\n", static_cast<int>(v.size()),
+                     v.data(), dpdk::port_kind_list().c_str());
         return kExitUsage;
       }
-      port = v;
-      cfg.port = port;
+      cfg.port = std::string(v);
     } else if (k == "--pcap-size" || k == "--pcap-files") {
       if (!parse_u32(v, n)) {
         std::fprintf(stderr, "urxe link add: %.*s '%.*s' must be a number (0 = no limit)\n",
@@ -314,13 +314,12 @@ int add_main(Args args) {
             stderr);
         return kExitUsage;
       }
-      dpdk = v;
-      cfg.dpdk = dpdk;
+      cfg.dpdk = std::string(v);
     }
   }
-  if (!dpdk.empty() && port != "auto" && port != "dpdk") {
+  if (!cfg.dpdk.empty() && kind != dpdk::PortKind::automatic && kind != dpdk::PortKind::dpdk) {
     std::fprintf(stderr, "urxe link add: --dpdk is for the DPDK port; it cannot be combined with --port %s\n",
-                 port.c_str());
+                 std::string(dpdk::port_kind_name(kind)).c_str());
     return kExitUsage;
   }
 
@@ -362,7 +361,7 @@ int add_main(Args args) {
   warn_if_kernel_rdma("urxe link add");
 
   // The ingress drop only matters for ports that put frames on the wire.
-  if (!filter || port == "loop" || port == "null") return 0;
+  if (!filter || kind == dpdk::PortKind::loop || kind == dpdk::PortKind::null) return 0;
   if (!have_cap_net_admin()) {
     std::fprintf(stderr,
                  "urxe: note: no CAP_NET_ADMIN, so no nftables ingress drop of UDP/4791 on %s; urxe "
@@ -444,7 +443,9 @@ int link_show(const prov::Paths& paths, const std::string& only) {
     // UDP GSO of the socket port: asked for, and where it applies (dpdk::gso_cut).
     if (!d.config.gso) {
       std::printf(" gso off");
-    } else if (present && !d.other_netns && (d.config.port == "auto" || d.config.port == "socket") &&
+    } else if (present && !d.other_netns &&
+               (dpdk::port_kind_is(d.config.port, dpdk::PortKind::automatic) ||
+                dpdk::port_kind_is(d.config.port, dpdk::PortKind::socket)) &&
                d.config.dpdk.empty()) {
       const dpdk::GsoCut cut = dpdk::gso_cut(d.config.netdev, -1);
       std::printf(" gso %s", cut == dpdk::GsoCut::peer     ? "on"

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dpdk/port_kind.h"
 #include "hostnet/capability.h"
 
 namespace fs = std::filesystem;
@@ -94,7 +95,7 @@ bool warn_if_no_net_raw(const char* prog, const provider::Paths& paths) {
   std::string wire;
   for (const provider::DeviceInfo& d : provider::list_devices(paths)) {
     const std::string& p = d.config.port;
-    if (p == "loop" || p == "null" || d.other_netns) continue;
+    if (dpdk::in_memory_port(p) || d.other_netns) continue;
     wire += (wire.empty() ? "" : ", ") + d.config.name + " (port " + p + " on " + d.config.netdev + ")";
   }
   if (wire.empty()) return false;

@@ -1,4 +1,4 @@
-#include "provider/capture_port.h"
+#include "dpdk/capture_port.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,10 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "provider/log.h"
 #include "wire/packet.h"
 
-namespace urxe::provider {
+namespace urxe::dpdk {
 namespace {
 
 namespace en = urxe::engine;
@@ -43,7 +42,7 @@ constexpr uint32_t kSnapLen = 262144;
 // loaded machine it has ~12 MiB of headroom (~100 ms at 1 Gbit/s) to get scheduled before frames are lost.
 constexpr size_t kBufBytes = size_t{16} << 20;
 constexpr uint32_t kMaxPacket = 4096 + 128;  // a packet of a batch frame: path MTU 4096 and its headers
-constexpr uint32_t kMaxBurst = 256;  // frames recorded per tx_burst call (the rest go next call)
+constexpr uint32_t kMaxBurst = 256;          // frames recorded per tx_burst call (the rest go next call)
 constexpr uint32_t kMaxComment = 128;
 constexpr auto kFlushPeriod = std::chrono::milliseconds(250);
 constexpr auto kMaxWait = std::chrono::milliseconds(200);  // a burst waits at most this for buffer room
@@ -184,12 +183,13 @@ LiveCaptures& live_captures() {
 
 class CapturePort final : public en::Port {
  public:
-  CapturePort(en::Port& inner, CaptureConfig cfg, const DeviceConfig& dev)
-      : inner_(inner), cfg_(std::move(cfg)), device_(dev.name) {
+  CapturePort(en::Port& inner, CaptureConfig cfg) : inner_(inner), cfg_(std::move(cfg)) {
+    const std::string& name = cfg_.device;
+    const std::string& netdev = cfg_.netdev;
     pid_ = static_cast<uint32_t>(::getpid());
     comm_ = self_comm();
     const uint32_t ctx = g_contexts.fetch_add(1);
-    prefix_ = cfg_.dir + "/" + file_safe(dev.name) + "_" + std::to_string(pid_) +
+    prefix_ = cfg_.dir + "/" + file_safe(name) + "_" + std::to_string(pid_) +
               (ctx ? "." + std::to_string(ctx) : std::string()) + "_" + file_safe(comm_) + "_";
     char c[64];
     const int n = std::snprintf(c, sizeof c, "pid %u (%s) ", pid_, comm_.c_str());
@@ -198,11 +198,11 @@ class CapturePort final : public en::Port {
         cfg_.file_bytes ? "files of at most " + std::to_string(cfg_.file_bytes) + " bytes" : "one file";
     if (cfg_.file_bytes)
       ring += cfg_.files ? ", the newest " + std::to_string(cfg_.files) + " kept" : ", all kept";
-    header_ = file_header("urxe capture of device " + dev.name + " on interface " + dev.netdev + ", pid " +
+    header_ = file_header("urxe capture of device " + name + " on interface " + netdev + ", pid " +
                               std::to_string(pid_) + " (" + comm_ + "); ring of " + ring,
-                          dev.netdev, "urxe device " + dev.name + " on " + dev.netdev,
-                          "urxe device " + dev.name + ", interface " + dev.netdev + ", pid " +
-                              std::to_string(pid_) + " (" + comm_ + ")");
+                          netdev, "urxe device " + name + " on " + netdev,
+                          "urxe device " + name + ", interface " + netdev + ", pid " + std::to_string(pid_) +
+                              " (" + comm_ + ")");
     buf_[0].reset(new uint8_t[kBufBytes]);
     buf_[1].reset(new uint8_t[kBufBytes]);
     fill_ = buf_[0].get();
@@ -229,9 +229,8 @@ class CapturePort final : public en::Port {
     stop_writer();
     if (fd_ >= 0) ::close(fd_);
     if (not_captured_)
-      log_printf(en::LogLevel::warn, device_,
-                 "capture: %llu frames were not written to %s* (the writer fell behind or the disk failed)",
-                 static_cast<unsigned long long>(not_captured_), prefix_.c_str());
+      log(en::LogLevel::warn, "capture: " + std::to_string(not_captured_) + " frames were not written to " +
+                                  prefix_ + "* (the writer fell behind or the disk failed)");
   }
 
   // Writes what is buffered and ends the writer. Also run at exit(): librdmacm applications (and many
@@ -433,8 +432,12 @@ class CapturePort final : public en::Port {
   }
 
   void fail(const std::string& why) {
-    log_printf(en::LogLevel::error, device_, "capture stopped: %s", why.c_str());
+    log(en::LogLevel::error, "capture stopped: " + why);
     failed_.store(true);
+  }
+
+  void log(en::LogLevel level, const std::string& line) const {
+    if (cfg_.log) cfg_.log(level, line);
   }
 
   // Closes the current file, opens the next of the ring (deleting the oldest beyond the limit).
@@ -466,7 +469,6 @@ class CapturePort final : public en::Port {
 
   en::Port& inner_;
   const CaptureConfig cfg_;
-  const std::string device_;
   uint32_t pid_ = 0;
   std::string comm_, prefix_, comment_prefix_, header_;
 
@@ -491,19 +493,6 @@ class CapturePort final : public en::Port {
   std::deque<std::string> files_;
 };
 
-uint64_t env_u64(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end) {
-    log_printf(en::LogLevel::warn, "", "%s='%s' is not a number; using %llu", name, v,
-               static_cast<unsigned long long>(fallback));
-    return fallback;
-  }
-  return n;
-}
-
 void LiveCaptures::add(CapturePort* c) {
   std::lock_guard g(mu_);
   live_.push_back(c);
@@ -521,26 +510,16 @@ void LiveCaptures::flush_all() {
 
 }  // namespace
 
-CaptureConfig capture_config(const DeviceConfig& dev) {
-  CaptureConfig c;
-  c.dir = dev.pcap;
-  const char* e = std::getenv("URXE_PCAP");
-  if (e && *e) c.dir = std::strcmp(e, "off") == 0 ? "" : e;
-  c.file_bytes = env_u64("URXE_PCAP_SIZE", dev.pcap_size_mb) << 20;
-  c.files = static_cast<uint32_t>(env_u64("URXE_PCAP_FILES", dev.pcap_files));
-  return c;
-}
-
-std::unique_ptr<en::Port> open_capture(en::Port& inner, const DeviceConfig& dev) {
-  CaptureConfig cfg = capture_config(dev);
+std::unique_ptr<en::Port> open_capture(en::Port& inner, CaptureConfig cfg) {
   if (cfg.dir.empty()) return nullptr;
-  auto port = std::make_unique<CapturePort>(inner, std::move(cfg), dev);
+  auto log = cfg.log;
+  auto port = std::make_unique<CapturePort>(inner, std::move(cfg));
   std::string err;
   if (!port->start(err)) {
-    log_printf(en::LogLevel::error, dev.name, "capture off: %s", err.c_str());
+    if (log) log(en::LogLevel::error, "capture off: " + err);
     return nullptr;
   }
   return port;
 }
 
-}  // namespace urxe::provider
+}  // namespace urxe::dpdk

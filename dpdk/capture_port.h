@@ -15,27 +15,32 @@
 // frame into a preallocated buffer (no allocation); a writer thread writes full buffers (or every 250 ms) to
 // the file, so the progress thread makes no file syscalls. When the writer falls behind, frames are not
 // captured (counted, reported at close) rather than slowing the device.
+//
+// The device's settings (urxe.conf and the environment) are read by the provider (provider/ports.h), which
+// passes them here with its log.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "engine/engine.h"
 #include "engine/port.h"
-#include "provider/device_tree.h"
 
-namespace urxe::provider {
+namespace urxe::dpdk {
 
 struct CaptureConfig {
   std::string dir;          // "" = off
   uint64_t file_bytes = 0;  // bound per file (0 = one file, no rotation)
   uint32_t files = 0;       // files kept per ring (0 = all)
+  std::string device;       // the urxe device (file names, comments)
+  std::string netdev;       // its interface (the IDB's if_name, comments)
+  // Where the capture's warnings and errors go (one line each, no newline); nothing when empty.
+  std::function<void(engine::LogLevel, const std::string&)> log;
 };
 
-// The device's settings overridden by the environment (URXE_PCAP, URXE_PCAP_SIZE in MB, URXE_PCAP_FILES).
-CaptureConfig capture_config(const DeviceConfig& dev);
-
 // A Port that forwards everything to `inner` and captures the frames as above; nullptr when capture is off,
-// or (after one line on stderr saying why) when DIR cannot be written: the device then works uncaptured.
-std::unique_ptr<engine::Port> open_capture(engine::Port& inner, const DeviceConfig& dev);
+// or (after one log line saying why) when DIR cannot be written: the device then works uncaptured.
+std::unique_ptr<engine::Port> open_capture(engine::Port& inner, CaptureConfig cfg);
 
-}  // namespace urxe::provider
+}  // namespace urxe::dpdk
