@@ -19,15 +19,13 @@ void Service::close_channel(ChannelId ch) {
 }
 
 CommandResult Service::command(ChannelId ch, std::span<const uint8_t> cmd, std::span<const uint8_t> extra) {
-  rdma_ucm_cmd_hdr hdr{};
-  if (cmd.size() < sizeof hdr || !channels_.count(ch)) return {EINVAL, {}};
-  std::memcpy(&hdr, cmd.data(), sizeof hdr);
-  if (hdr.cmd >= kUcmaCommandCount || hdr.in + sizeof hdr > cmd.size()) return {EINVAL, {}};
-  const UcmaCommandInfo& info = kUcmaCommands[hdr.cmd];
-  if (hdr.cmd == RDMA_USER_CM_CMD_GET_OPTION) return {ENOSYS, {}};
-  if (info.resp_size && hdr.out < info.resp_size) return {ENOSPC, {}};
+  if (!channels_.count(ch)) return {EINVAL, {}};
+  UcmaCommand c;
+  if (const int e = parse_ucma_command(cmd, c)) return {e, {}};
+  if (const int e = check_ucma_response_room(c)) return {e, {}};
+  const rdma_ucm_cmd_hdr& hdr = c.hdr;
   Body b;
-  std::memcpy(b.bytes, cmd.data() + sizeof hdr, std::min<size_t>(hdr.in, sizeof b.bytes));
+  std::memcpy(b.bytes, c.body.data(), std::min<size_t>(hdr.in, sizeof b.bytes));
   out_limit_ = hdr.out;
   ch_ = ch;
   extra_ = extra;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace urxe::cm {
 
@@ -69,6 +70,30 @@ inline constexpr size_t kSetOptionOptvalOffset = offsetof(rdma_ucm_set_option, o
 inline constexpr size_t kSetOptionOptlenOffset = offsetof(rdma_ucm_set_option, optlen);
 inline constexpr size_t kMigrateIdFdOffset = offsetof(rdma_ucm_migrate_id, fd);
 inline constexpr uint32_t kMaxOptionLen = 1024;  // larger than any option librdmacm sets (IB_PATH: n x 64 B)
+
+// One write() taken apart as the kernel's ucma_write does, before any handler runs. The one place the
+// commands' sizes and fields are checked: the shim (provider/ucma_shim.cc) before it forwards a write, the
+// service (cm/ucma.cc) on what it receives.
+struct UcmaCommand {
+  rdma_ucm_cmd_hdr hdr{};
+  const UcmaCommandInfo* info = nullptr;
+  std::span<const uint8_t> body;  // everything after the header (may be longer than hdr.in)
+};
+
+// 0 with `c` filled in; EINVAL for a write shorter than the header, an unknown command or `in` beyond the
+// write; ENOSYS for GET_OPTION (the kernel has no handler for it).
+int parse_ucma_command(std::span<const uint8_t> write, UcmaCommand& c);
+// ENOSPC when `out` cannot hold the command's response (the handlers' first check), else 0.
+int check_ucma_response_room(const UcmaCommand& c);
+// Header + at most the command's structure: bytes beyond it mean nothing to any handler.
+size_t ucma_command_length(const UcmaCommand& c);
+// The response pointer (0 when the command has none or `out` is 0); EFAULT when the body cannot hold it.
+int ucma_response_pointer(const UcmaCommand& c, uint64_t& ptr);
+// SET_OPTION's optval pointer and optlen: EINVAL for a short body or optlen over kMaxOptionLen, EFAULT for a
+// null optval with a length.
+int ucma_set_option_value(const UcmaCommand& c, uint64_t& optval, uint32_t& optlen);
+// MIGRATE_ID's fd (of the channel the id comes from); EINVAL for a short body.
+int ucma_migrate_fd(const UcmaCommand& c, int& fd);
 
 // librdmacm's enum rdma_cm_event_type (the values GET_EVENT reports).
 enum class UcmaEvent : uint32_t {

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "cm/protocol.h"
+#include "cm/ucma_abi.h"
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "hostnet/netns.h"
@@ -358,7 +359,7 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
   // buffers held for the kernel's answers (UCX's UCP crashed so); without one it fails cleanly (ENOENT) and
   // applications fall back to their other connection managers.
   fs::create_directories(class_rdma_cm(paths), ec);
-  if (ec || !write_file(class_rdma_cm(paths) + "/abi_version", "4\n")) {
+  if (ec || !write_file(class_rdma_cm(paths) + "/abi_version", std::to_string(cm::kUcmaAbiVersion) + "\n")) {
     err = class_rdma_cm(paths) + ": cannot write";
     fs::remove_all(vdir, ec);
     fs::remove_all(dev_path, ec);

@@ -326,55 +326,34 @@ int exchange(Channel& ch, const void* cmd, uint32_t cmd_len, const void* extra, 
   }
 }
 
-uint64_t load_u64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// write() of one UCMA command, with the kernel's ucma_write checks and errors.
+// write() of one UCMA command, with the kernel's ucma_write checks and errors (cm/ucma_abi.h).
 ssize_t ucma_write(Channel& ch, const void* buf, size_t len) {
   using namespace urxe::cm;
-  rdma_ucm_cmd_hdr hdr;
-  if (len < sizeof hdr) return fail(EINVAL);
-  std::memcpy(&hdr, buf, sizeof hdr);
-  if (hdr.cmd >= kUcmaCommandCount || hdr.in + sizeof hdr > len) return fail(EINVAL);
-  if (hdr.cmd == RDMA_USER_CM_CMD_GET_OPTION) return fail(ENOSYS);  // the kernel has no handler for it
-  const UcmaCommandInfo& info = kUcmaCommands[hdr.cmd];
+  UcmaCommand c;
+  if (const int e = parse_ucma_command(std::span(static_cast<const uint8_t*>(buf), len), c)) return fail(e);
+  const rdma_ucm_cmd_hdr& hdr = c.hdr;
+  const UcmaCommandInfo& info = *c.info;
   // An app that manages connections has stopped answering what its last poll received: the ACKs its
   // rounds hold for an answer go now, not when the progress thread next looks (a peer may be waiting
   // for them before it listens: perftest -R).
   urxe::provider::send_held_acks();
-  const auto* bytes = static_cast<const uint8_t*>(buf);
-  const auto* body = bytes + sizeof hdr;
-  const size_t body_len = len - sizeof hdr;
-  // Bytes the app wrote beyond the command's structure mean nothing to any handler.
-  const uint32_t cmd_len = static_cast<uint32_t>(std::min(len, sizeof hdr + info.body_size));
+  const auto cmd_len = static_cast<uint32_t>(ucma_command_length(c));
 
   // The response pointer, read now so a command whose answer could not be delivered is not done.
-  uint8_t* resp = nullptr;
-  if (info.response_offset >= 0 && hdr.out > 0) {
-    if (body_len < static_cast<size_t>(info.response_offset) + 8) return fail(EFAULT);
-    resp = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(load_u64(body + info.response_offset)));
-  }
+  uint64_t resp_ptr = 0;
+  if (const int e = ucma_response_pointer(c, resp_ptr)) return fail(e);
+  auto* resp = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(resp_ptr));
 
   const void* extra = nullptr;
   uint32_t extra_len = 0;
   uint64_t token = 0;
   if (hdr.cmd == RDMA_USER_CM_CMD_SET_OPTION) {
-    if (body_len < kSetOptionOptlenOffset + 4) return fail(EINVAL);
-    extra_len = load_u32(body + kSetOptionOptlenOffset);
-    if (extra_len > kMaxOptionLen) return fail(EINVAL);
-    extra = reinterpret_cast<const void*>(static_cast<uintptr_t>(load_u64(body + kSetOptionOptvalOffset)));
-    if (extra_len && !extra) return fail(EFAULT);
+    uint64_t optval = 0;
+    if (const int e = ucma_set_option_value(c, optval, extra_len)) return fail(e);
+    extra = reinterpret_cast<const void*>(static_cast<uintptr_t>(optval));
   } else if (hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID) {
-    if (body_len < kMigrateIdFdOffset + 4) return fail(EINVAL);
-    const int from_fd = static_cast<int>(load_u32(body + kMigrateIdFdOffset));
+    int from_fd = -1;
+    if (const int e = ucma_migrate_fd(c, from_fd)) return fail(e);
     Channel* from = acquire(from_fd);
     if (!from) {
       // As the kernel's ucma_migrate_id: ENOENT for no such fd, EINVAL for a file that is not rdma_cm.
