@@ -1,8 +1,8 @@
 // The CM service's core: the kernel's ucma (channels, ids, events), rdma_cm (addresses, port spaces,
 // listeners, QP attributes) and ib_cm (the CM MAD exchange on QP1, its timers and duplicate rules) for the
-// urxe devices of one network namespace. No I/O of its own: the daemon (tools/cm_daemon.h) feeds it commands,
-// received MADs and the time, and does what it asks through CmHost, so it also runs between two instances in
-// a test without sockets.
+// urxe devices of one network namespace. No I/O of its own: the loop (cm/service/service_loop.h) feeds it
+// commands, received MADs and the time, and does what it asks through CmHost, so it also runs between two
+// instances in a test without sockets.
 #pragma once
 #include <array>
 #include <cstdint>

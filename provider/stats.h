@@ -75,7 +75,7 @@ bool init_device_stats(const std::string& ibdev_path, const std::string& netdev,
 
 // The CM service's counters of a device, where the kernel shows them for a port:
 // ports/1/<group>/<message>, groups cm_tx_msgs, cm_rx_msgs, cm_tx_retries, cm_rx_duplicates, messages req ..
-// apr (index = CM attribute ID - 0x10). Written by `urxe cm` (tools/cm_daemon.cc), read by `urxe stats`;
+// apr (index = CM attribute ID - 0x10). Written by `urxe cm` (tools/cm_platform.cc), read by `urxe stats`;
 // the directories and files writable by every user, whose service may be the one that writes them.
 inline constexpr const char* kCmCounterGroups[] = {"cm_tx_msgs", "cm_rx_msgs", "cm_tx_retries",
                                                    "cm_rx_duplicates"};

@@ -1,6 +1,7 @@
 // `urxe cm`: the RDMA CM service of this network namespace and run directory (what the kernel's rdma_ucm,
 // rdma_cm and ib_cm do, for librdmacm applications through the provider's shim), and `urxe cm show`, its
-// live ids and counters. The service's paths and protocol are cm/protocol.h; its loop is cm_daemon.h.
+// live ids and counters. The service's paths and protocol are cm/protocol.h; its loop is
+// cm/service/service_loop.h, given the host's devices and ports by tools/cm_platform.h.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -18,9 +19,10 @@
 #include <string>
 
 #include "cm/protocol.h"
+#include "cm/service/service_loop.h"
 #include "hostnet/netns.h"
 #include "provider/device_tree.h"
-#include "tools/cm_daemon.h"
+#include "tools/cm_platform.h"
 #include "tools/command.h"
 
 namespace urxe::tools {
@@ -274,12 +276,13 @@ int cm_main(Args args) {
   sigaddset(&set, SIGINT);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, on_ignored);
-  CmDaemonConfig cfg;
+  cm::CmServiceConfig cfg;
   cfg.run_dir = paths.run_dir;
   cfg.netns = netns;
   cfg.listen_fd = lfd;
   cfg.idle_exit_s = idle;
-  const int rc = run_cm_daemon(cfg);
+  CmPlatformImpl platform(paths.run_dir);
+  const int rc = cm::run_cm_service(cfg, platform);
   // Still under the lock: nobody else can have replaced them.
   unlink(sock_path.c_str());
   unlink(pid_path.c_str());

@@ -1,5 +1,5 @@
-// `urxe cm`'s loop (tools/cm_daemon.h) around a scripted core instead of cm::CmService, for
-// cm_service_test.sh: it checks the loop's own paths whatever the real core does so far.
+// `urxe cm`'s loop (cm/service/service_loop.h, with tools/cm_platform.h) around a scripted core instead of
+// cm::CmService, for cm_service_test.sh: it checks the loop's own paths whatever the real core does so far.
 //   - CREATE_ID answers an id and, 200 ms later (the timerfd), queues one event on the channel: the
 //     channel's eventfd turns readable; GET_EVENT takes it (336 bytes) and the eventfd's count drops back.
 //   - Every MAD received is sent back to where it came from (send_mad: source and destination swapped,
@@ -21,10 +21,11 @@
 #include <map>
 
 #include "cm/protocol.h"
+#include "cm/service/service_loop.h"
 #include "cm/ucma_abi.h"
 #include "hostnet/netns.h"
 #include "provider/device_tree.h"
-#include "tools/cm_daemon.h"
+#include "tools/cm_platform.h"
 #include "wire/bytes.h"
 
 using namespace urxe;
@@ -133,13 +134,14 @@ int main() {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigprocmask(SIG_BLOCK, &set, nullptr);
-  tools::CmDaemonConfig cfg;
+  cm::CmServiceConfig cfg;
   cfg.run_dir = paths.run_dir;
   cfg.netns = netns;
   cfg.listen_fd = fd;
   cfg.idle_exit_s = 0;
   cfg.make_service = make_echo;
-  const int rc = tools::run_cm_daemon(cfg);
+  tools::CmPlatformImpl platform(paths.run_dir);
+  const int rc = cm::run_cm_service(cfg, platform);
   unlink(path.c_str());
   return rc;
 }

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/cm_daemon.h"
+#include "cm/service/qp1_frame.h"
 #include "tools/pcap_decode.h"
 #include "wire/mad.h"
 
@@ -34,7 +34,7 @@ TEST_P(RxeQp1, TakenAndRebuiltByteForByte) {
     wire::Packet p;
     if (wire::parse_frame(bytes, p) != wire::ParseError::ok || p.bth.dqpn != wire::kQp1) continue;
     cm::MadIn in;
-    ASSERT_EQ(tools::parse_qp1_frame(bytes, in), tools::Qp1Rx::mad) << "frame " << mads;
+    ASSERT_EQ(cm::parse_qp1_frame(bytes, in), cm::Qp1Rx::mad) << "frame " << mads;
     EXPECT_EQ(in.src_qp, wire::kQp1);
     EXPECT_EQ(in.pkey, 0xffff);
     EXPECT_EQ(in.smac, p.eth.src);
@@ -49,9 +49,9 @@ TEST_P(RxeQp1, TakenAndRebuiltByteForByte) {
     out.flow_label = p.ip_version == 6 ? p.ip6.flow_label : 0;
     out.dest_qp = p.bth.dqpn;
     std::copy(in.mad.begin(), in.mad.end(), out.mad.begin());
-    std::vector<uint8_t> built(tools::kQp1FrameMax);
+    std::vector<uint8_t> built(cm::kQp1FrameMax);
     const uint32_t len =
-        tools::build_qp1_frame(out, in.smac, p.bth.psn, p.ip_version == 4 ? p.ip4.id : 0, built);
+        cm::build_qp1_frame(out, in.smac, p.bth.psn, p.ip_version == 4 ? p.ip4.id : 0, built);
     ASSERT_EQ(len, p.frame_len);
     built.resize(len);
     size_t diff = 0;
@@ -77,27 +77,27 @@ TEST(Qp1Frame, RefusedForTheirReason) {
   out.mad[1] = wire::kMgmtClassCm;
   const wire::MacAddr smac{2, 0, 0, 0, 0, 2};
   auto build = [&](const cm::MadOut& o) {
-    std::vector<uint8_t> f(tools::kQp1FrameMax);
-    f.resize(tools::build_qp1_frame(o, smac, 5, 0, f));
+    std::vector<uint8_t> f(cm::kQp1FrameMax);
+    f.resize(cm::build_qp1_frame(o, smac, 5, 0, f));
     return f;
   };
   cm::MadIn in;
   std::vector<uint8_t> good = build(out);
-  ASSERT_EQ(tools::parse_qp1_frame(good, in), tools::Qp1Rx::mad);
+  ASSERT_EQ(cm::parse_qp1_frame(good, in), cm::Qp1Rx::mad);
   EXPECT_EQ(in.sgid, out.sgid);
   EXPECT_EQ(in.dgid, out.dgid);
   EXPECT_EQ(in.hop_limit, 64);
 
   std::vector<uint8_t> f = good;
   f.back() ^= 1;
-  EXPECT_EQ(tools::parse_qp1_frame(f, in), tools::Qp1Rx::icrc);
+  EXPECT_EQ(cm::parse_qp1_frame(f, in), cm::Qp1Rx::icrc);
   f = good;
   f.resize(f.size() - 10);
-  EXPECT_EQ(tools::parse_qp1_frame(f, in), tools::Qp1Rx::parse);
+  EXPECT_EQ(cm::parse_qp1_frame(f, in), cm::Qp1Rx::parse);
 
   cm::MadOut to_qp2 = out;
   to_qp2.dest_qp = 2;
-  EXPECT_EQ(tools::parse_qp1_frame(build(to_qp2), in), tools::Qp1Rx::opcode);
+  EXPECT_EQ(cm::parse_qp1_frame(build(to_qp2), in), cm::Qp1Rx::opcode);
 
   // Q_Key and length: rewrite the frame with wire's builder, which tools' builder is a use of.
   wire::Packet p;
@@ -112,13 +112,13 @@ TEST(Qp1Frame, RefusedForTheirReason) {
   s.bth.pad = 0;
   s.deth = p.deth;
   s.deth.qkey = 0x11111111;
-  std::vector<uint8_t> g(tools::kQp1FrameMax);
+  std::vector<uint8_t> g(cm::kQp1FrameMax);
   g.resize(wire::build_frame(g, s, p.payload));
-  EXPECT_EQ(tools::parse_qp1_frame(g, in), tools::Qp1Rx::qkey);
+  EXPECT_EQ(cm::parse_qp1_frame(g, in), cm::Qp1Rx::qkey);
   s.deth = p.deth;
-  g.assign(tools::kQp1FrameMax, 0);
+  g.assign(cm::kQp1FrameMax, 0);
   g.resize(wire::build_frame(g, s, p.payload.first(128)));
-  EXPECT_EQ(tools::parse_qp1_frame(g, in), tools::Qp1Rx::length);
+  EXPECT_EQ(cm::parse_qp1_frame(g, in), cm::Qp1Rx::length);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// What `urxe cm` answers the CM for a destination (tools/cm_daemon.h lookup_cm_route), for
+// What `urxe cm` answers the CM for a destination (cm/service/route.h lookup_cm_route), for
 // cm_service_test.sh: the devices are the interfaces named (device i on the i-th), the answer one line,
 // "STATE device N src ADDR dmac MAC". With --wait MS the lookup repeats (triggering resolution every
 // 200 ms) while the answer is pending, up to MS milliseconds.
@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "cm/service/route.h"
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
-#include "tools/cm_daemon.h"
 
 using namespace urxe;
 
@@ -56,13 +56,13 @@ int main(int argc, char** argv) {
   const int ifindex = args.size() > 3 ? std::atoi(args[3].c_str()) : 0;
   const auto start = std::chrono::steady_clock::now();
   auto last_trigger = start;
-  cm::RouteResult r = tools::lookup_cm_route(devs, dst, src, ifindex, true);
+  cm::RouteResult r = cm::lookup_cm_route(devs, dst, src, ifindex, true);
   while (r.state == cm::RouteResult::State::pending &&
          std::chrono::steady_clock::now() - start < std::chrono::milliseconds(wait_ms)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const bool trigger = std::chrono::steady_clock::now() - last_trigger >= std::chrono::milliseconds(200);
     if (trigger) last_trigger = std::chrono::steady_clock::now();
-    r = tools::lookup_cm_route(devs, dst, src, ifindex, trigger);
+    r = cm::lookup_cm_route(devs, dst, src, ifindex, trigger);
   }
   static const char* const kState[] = {"resolved", "pending", "unreachable", "not_urxe"};
   const auto& m = r.dmac;
