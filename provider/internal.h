@@ -24,6 +24,7 @@
 #include "provider/device_tree.h"
 #include "provider/gid_watch.h"
 #include "provider/log.h"
+#include "provider/progress_policy.h"
 #include "provider/stats.h"
 
 namespace urxe::provider {
@@ -197,8 +198,9 @@ inline UrxePd* to_pd(ibv_pd* p) {
 }
 
 // One per opened device context: the engine, its port, the progress thread and the pipes libibverbs reads.
-// An en::EventSink that also logs (provider/log.h).
-struct ContextState final : urxe::provider::LoggingSink {
+// An en::EventSink that also logs (provider/log.h); its ProgressShared base is what the app threads and
+// the progress thread share (provider/progress_policy.h), the doorbell eventfd included.
+struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   DeviceConfig config;
   urxe::provider::NetdevInfo netdev{};
   SteadyClock clock;
@@ -206,7 +208,6 @@ struct ContextState final : urxe::provider::LoggingSink {
   std::unique_ptr<en::Port> capture;  // pcap tap over *port or null (--pcap, $URXE_PCAP: dpdk/capture_port.h)
   std::unique_ptr<en::Engine> engine;
   int async_rd = -1, async_wr = -1;  // async_fd = async_rd (16-byte records)
-  int doorbell_fd = -1;              // eventfd that wakes a sleeping progress thread
   int qpn_lock_fd = -1;              // holds the OFD lock naming this context's QPN block
   // The engine's counters, shared with `urxe stats` and sysfs (provider/stats.h); folded into the device
   // total when it is destroyed, after the destructor's body has stopped the engine.
@@ -219,7 +220,8 @@ struct ContextState final : urxe::provider::LoggingSink {
   std::unordered_map<uint32_t, UrxeQp*> qps;
   std::unordered_map<uint32_t, UrxeCq*> cqs;
   std::unordered_map<uint32_t, UrxeSrq*> srqs;
-  // GIDs follow the interface's addresses (provider/gid_watch.h): its rtnetlink fd is in wait_fds' set.
+  // GIDs follow the interface's addresses (provider/gid_watch.h): its rtnetlink fd is in the progress
+  // thread's waits.
   urxe::provider::GidWatch gid_watch;
   // One IBV_EVENT_GID_CHANGE (element: port 1) per changed entry, as the kernel raises them.
   // The port follows the interface (up and carrier), as rxe's: IBV_EVENT_PORT_ERR / _ACTIVE, and sysfs's
@@ -227,15 +229,10 @@ struct ContextState final : urxe::provider::LoggingSink {
   void gid_update();  // progress.cc
 
   // Progress-thread statistics, printed at close with URXE_DEBUG=1.
-  uint64_t n_sleeps = 0, n_wake_doorbell = 0, n_wake_port = 0, n_rounds = 0;
+  uint64_t n_sleeps = 0, n_wake_doorbell = 0, n_wake_port = 0, n_rounds = 0, n_naps = 0;
   int progress_nice = 0;  // the nice the progress thread runs at (set_progress_nice)
 
   ~ContextState() override;
-
-  void wake() {
-    uint64_t one = 1;
-    [[maybe_unused]] auto r = ::write(doorbell_fd, &one, sizeof one);
-  }
 
   bool post_async(uint64_t element, uint32_t type);  // false: the queue was full, the event dropped
 
@@ -243,116 +240,13 @@ struct ContextState final : urxe::provider::LoggingSink {
   void async_event(const en::AsyncEvent& ev) override;
   void comp_event(uint32_t cq_handle) override;
 
-  // Who drives the engine. An application thread that busy-polls its CQ runs the engine itself
-  // (try_progress in poll_cq): on 2 cores, a progress thread per process competing with two polling apps
-  // turns each packet's wait into a scheduler time slice. While the app drives, the progress thread naps
-  // (no spinning; woken by a frame or after kNapNs) and posts wake nothing (a long run of them runs a round:
-  // doorbell); when the app stops polling or arms a completion channel, the thread takes over: spin, then
-  // sleep on the port's rx fd and the doorbell.
-  enum SleepMode : int { kAwake = 0, kSleeping = 1, kNapping = 2 };
-  static constexpr uint64_t kNapNs = 1000000;
-  // On at most two CPUs, while the app polls and nothing needs the thread to watch the port (progress.cc,
-  // "quiet"): its waits and steps aside last up to this long.
-  static constexpr uint64_t kQuietNapNs = 8000000;
-  // An app thread is in the engine: step aside this long at first (doubling up to kNapNs while that goes
-  // on). Shorter costs the apps a preemption by this thread's timer more often; longer keeps a
-  // memory-polling app that just left the engine waiting for its frames (docs/performance.md).
-  static constexpr uint64_t kBusyNapNs = 50000;
-  std::atomic<int> sleep_mode{kAwake};
-  std::atomic<uint64_t> app_polls{0};  // poll_cq calls (changes = an app thread is polling)
-  std::atomic<uint64_t> polls_at_sleep{0};  // app_polls when the thread last slept on the port
-  // The app answered ACKs its round held with a post (doorbell), and the thread has not found any held
-  // unanswered since: its waits may then outlast kNapNs (progress.cc, quiet).
-  std::atomic<bool> holds_answered{false};
-  static constexpr uint64_t kWakeAfterPolls = 256;  // polls in one such sleep that wake it (app_poll)
-  std::atomic<uint32_t> posts_since_poll{0};  // post_send calls since the last app poll (approximate)
-  static constexpr uint32_t kPostsPerRound = 32;
-  std::atomic<uint32_t> armed_cqs{0};  // CQs with a channel armed by req_notify_cq (an app may block)
-  uint64_t n_naps = 0;
+  // ---- the progress policy (provider/progress_policy.h): the app's side, per packet, inline ----
+  void app_poll() { on_app_poll(*engine); }  // an app thread's poll: it runs the round
+  void cq_armed(UrxeCq* cq) { on_cq_armed(cq->armed); }
+  void cq_disarmed(UrxeCq* cq) { on_cq_disarmed(cq->armed); }
+  void doorbell(bool send) override { on_post(*engine, send); }  // (engine::EventSink, the posting thread)
 
-  // An app thread's poll: do the NIC's work here if nobody else is doing it right now.
-  void app_poll() {
-    const uint64_t polls = app_polls.load(std::memory_order_relaxed) + 1;
-    app_polls.store(polls, std::memory_order_relaxed);
-    posts_since_poll.store(0, std::memory_order_relaxed);
-    const int mode = sleep_mode.load(std::memory_order_relaxed);
-    // The thread sleeps on the port, each frame waking it in the kernel although this app reads the frame
-    // itself (on 2 busy cores, each wake-up preempts an app), and it stays so until its sleep ends (up to
-    // kMaxSleepNs): an app that took up busy-polling during that sleep wakes it, once per sleep, so that
-    // it sees the app drive and naps without the port (ib_send_lat's first 10 ms).
-    if (mode == kSleeping && polls - polls_at_sleep.load(std::memory_order_relaxed) == kWakeAfterPolls)
-      wake();
-    // Its round may hold ACKs back for the app's answer (not one that raised a completion event:
-    // Engine::try_progress), unless the thread sleeps (it would not send them if the app stopped polling:
-    // a napping thread's step is at most kNapNs, or kQuietNapNs while the app answers its holds, and on
-    // more than one CPU shorter while ACKs wait when it begins).
-    engine->try_progress(nullptr, mode != kSleeping ? en::Engine::Round::app : en::Engine::Round::other);
-  }
-  void cq_armed(UrxeCq* cq) {
-    if (!cq->armed.exchange(true)) armed_cqs.fetch_add(1, std::memory_order_seq_cst);
-    if (sleep_mode.load(std::memory_order_seq_cst) == kNapping) wake();
-  }
-  void cq_disarmed(UrxeCq* cq) {
-    if (cq->armed.exchange(false)) armed_cqs.fetch_sub(1, std::memory_order_relaxed);
-  }
-
-  // The doorbell. The engine rings it on the posting thread, once per post_send/post_recv/post_srq_recv
-  // call that queued work; the post verbs here ring nothing themselves, so a post crosses it once.
-  // The queued work (a release store inside the engine) must be visible before we read `sleep_mode`, or
-  // both sides can miss each other (x86 lets a load pass an earlier store): hence the full fence. It
-  // costs a few nanoseconds. While the thread sleeps on the port, the posting thread runs the round
-  // itself (the WQE's frames leave now, from here: on 2 cores a woken thread first has to win a core from a
-  // busy application, tens of microseconds) and wakes the thread only when that round could not run or left
-  // work or a timer due before the thread's own wake-up (`sleep_until`, at most kMaxSleepNs away).
-  void doorbell(bool send) override {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleep_mode.load(std::memory_order_relaxed) != kSleeping) {
-      if (!send) return;  // (a receive makes no frame)
-      // The app's last poll held ACKs back for its answer (Engine::try_progress): this may be it, so it
-      // leaves now, the ACKs after it.
-      if (engine->acks_held()) {
-        holds_answered.store(true, std::memory_order_relaxed);
-        posts_since_poll.store(0, std::memory_order_relaxed);
-        engine->try_progress();
-        return;
-      }
-      // The app drives: its next poll sends what it posted. An app that posts a long run before it polls
-      // (perftest's bandwidth loop: up to the queue's depth) would hold every frame until then and leave
-      // the peer idle (asleep) meanwhile, so every kPostsPerRound post_send calls the post runs a round
-      // (between two processes on one device it more than doubles 64 B ib_write_bw's packet rate, with the
-      // spin rule in progress.cc; through the veth it changes nothing measurable). 32 leaves apps that post
-      // a few WRs per poll as they were.
-      uint32_t n = posts_since_poll.load(std::memory_order_relaxed) + 1;
-      if (n >= kPostsPerRound) {
-        n = 0;
-        engine->try_progress();
-      }
-      posts_since_poll.store(n, std::memory_order_relaxed);
-      return;
-    }
-    bool ran = false;
-    engine->try_progress(&ran);
-    if (!ran || engine->next_deadline_ns(false) < sleep_until.load(std::memory_order_seq_cst)) wake();
-  }
-  // When the sleeping thread wakes by itself (0 while not yet known: a post then wakes it). The sleep is
-  // capped so that a post, whose retransmit timer is milliseconds away, rarely has to wake it.
-  static constexpr uint64_t kMaxSleepNs = 10000000;
-  std::atomic<uint64_t> sleep_until{0};
-
-  // Whether the app is busy-polling: at least kDrivingPolls poll_cq calls since `since` (the start of
-  // this idle spell, at most the spin time ago). An app that polls only now and then does not count: the
-  // thread then serves the port itself. An armed CQ does not stop it counting: a poll of any CQ runs the
-  // whole engine, and UCX keeps CQs armed while it busy-polls (Open MPI over UCX); a nap still ends on a
-  // frame, so an app blocked on a channel is served.
-  static constexpr uint64_t kDrivingPolls = 4;
-  bool app_driving(uint64_t since) const {
-    return app_polls.load(std::memory_order_relaxed) - since >= kDrivingPolls;
-  }
-
-  void wait_fds(bool with_port, int port_fd, uint64_t wait_ns);
-
-  // Spin while there is work; nap while the app drives; otherwise spin a little, then sleep on the port's
-  // rx fd and the doorbell until the engine's next deadline; posts ring the doorbell only then.
+  // The progress thread's loop (progress_policy.cc), until `stop`.
   void run();
 };
 
