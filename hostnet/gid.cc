@@ -34,6 +34,12 @@ std::vector<wire::Gid> build_gid_table(const Interface& info) {
   return t;
 }
 
+std::vector<wire::Gid> query_gid_table(const std::string& name) {
+  Interface info;
+  if (!query_interface(name, info)) return {};
+  return build_gid_table(info);
+}
+
 std::string gid_to_string(const wire::Gid& gid) {
   char buf[INET6_ADDRSTRLEN];
   if (!inet_ntop(AF_INET6, gid.data(), buf, sizeof buf)) return "?";

@@ -22,6 +22,9 @@ wire::Gid default_gid(const wire::MacAddr& mac);
 // link-local GID from the MAC first, then one IPv4-mapped GID per IPv4 address, then every IPv6 address not
 // already present. One entry per address: urxe speaks RoCE v2 only (the kernel would add a v1 twin).
 std::vector<wire::Gid> build_gid_table(const Interface& info);
+// The same for the interface `name` of the caller's network namespace (query_interface with its
+// addresses); empty when it is not there.
+std::vector<wire::Gid> query_gid_table(const std::string& name);
 
 std::string gid_to_string(const wire::Gid& gid);             // "::ffff:10.0.0.1", "fe80::1" (inet_ntop)
 bool gid_from_string(const std::string& s, wire::Gid& out);  // accepts IPv4 dotted quad or IPv6

@@ -135,6 +135,13 @@ bool query_interface(const std::string& name, Interface& out, std::string* err, 
   return true;
 }
 
+bool carrier_down_count(const std::string& name, uint64_t& out) {
+  Interface i;
+  if (!query_interface(name, i, nullptr, false) || !i.has_carrier_down_count) return false;
+  out = i.carrier_down_count;
+  return true;
+}
+
 int address_ifindex(const wire::Gid& addr) {
   alignas(nlmsghdr) char buf[netlink::kRequestSize];
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);

@@ -37,6 +37,11 @@ struct Interface {
 bool query_interface(const std::string& name, Interface& out, std::string* err = nullptr,
                      bool with_addrs = true);
 
+// How many times the interface lost its carrier since it was created (Interface::carrier_down_count, so it
+// follows the caller's network namespace). false when the interface is not there or the kernel does not
+// report it.
+bool carrier_down_count(const std::string& name, uint64_t& out);
+
 // The index of the interface that holds `addr` (IPv4-mapped for IPv4) in this namespace; 0 when no
 // interface has it.
 int address_ifindex(const wire::Gid& addr);

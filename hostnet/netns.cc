@@ -82,6 +82,13 @@ NetnsId current_netns() {
   return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
 }
 
+bool in_current_netns(const std::string& recorded) {
+  NetnsId ns;
+  if (!NetnsId::parse(recorded, ns)) return true;
+  const NetnsId here = current_netns();
+  return !here.known() || ns == here;
+}
+
 Presence query_interface_in(const NetnsId& ns, const std::string& ifname, Interface& out) {
   if (!ns.known()) return Presence::unknown;
   if (ns == current_netns())

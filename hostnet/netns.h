@@ -17,6 +17,9 @@ struct NetnsId {
 
 // The calling thread's network namespace (unknown when /proc is not mounted).
 NetnsId current_netns();
+// Whether `recorded` (NetnsId::to_string's form) is the caller's namespace; also true when either side is
+// unknown (nothing recorded, no /proc): what cannot be told counts as here.
+bool in_current_netns(const std::string& recorded);
 
 enum class Presence { present, gone, unknown };
 

@@ -354,6 +354,11 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
         }
       return text;
     });
+    // The port's state files follow the interface: refreshed with the counters (best effort, as they are).
+    st->counter_file.set_port_state([path = std::string(dev->ibdev_path), cfg = st->config] {
+      std::string e;
+      refresh_port_state(path, cfg, e);
+    });
     st->counter_file.start_mirror();
 
     verbs_set_ops(&ctx->vctx, &ops);

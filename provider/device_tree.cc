@@ -21,6 +21,7 @@
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "hostnet/netns.h"
+#include "provider/shared_file.h"
 #include "provider/stats.h"
 
 #ifndef URXE_PROVIDER_BUILD_PATH
@@ -140,13 +141,6 @@ void write_gid_files(const std::string& port_dir, uint32_t n, const std::vector<
   }
 }
 
-bool same_netns(const DeviceConfig& cfg) {
-  hostnet::NetnsId ns;
-  if (!hostnet::NetnsId::parse(cfg.netns, ns)) return true;  // not recorded: as read_device_config
-  const hostnet::NetnsId here = hostnet::current_netns();
-  return !here.known() || ns == here;
-}
-
 }  // namespace
 
 PortSpeed eth_port_speed(uint32_t mbps) {
@@ -197,27 +191,8 @@ std::string port_phys_state_text(bool active) {
   return active ? "5: LinkUp" : "3: Disabled";
 }
 
-bool write_shared_file(const std::string& path, const std::string& text, std::string& err) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    err = path + ": " + std::strerror(errno);
-    return false;
-  }
-  ::fchmod(fd, 0666);  // whoever creates it: every user's apps update it
-  bool ok = true;
-  struct stat st {};
-  if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-    err = path + ": " + std::strerror(errno);
-    ok = false;
-  } else if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(text.size())) {
-    [[maybe_unused]] int r = ::ftruncate(fd, static_cast<off_t>(text.size()));
-  }
-  ::close(fd);
-  return ok;
-}
-
 int refresh_port_state(const std::string& ibdev_path, const DeviceConfig& cfg, std::string& err) {
-  if (!same_netns(cfg)) return 0;
+  if (!hostnet::in_current_netns(cfg.netns)) return 0;
   NetdevInfo nd;
   const bool active = query_netdev(cfg.netdev, nd) && nd.up;
   const std::string port_dir = ibdev_path + "/ports/1";
@@ -252,18 +227,9 @@ bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err) 
   return true;
 }
 
-bool carrier_down_count(const std::string& netdev, uint64_t& out) {
-  hostnet::Interface i;
-  if (!hostnet::query_interface(netdev, i, nullptr, false) || !i.has_carrier_down_count) return false;
-  out = i.carrier_down_count;
-  return true;
-}
-
 std::vector<GidEntry> build_gid_table(const std::string& netdev) {
   std::vector<GidEntry> table;
-  hostnet::Interface info;
-  if (!hostnet::query_interface(netdev, info)) return table;
-  for (const wire::Gid& g : hostnet::build_gid_table(info)) table.push_back({g, GidType::roce_v2, netdev});
+  for (const wire::Gid& g : hostnet::query_gid_table(netdev)) table.push_back({g, GidType::roce_v2, netdev});
   return table;
 }
 
@@ -415,10 +381,7 @@ int remove_device(const Paths& paths, const std::string& name, std::string& err)
 bool read_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
   if (!load_device_config(ibdev_path, cfg)) return false;
   // Unknown on either side (a tree made before namespaces were recorded, no /proc here): visible, as before.
-  hostnet::NetnsId ns;
-  if (!hostnet::NetnsId::parse(cfg.netns, ns)) return true;
-  const hostnet::NetnsId here = hostnet::current_netns();
-  return !here.known() || ns == here;
+  return hostnet::in_current_netns(cfg.netns);
 }
 
 bool load_device_config(const std::string& ibdev_path, DeviceConfig& cfg) {
@@ -494,9 +457,7 @@ std::vector<DeviceInfo> list_devices(const Paths& paths) {
     info.dev_node_ok = ::stat((paths.dev_dir + "/" + u).c_str(), &st) == 0 && S_ISCHR(st.st_mode);
     NetdevInfo nd;
     info.netdev_present = query_netdev(info.config.netdev, nd);
-    hostnet::NetnsId ns;
-    const hostnet::NetnsId here = hostnet::current_netns();
-    info.other_netns = hostnet::NetnsId::parse(info.config.netns, ns) && here.known() && !(ns == here);
+    info.other_netns = !hostnet::in_current_netns(info.config.netns);
     out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(),

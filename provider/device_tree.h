@@ -95,11 +95,7 @@ struct DeviceInfo {
 // Interface facts from the caller's network namespace (hostnet::query_interface, without addresses).
 bool query_netdev(const std::string& netdev, NetdevInfo& out, std::string* err = nullptr);
 
-// How many times the interface lost its carrier since it was created (hostnet::Interface's
-// carrier_down_count, so it follows the netns). false when the interface is not there.
-bool carrier_down_count(const std::string& netdev, uint64_t& out);
-
-// The device's GID table (hostnet::build_gid_table: the kernel's order, one RoCE v2 entry per address, so
+// The device's GID table (hostnet::query_gid_table: the kernel's order, one RoCE v2 entry per address, so
 // a sysfs GID index is the engine's sgid_index) with `netdev` as every entry's ndev. Empty when the
 // interface is not there.
 std::vector<GidEntry> build_gid_table(const std::string& netdev);
@@ -124,10 +120,6 @@ std::string port_phys_state_text(bool active);  // "5: LinkUp" / "3: Disabled"
 // place, 0666, so the apps of every user refresh them as they do hw_counters. Nothing is written for a
 // device of another network namespace (its interface cannot be seen from here). Returns 0 or an errno.
 int refresh_port_state(const std::string& ibdev_path, const DeviceConfig& cfg, std::string& err);
-// Replaces a small file's contents in place (created 0666 if missing): a reader sees the old or the new text
-// when the new one is not shorter, and any user may update a file another user's process created (the
-// directory need not be writable, as a rename's would).
-bool write_shared_file(const std::string& path, const std::string& text, std::string& err);
 
 // DCQCN's parameters as files <ibdev>/cc_params/<name> (engine kCcParams; mlx5 keeps them in debugfs
 // cc_params/): written with the engine's defaults by create_device; a user may write a value there (one

@@ -21,7 +21,8 @@
 #include <system_error>
 
 #include "engine/engine.h"
-#include "provider/device_tree.h"
+#include "hostnet/interface.h"
+#include "provider/shared_file.h"
 
 namespace fs = std::filesystem;
 
@@ -221,7 +222,8 @@ bool link_downed_now(const std::string& dir, uint64_t& out) {
   char netdev[64] = {};
   unsigned long long base = 0;
   uint64_t now = 0;
-  if (!ok || std::sscanf(text.c_str(), "%63s %llu", netdev, &base) != 2 || !carrier_down_count(netdev, now))
+  if (!ok || std::sscanf(text.c_str(), "%63s %llu", netdev, &base) != 2 ||
+      !hostnet::carrier_down_count(netdev, now))
     return false;
   out = now >= base ? now - base : 0;  // below: the interface was made anew, so count none rather than wrap
   return true;
@@ -390,7 +392,7 @@ bool init_device_stats(const std::string& ibdev_path, const std::string& netdev,
   }
   ::close(fd);
   uint64_t down = 0;
-  carrier_down_count(netdev, down);  // 0 when absent: counts from the interface's creation
+  hostnet::carrier_down_count(netdev, down);  // 0 when absent: counts from the interface's creation
   if (!write_replace(stats_dir(ibdev_path) + "/carrier", netdev + " " + std::to_string(down) + "\n")) {
     err = stats_dir(ibdev_path) + "/carrier: " + std::strerror(errno);
     return false;
@@ -481,13 +483,6 @@ bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counter
   };
   for (const auto& [n, v] : all.values) put(hw_counters_dir(ibdev_path) + "/" + n, v);
   for (const auto& [n, v] : port_counters(all)) put(port_counters_dir(ibdev_path) + "/" + n, v);
-  // The port's state too: the stats thread runs when the port goes up or down (CounterFile::poke).
-  DeviceConfig cfg;
-  std::string e;
-  if (load_device_config(ibdev_path, cfg) && refresh_port_state(ibdev_path, cfg, e) != 0 && ok) {
-    err = e;
-    ok = false;
-  }
   return ok;
 }
 
@@ -572,8 +567,10 @@ void CounterFile::mirror_loop(uint32_t period_ms) {
     // Only the files whose total changed (~20 of 46 in a stream: ~5 syscalls each), and all of them every
     // 16th pass: another process may have written an older total over one of ours meanwhile.
     if (++passes_ % 16 == 0) mirrored_.clear();
-    if (read_device_counters(ibdev_path_, true, dc, err))
+    if (read_device_counters(ibdev_path_, true, dc, err)) {
       mirror_hw_counters(ibdev_path_, dc.total, err, &mirrored_);
+      if (port_state_) port_state_();
+    }
     if (qp_source_) write_replace(qps_path(path_), qp_source_());
     g.lock();
   }
@@ -619,7 +616,10 @@ void CounterFile::close() {
   values_ = nullptr;
   DeviceCounters dc;
   std::string err;
-  if (read_device_counters(ibdev_path_, true, dc, err)) mirror_hw_counters(ibdev_path_, dc.total, err);
+  if (read_device_counters(ibdev_path_, true, dc, err)) {
+    mirror_hw_counters(ibdev_path_, dc.total, err);
+    if (port_state_) port_state_();
+  }
 }
 
 }  // namespace urxe::provider

@@ -97,7 +97,7 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
 
 // Writes each counter into ports/1/hw_counters/<name> (rxe's names always, 0 when absent), the PMA-style
 // ports/1/counters/port_{xmit,rcv}_{data,packets} (data in 4-octet words: sent_bytes / 4, ...; packets are
-// sent_pkts and rcvd_pkts) and the port's state files (refresh_port_state). `written` (the stats thread's):
+// sent_pkts and rcvd_pkts). `written` (the stats thread's):
 // the value last written to each counter file; a file whose value is unchanged is left as it is.
 using MirrorCache = std::unordered_map<std::string, uint64_t>;
 bool mirror_hw_counters(const std::string& ibdev_path, const CounterSet& counters, std::string& err,
@@ -123,6 +123,9 @@ class CounterFile {
   // them into values() on the mirror thread, before each look at whether anything changed. Set before
   // start_mirror.
   void set_port_source(std::function<void(uint64_t* values)> source) { port_source_ = std::move(source); }
+  // The port's state files (provider/device_tree.h, refresh_port_state), refreshed by the mirror thread
+  // after the counters: it runs when the port goes up or down (poke). Set before start_mirror.
+  void set_port_state(std::function<void()> refresh) { port_state_ = std::move(refresh); }
   std::string qp_line(uint32_t qpn, const char* type, const char* state, const uint64_t* values) const;
   // A thread that mirrors the device's counters into sysfs (and publishes per-QP counters) at most every
   // `period_ms` while this file's values change.
@@ -145,6 +148,7 @@ class CounterFile {
   std::vector<std::string> names_;
   std::function<std::string()> qp_source_;
   std::function<void(uint64_t*)> port_source_;
+  std::function<void()> port_state_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -291,6 +291,7 @@ int stats_main(Args args) {
         continue;
       }
       prov::mirror_hw_counters(d.ibdev_path, dc.total, err);  // best effort: may be read-only for us
+      prov::refresh_port_state(d.ibdev_path, d.config, err);
       prov::CmCounterTable cm{};
       const bool have_cm = prov::read_cm_counters(d.ibdev_path, cm);
       if (o.json) {
