@@ -32,7 +32,7 @@
 // 8. The thread never blocks on the engine lock: a round it cannot take is an idle one (blocking would cost
 //    two context switches per round on 2 cores).
 //
-// Figures: docs/performance.md; provider/README.md, Runtime.
+// Figures: docs/performance.md, "The progress thread".
 #pragma once
 
 #include <unistd.h>

@@ -1,4 +1,4 @@
-/* The data path as urxe promises it (provider/README.md, "Data path"): in steady state, on the app's thread,
+/* The data path as urxe promises it (provider/README.md, "Invariants"): in steady state, on the app's thread,
  * ibv_post_send / ibv_post_recv / ibv_poll_cq allocate nothing (the malloc family is interposed and counted
  * on this thread) and the posts make no syscall (the kernel's raw_syscalls:sys_enter tracepoint, counted
  * for this thread by perf_event_open). The syscalls a post may make while the progress thread sleeps (it

@@ -2,9 +2,9 @@
  * (two engines and progress threads, as two processes would have), a client and a server thread, each
  * polling its CQ without pause and answering every receive with a SEND: ib_send_lat's ping-pong. On two
  * CPUs each wake-up of a progress thread takes a core from one of the polling apps, and those preemptions
- * made ib_send_lat's p99 (provider/README.md, Runtime: a CPU-time window read faster than the clock it
- * reads advances, steps aside that went back to 50 us, a thread left asleep on the port woken by every
- * frame). Checked: after the first kSettleMs, the two threads together switch out voluntarily (once per
+ * made ib_send_lat's p99 (docs/performance.md, "The progress thread": a CPU-time window read faster than
+ * the clock it reads advances, steps aside that went back to 50 us, a thread left asleep on the port woken
+ * by every frame). Checked: after the first kSettleMs, the two threads together switch out voluntarily (once per
  * wait) fewer than kMaxWakesPerS times a second (the two contexts talk through the same-host path:
  * 280-450 a second measured, 910-1,370 before). Bounded: ROUNDS round trips, 20 s. Run alone (SERIAL)
  * by in_netns.sh. Usage: progress_quiet_test DEVICE [ROUNDS] */
