@@ -184,86 +184,190 @@ void EngineImpl::restart_retransmit_timer(Qp& q) {
   restart_timer(*this, q);
 }
 
+namespace {
+
+// The steps of completer_rx, after rxe's completer states: an ACK or NAK (check_ack: ACK, RNR NAK, NAK by
+// its AETH syndrome), a response checked against the oldest outstanding WQE (check_psn), then its data
+// (do_read, do_atomic) and what it acknowledges (complete_ack). File-local so that they inline.
+
+// Whether `psn` is sent and not yet acknowledged: what a NAK or response may answer.
+bool psn_outstanding(const Qp& q, uint32_t psn) {
+  return wire::psn_ge(psn, q.comp.una_psn) && wire::psn_lt(psn, q.req.sent_end);
+}
+
+void ack_received(EngineImpl& e, Qp& q, uint32_t psn) {
+  if (!ack_upto(e, q, psn)) {
+    e.count(Counter::rx_drop_stale_response);
+    // A repeated ACK of the newest acknowledged PSN answers request packets the responder already
+    // had: it is alive and working through what we sent, only behind (a slow peer with a queue of
+    // our resends). Restart the timer without spending a retry, else every timeout adds another
+    // window of resends to its queue until the retries run out while it is still acknowledging.
+    if (psn == wire::psn_sub(q.comp.una_psn, 1) && q.comp.timer_deadline) restart_timer(e, q);
+  }
+}
+
+// Receiver not ready: everything before `psn` is acknowledged; wait the RNR time the AETH gives (IBTA
+// Table 45), then resend from `psn` (completer_run), unless the RNR retries are spent.
+void rnr_nak_received(EngineImpl& e, Qp& q, uint32_t psn, uint8_t timer) {
+  if (!psn_outstanding(q, psn)) return;
+  ack_upto(e, q, wire::psn_sub(psn, 1));
+  e.count(Counter::rcvd_rnr_err);
+  e.note(Note::rnr_nak_received, q.qpn);
+  if (q.comp.rnr_left == 0) {
+    e.count(Counter::retry_rnr_exceeded_err);
+    fail_wqe(e, q, WC_RNR_RETRY_EXC_ERR, psn);
+    return;
+  }
+  if (q.attr.rnr_retry != 7) q.comp.rnr_left--;
+  q.comp.rnr_until = e.now + wire::rnr_timer_ns(timer);
+  if (q.comp.rnr_until == 0) q.comp.rnr_until = 1;
+  q.comp.rnr_psn = psn;
+  q.comp.timer_deadline = 0;
+}
+
+// The completion status of a NAK other than a PSN sequence error.
+WcStatus nak_status(wire::NakCode code) {
+  return code == wire::NakCode::invalid_request            ? WC_REM_INV_REQ_ERR
+         : code == wire::NakCode::remote_access_error      ? WC_REM_ACCESS_ERR
+         : code == wire::NakCode::remote_operational_error ? WC_REM_OP_ERR
+         : code == wire::NakCode::invalid_rd_request       ? WC_REM_INV_RD_REQ_ERR
+                                                           : WC_BAD_RESP_ERR;
+}
+
+// A NAK: everything before `psn` is acknowledged; a PSN sequence error resends from `psn`, any other code
+// fails the WQE it names, at once or once the answers to earlier WQEs are in (completer_run).
+void nak_received(EngineImpl& e, Qp& q, uint32_t psn, wire::NakCode code) {
+  if (!psn_outstanding(q, psn)) return;
+  ack_upto(e, q, wire::psn_sub(psn, 1));
+  if (code == wire::NakCode::psn_seq_error) {
+    e.count(Counter::rcvd_seq_err);
+    e.go_back(q, psn);
+    restart_timer(e, q);
+    return;
+  }
+  const WcStatus st = nak_status(code);
+  // READ responses / atomic ACKs for earlier WQEs may still be on their way (the responder sent
+  // them before this NAK; the network may have reordered them): wait for them up to one
+  // retransmit timeout before the error takes the QP down. A NAK of a packet of the oldest WQE
+  // itself (a long SEND that overflows the receive buffer, NAKed at the packet that overflows)
+  // fails it at once.
+  const SendWqe* h = head_wqe(q);
+  if (h && wire::psn_lt(h->last_psn, psn)) {
+    q.comp.nak_pending = true;
+    q.comp.nak_psn = psn;
+    q.comp.nak_status = st;
+    q.comp.timer_deadline =
+        e.now + (q.attr.timeout ? retransmit_timeout_ns(q.attr.timeout) : retransmit_timeout_ns(14));
+    return;
+  }
+  fail_wqe(e, q, st, psn);
+}
+
+// check_ack: an ACK, RNR NAK or NAK by its AETH syndrome.
+void check_ack(EngineImpl& e, Qp& q, const wire::Packet& pkt) {
+  const uint32_t psn = pkt.bth.psn;
+  const wire::Aeth& a = pkt.aeth;
+  switch (a.type()) {
+    case wire::AethType::ack:
+      ack_received(e, q, psn);
+      return;
+    case wire::AethType::rnr_nak:
+      rnr_nak_received(e, q, psn, a.value());
+      return;
+    case wire::AethType::nak:
+      nak_received(e, q, psn, static_cast<wire::NakCode>(a.value()));
+      return;
+    default:
+      e.count(Counter::rx_drop_bad_response);
+      return;
+  }
+}
+
+// do_atomic: the atomic ACK of WQE w (its only PSN) brings the original value to w's SGE; w is done.
+void do_atomic(EngineImpl& e, Qp& q, SendWqe& w, const WrInfo& wi, const wire::Packet& pkt) {
+  const uint32_t psn = pkt.bth.psn;
+  if (!wi.is_atomic || w.first_psn != psn) {
+    e.count(Counter::rx_drop_bad_response);
+    return;
+  }
+  uint8_t orig[8];
+  const uint64_t v = pkt.atomic_ack_eth.orig_data;
+  std::memcpy(orig, &v, 8);  // host order, as verbs returns it
+  if (!sge_copy(e, q.pd, q.sq_sges.data() + w.sge_base, w.num_sge, 0, orig, 8, true))
+    w.status = WC_LOC_PROT_ERR;
+  w.done = true;
+  q.comp.retry_marker = false;
+  ack_upto(e, q, psn);
+  restart_timer(e, q);
+}
+
+// A READ response of w past the one expected next: a response went missing, so ask again for the rest,
+// once per gap.
+void read_response_gap(EngineImpl& e, Qp& q, SendWqe& w, uint32_t psn) {
+  if (wire::psn_gt(psn, w.resp_psn) && !(q.comp.retry_marker && q.comp.marker_psn == w.resp_psn)) {
+    q.comp.retry_marker = true;
+    q.comp.marker_psn = w.resp_psn;
+    e.count(Counter::rcvd_seq_err);
+    e.go_back(q, w.resp_psn);
+  }
+  // responses past a gap still show the responder at work (behind a queue on a slow path): restart
+  // the timer, as for a repeated ACK, so a timeout does not resend what is already on its way
+  restart_timer(e, q);
+}
+
+// do_read: a READ response of WQE w, in order and of the size its place in the message requires, scattered
+// into w's SGEs; the last one completes w.
+void do_read(EngineImpl& e, Qp& q, SendWqe& w, const WrInfo& wi, const wire::Packet& pkt) {
+  const uint32_t psn = pkt.bth.psn;
+  if (pkt.info->kind != wire::OpKind::rdma_read_response || !wi.is_read || wire::psn_lt(psn, w.first_psn) ||
+      wire::psn_gt(psn, w.last_psn)) {
+    e.count(Counter::rx_drop_bad_response);
+    return;
+  }
+  if (psn != w.resp_psn) {
+    read_response_gap(e, q, w, psn);
+    return;
+  }
+  const uint32_t len = pkt.payload_len;
+  const bool last = pkt.info->is_last();
+  if (len > q.mtu || (!last && len != q.mtu) || w.resp_offset + len > w.length ||
+      (last && w.resp_offset + len != w.length)) {
+    e.count(Counter::rx_drop_bad_response);
+    return;
+  }
+  if (len && !sge_copy(e, q.pd, q.sq_sges.data() + w.sge_base, w.num_sge, w.resp_offset,
+                       const_cast<uint8_t*>(pkt.payload.data()), len, true)) {
+    w.status = WC_LOC_PROT_ERR;
+    w.done = true;
+    return;
+  }
+  w.resp_offset += len;
+  w.resp_psn = wire::psn_add(w.resp_psn, 1);
+  q.comp.retry_marker = false;
+  q.comp.retry_left = q.attr.retry_cnt;
+  if (last) {
+    w.done = true;
+    ack_upto(e, q, psn);
+  } else if (wire::psn_gt(psn, q.comp.una_psn) || psn == q.comp.una_psn) {
+    q.comp.una_psn = wire::psn_add(psn, 1);
+  }
+  restart_timer(e, q);
+}
+
+}  // namespace
+
 void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   if (q.type != QPT_RC) {
     count(Counter::rx_drop_opcode);
     return;
   }
-  const uint32_t psn = pkt.bth.psn;
-  const wire::OpcodeInfo& info = *pkt.info;
-  if (info.kind == wire::OpKind::ack) {
-    const wire::Aeth& a = pkt.aeth;
-    switch (a.type()) {
-      case wire::AethType::ack:
-        if (!ack_upto(*this, q, psn)) {
-          count(Counter::rx_drop_stale_response);
-          // A repeated ACK of the newest acknowledged PSN answers request packets the responder already
-          // had: it is alive and working through what we sent, only behind (a slow peer with a queue of
-          // our resends). Restart the timer without spending a retry, else every timeout adds another
-          // window of resends to its queue until the retries run out while it is still acknowledging.
-          if (psn == wire::psn_sub(q.comp.una_psn, 1) && q.comp.timer_deadline) restart_timer(*this, q);
-        }
-        return;
-      case wire::AethType::rnr_nak: {
-        if (!wire::psn_ge(psn, q.comp.una_psn) || !wire::psn_lt(psn, q.req.sent_end)) return;
-        ack_upto(*this, q, wire::psn_sub(psn, 1));
-        count(Counter::rcvd_rnr_err);
-        note(Note::rnr_nak_received, q.qpn);
-        if (q.comp.rnr_left == 0) {
-          count(Counter::retry_rnr_exceeded_err);
-          fail_wqe(*this, q, WC_RNR_RETRY_EXC_ERR, psn);
-          return;
-        }
-        if (q.attr.rnr_retry != 7) q.comp.rnr_left--;
-        q.comp.rnr_until = now + wire::rnr_timer_ns(a.value());
-        if (q.comp.rnr_until == 0) q.comp.rnr_until = 1;
-        q.comp.rnr_psn = psn;
-        q.comp.timer_deadline = 0;
-        return;
-      }
-      case wire::AethType::nak: {
-        if (!wire::psn_ge(psn, q.comp.una_psn) || !wire::psn_lt(psn, q.req.sent_end)) return;
-        ack_upto(*this, q, wire::psn_sub(psn, 1));
-        switch (static_cast<wire::NakCode>(a.value())) {
-          case wire::NakCode::psn_seq_error:
-            count(Counter::rcvd_seq_err);
-            go_back(q, psn);
-            restart_timer(*this, q);
-            return;
-          default: {
-            const auto code = static_cast<wire::NakCode>(a.value());
-            const WcStatus st = code == wire::NakCode::invalid_request            ? WC_REM_INV_REQ_ERR
-                                : code == wire::NakCode::remote_access_error      ? WC_REM_ACCESS_ERR
-                                : code == wire::NakCode::remote_operational_error ? WC_REM_OP_ERR
-                                : code == wire::NakCode::invalid_rd_request       ? WC_REM_INV_RD_REQ_ERR
-                                                                                  : WC_BAD_RESP_ERR;
-            // READ responses / atomic ACKs for earlier WQEs may still be on their way (the responder sent
-            // them before this NAK; the network may have reordered them): wait for them up to one
-            // retransmit timeout before the error takes the QP down. A NAK of a packet of the oldest WQE
-            // itself (a long SEND that overflows the receive buffer, NAKed at the packet that overflows)
-            // fails it at once.
-            const SendWqe* h = head_wqe(q);
-            if (h && wire::psn_lt(h->last_psn, psn)) {
-              q.comp.nak_pending = true;
-              q.comp.nak_psn = psn;
-              q.comp.nak_status = st;
-              q.comp.timer_deadline =
-                  now + (q.attr.timeout ? retransmit_timeout_ns(q.attr.timeout) : retransmit_timeout_ns(14));
-              return;
-            }
-            fail_wqe(*this, q, st, psn);
-            return;
-          }
-        }
-      }
-      default:
-        count(Counter::rx_drop_bad_response);
-        return;
-    }
+  if (pkt.info->kind == wire::OpKind::ack) {
+    check_ack(*this, q, pkt);
+    return;
   }
-
-  // READ responses and atomic ACKs acknowledge everything before them
-  if (!wire::psn_ge(psn, q.comp.una_psn) || !wire::psn_lt(psn, q.req.sent_end)) {
+  // check_psn: READ responses and atomic ACKs acknowledge everything before them
+  const uint32_t psn = pkt.bth.psn;
+  if (!psn_outstanding(q, psn)) {
     count(Counter::rx_drop_stale_response);  // an old duplicate
     return;
   }
@@ -271,64 +375,10 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
   SendWqe* w = head_wqe(q);
   if (!w) return;
   const WrInfo& wi = wr_info(w->opcode);
-  if (info.kind == wire::OpKind::atomic_ack) {
-    if (!wi.is_atomic || w->first_psn != psn) {
-      count(Counter::rx_drop_bad_response);
-      return;
-    }
-    uint8_t orig[8];
-    const uint64_t v = pkt.atomic_ack_eth.orig_data;
-    std::memcpy(orig, &v, 8);  // host order, as verbs returns it
-    if (!sge_copy(*this, q.pd, q.sq_sges.data() + w->sge_base, w->num_sge, 0, orig, 8, true))
-      w->status = WC_LOC_PROT_ERR;
-    w->done = true;
-    q.comp.retry_marker = false;
-    ack_upto(*this, q, psn);
-    restart_timer(*this, q);
-    return;
-  }
-  if (info.kind != wire::OpKind::rdma_read_response || !wi.is_read || wire::psn_lt(psn, w->first_psn) ||
-      wire::psn_gt(psn, w->last_psn)) {
-    count(Counter::rx_drop_bad_response);
-    return;
-  }
-  if (psn != w->resp_psn) {
-    if (wire::psn_gt(psn, w->resp_psn) && !(q.comp.retry_marker && q.comp.marker_psn == w->resp_psn)) {
-      // a response went missing: ask again for the rest, once per gap
-      q.comp.retry_marker = true;
-      q.comp.marker_psn = w->resp_psn;
-      count(Counter::rcvd_seq_err);
-      go_back(q, w->resp_psn);
-    }
-    // responses past a gap still show the responder at work (behind a queue on a slow path): restart
-    // the timer, as for a repeated ACK, so a timeout does not resend what is already on its way
-    restart_timer(*this, q);
-    return;
-  }
-  const uint32_t len = pkt.payload_len;
-  const bool last = info.is_last();
-  if (len > q.mtu || (!last && len != q.mtu) || w->resp_offset + len > w->length ||
-      (last && w->resp_offset + len != w->length)) {
-    count(Counter::rx_drop_bad_response);
-    return;
-  }
-  if (len && !sge_copy(*this, q.pd, q.sq_sges.data() + w->sge_base, w->num_sge, w->resp_offset,
-                       const_cast<uint8_t*>(pkt.payload.data()), len, true)) {
-    w->status = WC_LOC_PROT_ERR;
-    w->done = true;
-    return;
-  }
-  w->resp_offset += len;
-  w->resp_psn = wire::psn_add(w->resp_psn, 1);
-  q.comp.retry_marker = false;
-  q.comp.retry_left = q.attr.retry_cnt;
-  if (last) {
-    w->done = true;
-    ack_upto(*this, q, psn);
-  } else if (wire::psn_gt(psn, q.comp.una_psn) || psn == q.comp.una_psn) {
-    q.comp.una_psn = wire::psn_add(psn, 1);
-  }
-  restart_timer(*this, q);
+  if (pkt.info->kind == wire::OpKind::atomic_ack)
+    do_atomic(*this, q, *w, wi, pkt);
+  else
+    do_read(*this, q, *w, wi, pkt);
 }
 
 bool EngineImpl::completer_run(Qp& q) {
