@@ -381,40 +381,120 @@ void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
     do_read(*this, q, *w, wi, pkt);
 }
 
+namespace {
+
+// The steps of completer_run: the flush of a QP in ERR or SQE, in-order completions (complete_wqe), and the
+// timers: tail loss probe, an error NAK held for earlier answers, RNR wait, retransmit timer.
+
+// ERR / SQE: flushes what is left in the queues (qp_flush). Returns whether there was anything.
+bool flush_if_pending(EngineImpl& e, Qp& q, QpState st) {
+  const bool pending =
+      q.flush_needed ||
+      q.sq.cons.load(std::memory_order_relaxed) != q.sq.prod.load(std::memory_order_acquire) ||
+      (st == QPS_ERR && !q.srq &&
+       q.rq.ring.cons.load(std::memory_order_relaxed) != q.rq.ring.prod.load(std::memory_order_acquire));
+  if (pending) e.qp_flush(q);
+  return pending;
+}
+
+// The failed WQE at `cons`, the oldest: RC: the QP goes to ERR; UC/UD: the send queue goes to SQE. qp_flush
+// reports this WQE with its own status and flushes the rest.
+void send_queue_error(EngineImpl& e, Qp& q, const SendWqe& w, uint32_t cons) {
+  e.log_qp_error(q, w.status, UINT32_MAX);
+  if (q.type == QPT_RC) {
+    e.qp_set_error(q, false, EVENT_QP_FATAL);
+  } else {
+    q.state.store(QPS_SQE, std::memory_order_release);
+    q.attr.qp_state = QPS_SQE;
+  }
+  q.sq.cons.store(cons, std::memory_order_release);
+  e.qp_flush(q);
+}
+
+// Tail loss probe: the last packet again, once per stall, when the requester is not resending already and
+// it is a tail (a paced QP with more to send provokes an answer with its next packet; its next new packet
+// arms the probe again). Returns whether it probed.
+bool tail_loss_probe(EngineImpl& e, Qp& q) {
+  if (!q.comp.probe_deadline || e.now < q.comp.probe_deadline) return false;
+  q.comp.probe_deadline = 0;
+  if (q.comp.probed || q.type != QPT_RC || q.comp.nak_pending || q.comp.una_psn == q.req.sent_end ||
+      q.comp.rnr_until || q.req.next_psn != q.req.sent_end ||
+      (q.comp.timer_deadline && e.now >= q.comp.timer_deadline) ||
+      (e.paced_until(q) && q.req.idx != q.sq.prod.load(std::memory_order_acquire)))
+    return false;
+  q.comp.probed = true;
+  e.count(Counter::tail_loss_probes);
+  e.go_back(q, probe_psn(q));
+  return true;
+}
+
+// An error NAK waiting for earlier READ/atomic answers: applied once they are in. If they do not come
+// within a retransmit timeout they never will (the responder is in ERR and answers nothing): the oldest
+// unanswered WQE then fails as a transport retry failure, and everything after it is flushed. Returns
+// whether a WQE failed.
+bool apply_pending_nak(EngineImpl& e, Qp& q) {
+  const SendWqe* h = head_wqe(q);
+  if (!h || !wire::psn_lt(h->last_psn, q.comp.nak_psn)) {
+    q.comp.nak_pending = false;
+    fail_wqe(e, q, q.comp.nak_status, q.comp.nak_psn);
+    return true;
+  }
+  if (e.now >= q.comp.timer_deadline) {
+    q.comp.nak_pending = false;
+    e.count(Counter::retry_exceeded_err);
+    fail_wqe(e, q, WC_RETRY_EXC_ERR);
+    return true;
+  }
+  return false;
+}
+
+// RNR wait over: resend from the NAKed PSN. Returns whether it was.
+bool rnr_wait_over(EngineImpl& e, Qp& q) {
+  if (!q.comp.rnr_until || e.now < q.comp.rnr_until) return false;
+  q.comp.rnr_until = 0;
+  e.go_back(q, q.comp.rnr_psn);
+  restart_timer(e, q);
+  return true;
+}
+
+// The retransmit timer ran out: stopped if nothing is outstanding; the oldest WQE fails when the retries
+// are spent; else a retry resends from the oldest unacknowledged PSN. Returns whether it did either.
+bool retransmit_timer_expired(EngineImpl& e, Qp& q) {
+  if (!q.comp.timer_deadline || e.now < q.comp.timer_deadline) return false;
+  if (q.comp.una_psn == q.req.sent_end) {
+    q.comp.timer_deadline = 0;
+    return false;
+  }
+  if (q.comp.retry_left == 0) {
+    e.count(Counter::retry_exceeded_err);
+    q.comp.timer_deadline = 0;
+    fail_wqe(e, q, WC_RETRY_EXC_ERR);
+    return true;
+  }
+  q.comp.retry_left--;
+  e.count(Counter::completer_retry_err);
+  q.comp.retry_marker = false;
+  e.go_back(q, q.comp.una_psn);
+  e.rp_timeout(q);
+  q.comp.timer_deadline = e.now + backoff_ns(e, q);
+  return true;
+}
+
+}  // namespace
+
 bool EngineImpl::completer_run(Qp& q) {
   bool did = false;
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st == QPS_RESET || st == QPS_INIT) return false;
-  if (st == QPS_ERR || st == QPS_SQE) {
-    const bool pending =
-        q.flush_needed ||
-        q.sq.cons.load(std::memory_order_relaxed) != q.sq.prod.load(std::memory_order_acquire) ||
-        (st == QPS_ERR && !q.srq &&
-         q.rq.ring.cons.load(std::memory_order_relaxed) != q.rq.ring.prod.load(std::memory_order_acquire));
-    if (pending) {
-      qp_flush(q);
-      did = true;
-    }
-    return did;
-  }
-  // in-order completions
+  if (st == QPS_ERR || st == QPS_SQE) return flush_if_pending(*this, q, st);
+  // complete_wqe: in-order completions
   const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
   uint32_t cons = q.sq.cons.load(std::memory_order_relaxed);
   while (cons != prod) {
     SendWqe& w = q.sq.at(cons);
     if (!w.done) break;
     if (w.status != WC_SUCCESS) {
-      // RC: the QP goes to ERR; UC/UD: the send queue goes to SQE. qp_flush reports this WQE with its
-      // own status and flushes the rest.
-      log_qp_error(q, w.status, UINT32_MAX);
-      if (q.type == QPT_RC) {
-        qp_set_error(q, false, EVENT_QP_FATAL);
-      } else {
-        q.state.store(QPS_SQE, std::memory_order_release);
-        q.attr.qp_state = QPS_SQE;
-      }
-      q.sq.cons.store(cons, std::memory_order_release);
-      qp_flush(q);
+      send_queue_error(*this, q, w, cons);
       return true;
     }
     retire_send(q, w, cons);
@@ -424,65 +504,10 @@ bool EngineImpl::completer_run(Qp& q) {
     q.req.idx = cons;
     q.req.offset = 0;
   }
-  // tail loss probe: the last packet again, once per stall, when the requester is not resending already and
-  // it is a tail (a paced QP with more to send provokes an answer with its next packet; its next new packet
-  // arms the probe again)
-  if (q.comp.probe_deadline && now >= q.comp.probe_deadline) {
-    q.comp.probe_deadline = 0;
-    if (!q.comp.probed && q.type == QPT_RC && !q.comp.nak_pending && q.comp.una_psn != q.req.sent_end &&
-        !q.comp.rnr_until && q.req.next_psn == q.req.sent_end &&
-        (!q.comp.timer_deadline || now < q.comp.timer_deadline) &&
-        !(paced_until(q) && q.req.idx != q.sq.prod.load(std::memory_order_acquire))) {
-      q.comp.probed = true;
-      count(Counter::tail_loss_probes);
-      go_back(q, probe_psn(q));
-      did = true;
-    }
-  }
-  // an error NAK waiting for earlier READ/atomic answers: apply it once they are in. If they do not come
-  // within a retransmit timeout they never will (the responder is in ERR and answers nothing): the oldest
-  // unanswered WQE then fails as a transport retry failure, and everything after it is flushed.
-  if (q.comp.nak_pending) {
-    const SendWqe* h = head_wqe(q);
-    if (!h || !wire::psn_lt(h->last_psn, q.comp.nak_psn)) {
-      q.comp.nak_pending = false;
-      fail_wqe(*this, q, q.comp.nak_status, q.comp.nak_psn);
-      return true;
-    }
-    if (now >= q.comp.timer_deadline) {
-      q.comp.nak_pending = false;
-      count(Counter::retry_exceeded_err);
-      fail_wqe(*this, q, WC_RETRY_EXC_ERR);
-      return true;
-    }
-    return did;
-  }
-  // RNR wait over: resend from the NAKed PSN
-  if (q.comp.rnr_until && now >= q.comp.rnr_until) {
-    q.comp.rnr_until = 0;
-    go_back(q, q.comp.rnr_psn);
-    restart_timer(*this, q);
-    did = true;
-  }
-  // retransmit timer
-  if (q.comp.timer_deadline && now >= q.comp.timer_deadline) {
-    if (q.comp.una_psn == q.req.sent_end) {
-      q.comp.timer_deadline = 0;
-    } else if (q.comp.retry_left == 0) {
-      count(Counter::retry_exceeded_err);
-      q.comp.timer_deadline = 0;
-      fail_wqe(*this, q, WC_RETRY_EXC_ERR);
-      did = true;
-    } else {
-      q.comp.retry_left--;
-      count(Counter::completer_retry_err);
-      q.comp.retry_marker = false;
-      go_back(q, q.comp.una_psn);
-      rp_timeout(q);
-      q.comp.timer_deadline = now + backoff_ns(*this, q);
-      did = true;
-    }
-  }
+  if (tail_loss_probe(*this, q)) did = true;
+  if (q.comp.nak_pending) return apply_pending_nak(*this, q) || did;
+  if (rnr_wait_over(*this, q)) did = true;
+  if (retransmit_timer_expired(*this, q)) did = true;
   if (st == QPS_SQD && !q.comp.sqd_notified && q.comp.una_psn == q.req.sent_end && cons == q.req.idx) {
     q.comp.sqd_notified = true;
     if (q.attr.en_sqd_async_notify) async_event(EVENT_SQ_DRAINED, q.qpn);
