@@ -236,16 +236,13 @@ static std::set<int> packet_socket_fds(int ifindex) {
   return out;
 }
 
-std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string* err) {
-  std::unique_ptr<DpdkPort> p(new DpdkPort());
-  if (!hostnet::query_interface(cfg.ifname, p->info_, err)) return nullptr;
-  p->attr_.mac = p->info_.mac;
-  p->attr_.mtu = p->info_.mtu;
-  p->attr_.gids = cfg.gids.empty() ? hostnet::build_gid_table(p->info_) : cfg.gids;
+// DpdkPort::open's steps. Each failing step leaves what it took in the port's members: ~DpdkPort releases it.
 
-  // Split the user's words: every --vdev is hot-plugged after EAL is up (so a second port in the same
-  // process works too); the rest are EAL arguments.
-  std::vector<std::string> words = split_words(cfg.dpdk_args), eal_extra, vdevs;
+// Splits the user's words: every --vdev is hot-plugged after EAL is up (so a second port in the same process
+// works too); the rest are EAL arguments.
+static void split_dpdk_args(const std::string& dpdk_args, std::vector<std::string>& eal_extra,
+                            std::vector<std::string>& vdevs) {
+  std::vector<std::string> words = split_words(dpdk_args);
   for (size_t i = 0; i < words.size(); ++i) {
     if (words[i] == "--vdev" && i + 1 < words.size())
       vdevs.push_back(words[++i]);
@@ -254,163 +251,48 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
     else
       eal_extra.push_back(words[i]);
   }
+}
+
+// The default af_packet vdev's ring frames: the receive ring's byte budget as the socket port's (the PMD
+// sizes rx and tx alike), in whole blocks. The PMD maps its rings MAP_LOCKED: without CAP_IPC_LOCK they must
+// fit RLIMIT_MEMLOCK (Debian's default 8 MiB; Docker's may be 64 KiB), so they take at most a quarter of it,
+// else the old 512.
+static uint32_t af_packet_framecnt(uint32_t framesz, uint32_t blocksz) {
+  uint64_t budget = kRxRingBytes;
+  rlimit rl{};
+  if (!hostnet::have_capability(CAP_IPC_LOCK) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+      rl.rlim_cur != RLIM_INFINITY)
+    budget = std::min<uint64_t>(budget, rl.rlim_cur / 4);
+  const uint32_t per_block = blocksz / framesz;
+  const uint32_t want = std::max<uint32_t>(512, static_cast<uint32_t>(budget / framesz));
+  return (want + per_block - 1) / per_block * per_block;
+}
+
+std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string* err) {
+  std::unique_ptr<DpdkPort> p(new DpdkPort());
+  if (!hostnet::query_interface(cfg.ifname, p->info_, err)) return nullptr;
+  p->attr_.mac = p->info_.mac;
+  p->attr_.mtu = p->info_.mtu;
+  p->attr_.gids = cfg.gids.empty() ? hostnet::build_gid_table(p->info_) : cfg.gids;
+
+  std::vector<std::string> eal_extra, vdevs;
+  split_dpdk_args(cfg.dpdk_args, eal_extra, vdevs);
   if (!eal_init_once(eal_extra, cfg.eal_mem_mb, err)) return nullptr;
 
   const uint32_t max_frame = p->info_.mtu + 18;
   uint32_t framesz = 0, blocksz = 0;
   af_packet_geometry(max_frame, framesz, blocksz);
-  bool af_packet = false;
   std::string vdev_args;
-  if (vdevs.empty() && !names_pci_device(eal_extra)) {
-    af_packet = true;
-    p->dev_name_ = "net_af_packet_urxe" + std::to_string(g_seq.fetch_add(1));
-    // The receive ring's byte budget as the socket port's (the PMD sizes rx and tx alike), in whole blocks.
-    // The PMD maps its rings MAP_LOCKED: without CAP_IPC_LOCK they must fit RLIMIT_MEMLOCK (Debian's
-    // default 8 MiB; Docker's may be 64 KiB), so they take at most a quarter of it, else the old 512.
-    uint64_t budget = kRxRingBytes;
-    rlimit rl{};
-    if (!hostnet::have_capability(CAP_IPC_LOCK) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
-        rl.rlim_cur != RLIM_INFINITY)
-      budget = std::min<uint64_t>(budget, rl.rlim_cur / 4);
-    const uint32_t per_block = blocksz / framesz;
-    const uint32_t want = std::max<uint32_t>(512, static_cast<uint32_t>(budget / framesz));
-    const uint32_t framecnt = (want + per_block - 1) / per_block * per_block;
-    p->attr_.rx_ring_frames = framecnt;
-    vdev_args = "iface=" + cfg.ifname + ",qpairs=1,qdisc_bypass=1,blocksz=" + std::to_string(blocksz) +
-                ",framesz=" + std::to_string(framesz) + ",framecnt=" + std::to_string(framecnt);
-  } else if (!vdevs.empty()) {
-    auto comma = vdevs[0].find(',');
-    p->dev_name_ = vdevs[0].substr(0, comma);
-    vdev_args = comma == std::string::npos ? "" : vdevs[0].substr(comma + 1);
-    af_packet = p->dev_name_.rfind("net_af_packet", 0) == 0;
-  }
+  const bool af_packet = p->pick_device(cfg, eal_extra, vdevs, framesz, blocksz, vdev_args);
   if (af_packet) {
-    // The idle wakeup socket, opened before the PMD's own socket: the kernel serves the newest packet socket
-    // of an interface first, so the PMD's ring gets each frame before this socket signals it.
-    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    sockaddr_ll sll{};
-    sll.sll_family = AF_PACKET;
-    sll.sll_protocol = htons(ETH_P_ALL);
-    sll.sll_ifindex = p->info_.ifindex;
-    if (fd >= 0 && attach_drop_filter(fd, nullptr) &&
-        bind(fd, reinterpret_cast<sockaddr*>(&sll), sizeof sll) == 0) {
-      p->wait_fd_ = fd;
-      p->wait_is_socket_ = true;
-    } else if (fd >= 0) {
-      close(fd);
-    }
-  }
-  if (af_packet) {
-    std::lock_guard<std::mutex> lk(g_mu);
-    if (g_af_packet_users[p->info_.ifindex] > 0) {
-      if (err)
-        *err = "DPDK af_packet already open on " + cfg.ifname +
-               " in this process (a second one would join its PACKET_FANOUT group and split its frames)";
-      return nullptr;
-    }
-    ++g_af_packet_users[p->info_.ifindex];
-    p->af_packet_ifindex_ = p->info_.ifindex;
+    p->open_wakeup_socket();
+    if (!p->claim_af_packet_interface(cfg.ifname, err)) return nullptr;
   }
   const std::set<int> packet_fds_before = af_packet ? packet_socket_fds(p->info_.ifindex) : std::set<int>{};
-  if (!p->dev_name_.empty()) {
-    int r = rte_vdev_init(p->dev_name_.c_str(), vdev_args.c_str());
-    if (r != 0) {
-      if (err) *err = "rte_vdev_init(" + p->dev_name_ + "," + vdev_args + ") failed: " + rte_strerror(-r);
-      return nullptr;
-    }
-    p->hotplugged_ = true;
-    if (rte_eth_dev_get_port_by_name(p->dev_name_.c_str(), &p->port_id_) != 0) {
-      if (err) *err = "no ethdev named " + p->dev_name_;
-      return nullptr;
-    }
-  } else {
-    // A PCI NIC named with -a: the first ethdev no other DpdkPort uses.
-    std::lock_guard<std::mutex> lk(g_mu);
-    bool found = false;
-    for (uint16_t pid = 0; pid < RTE_MAX_ETHPORTS; ++pid) {
-      if (rte_eth_dev_is_valid_port(pid) && !g_ports_in_use.count(pid)) {
-        p->port_id_ = pid;
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      if (err) *err = "no DPDK ethdev available (check the -a argument)";
-      return nullptr;
-    }
-    char name[RTE_ETH_NAME_MAX_LEN];
-    rte_eth_dev_get_name_by_port(p->port_id_, name);
-    p->dev_name_ = name;
-  }
-  {
-    std::lock_guard<std::mutex> lk(g_mu);
-    g_ports_in_use.insert(p->port_id_);
-    p->have_port_ = true;
-  }
-
-  // mbufs hold a whole frame (af_packet refuses queues whose ring frames would not fit one mbuf).
-  p->buf_size_ = std::max<uint32_t>(framesz, RTE_MBUF_DEFAULT_DATAROOM);
-  int socket_id = rte_eth_dev_socket_id(p->port_id_);
-  if (socket_id < 0) socket_id = SOCKET_ID_ANY;
-  std::string pool_name = "urxe_mp" + std::to_string(p->port_id_);
-  p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), cfg.mbufs, 256, 0,
-                                     static_cast<uint16_t>(p->buf_size_ + RTE_PKTMBUF_HEADROOM), socket_id);
-  if (!p->pool_) {
-    if (err) *err = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
-    return nullptr;
-  }
-  rte_eth_conf conf{};
-  bool rx_intr = !af_packet;  // af_packet has no rx interrupt; try it elsewhere (memif, NIC PMDs)
-  conf.intr_conf.rxq = rx_intr ? 1 : 0;
-  int r = rte_eth_dev_configure(p->port_id_, 1, 1, &conf);
-  if (r != 0 && rx_intr) {
-    rx_intr = false;
-    conf.intr_conf.rxq = 0;
-    r = rte_eth_dev_configure(p->port_id_, 1, 1, &conf);
-  }
-  if (r != 0) {
-    if (err) *err = "rte_eth_dev_configure(" + p->dev_name_ + "): " + rte_strerror(-r);
-    return nullptr;
-  }
-  if (!af_packet) rte_eth_dev_set_mtu(p->port_id_, static_cast<uint16_t>(p->info_.mtu));  // best effort
-  r = rte_eth_rx_queue_setup(p->port_id_, 0, cfg.rx_desc, static_cast<unsigned>(socket_id), nullptr,
-                             p->pool_);
-  if (r == 0)
-    r = rte_eth_tx_queue_setup(p->port_id_, 0, cfg.tx_desc, static_cast<unsigned>(socket_id), nullptr);
-  if (r != 0) {
-    if (err) *err = "queue setup(" + p->dev_name_ + "): " + rte_strerror(-r);
-    return nullptr;
-  }
-  r = rte_eth_dev_start(p->port_id_);
-  if (r != 0) {
-    if (err)
-      *err = "rte_eth_dev_start(" + p->dev_name_ + "): " + rte_strerror(-r) +
-             (af_packet ? " (net_af_packet needs CAP_NET_RAW and CAP_NET_ADMIN)" : "");
-    return nullptr;
-  }
-  p->started_ = true;
-
-  if (rx_intr) {
-    int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(p->port_id_, 0);
-    if (fd >= 0) p->wait_fd_ = fd;
-  }
-  if (af_packet) {
-    // The PMD's queue is one packet socket with an rx ring, and poll() on such a socket reports POLLIN
-    // exactly when the ring holds a frame the PMD has not taken: the thread can sleep on the ring itself.
-    // That spares the second socket (a clone of every frame while asleep), the BPF program swapped in and
-    // out (a JIT compile) at every sleep, and the race between the two sockets. A socket filter on the ring
-    // keeps everything but RoCE to our MAC and QPNs out of it (the PMD copies every frame it gets).
-    std::set<int> now = packet_socket_fds(p->info_.ifindex);
-    std::vector<int> fresh;
-    for (int fd : now)
-      if (!packet_fds_before.count(fd)) fresh.push_back(fd);
-    if (fresh.size() == 1 && attach_roce_filter(fresh[0], p->info_.mac, UINT32_MAX, p->qpns_, nullptr)) {
-      p->ring_fd_ = fresh[0];
-      if (p->wait_fd_ >= 0 && p->wait_is_socket_) close(p->wait_fd_);
-      p->wait_fd_ = p->ring_fd_;
-      p->wait_is_socket_ = false;
-    }
-  }
+  if (!p->attach_ethdev(vdev_args, err)) return nullptr;
+  bool rx_intr = false;
+  if (!p->start_ethdev(cfg, framesz, af_packet, rx_intr, err)) return nullptr;
+  p->pick_wait_fd(rx_intr, af_packet, packet_fds_before);
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
   if (cfg.guard_udp_port) {
     std::string gerr;
@@ -419,6 +301,178 @@ std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortConfig& cfg, std::string*
               cfg.ifname.c_str(), gerr.c_str());
   }
   return p;
+}
+
+// The device to hot-plug (dev_name_ and its `vdev_args`): the user's first --vdev, else (no PCI NIC named
+// either) an af_packet vdev on the interface; none for a PCI NIC. True when it is an af_packet one.
+bool DpdkPort::pick_device(const DpdkPortConfig& cfg, const std::vector<std::string>& eal_extra,
+                           const std::vector<std::string>& vdevs, uint32_t framesz, uint32_t blocksz,
+                           std::string& vdev_args) {
+  bool af_packet = false;
+  if (vdevs.empty() && !names_pci_device(eal_extra)) {
+    af_packet = true;
+    dev_name_ = "net_af_packet_urxe" + std::to_string(g_seq.fetch_add(1));
+    const uint32_t framecnt = af_packet_framecnt(framesz, blocksz);
+    attr_.rx_ring_frames = framecnt;
+    vdev_args = "iface=" + cfg.ifname + ",qpairs=1,qdisc_bypass=1,blocksz=" + std::to_string(blocksz) +
+                ",framesz=" + std::to_string(framesz) + ",framecnt=" + std::to_string(framecnt);
+  } else if (!vdevs.empty()) {
+    auto comma = vdevs[0].find(',');
+    dev_name_ = vdevs[0].substr(0, comma);
+    vdev_args = comma == std::string::npos ? "" : vdevs[0].substr(comma + 1);
+    af_packet = dev_name_.rfind("net_af_packet", 0) == 0;
+  }
+  return af_packet;
+}
+
+// The idle wakeup socket (best effort), opened before the PMD's own socket: the kernel serves the newest
+// packet socket of an interface first, so the PMD's ring gets each frame before this socket signals it.
+void DpdkPort::open_wakeup_socket() {
+  int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_ll sll{};
+  sll.sll_family = AF_PACKET;
+  sll.sll_protocol = htons(ETH_P_ALL);
+  sll.sll_ifindex = info_.ifindex;
+  if (fd >= 0 && attach_drop_filter(fd, nullptr) &&
+      bind(fd, reinterpret_cast<sockaddr*>(&sll), sizeof sll) == 0) {
+    wait_fd_ = fd;
+    wait_is_socket_ = true;
+  } else if (fd >= 0) {
+    close(fd);
+  }
+}
+
+// Counts this port among the interface's af_packet users; refuses a second one (see g_af_packet_users).
+bool DpdkPort::claim_af_packet_interface(const std::string& ifname, std::string* err) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_af_packet_users[info_.ifindex] > 0) {
+    if (err)
+      *err = "DPDK af_packet already open on " + ifname +
+             " in this process (a second one would join its PACKET_FANOUT group and split its frames)";
+    return false;
+  }
+  ++g_af_packet_users[info_.ifindex];
+  af_packet_ifindex_ = info_.ifindex;
+  return true;
+}
+
+// port_id_: the hot-plugged vdev's ethdev, else the PCI NIC's; claimed for this port.
+bool DpdkPort::attach_ethdev(const std::string& vdev_args, std::string* err) {
+  if (!dev_name_.empty()) {
+    if (!hotplug_vdev(vdev_args, err)) return false;
+  } else if (!find_pci_ethdev(err)) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_ports_in_use.insert(port_id_);
+  have_port_ = true;
+  return true;
+}
+
+bool DpdkPort::hotplug_vdev(const std::string& vdev_args, std::string* err) {
+  int r = rte_vdev_init(dev_name_.c_str(), vdev_args.c_str());
+  if (r != 0) {
+    if (err) *err = "rte_vdev_init(" + dev_name_ + "," + vdev_args + ") failed: " + rte_strerror(-r);
+    return false;
+  }
+  hotplugged_ = true;
+  if (rte_eth_dev_get_port_by_name(dev_name_.c_str(), &port_id_) != 0) {
+    if (err) *err = "no ethdev named " + dev_name_;
+    return false;
+  }
+  return true;
+}
+
+// A PCI NIC named with -a: the first ethdev no other DpdkPort uses.
+bool DpdkPort::find_pci_ethdev(std::string* err) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  bool found = false;
+  for (uint16_t pid = 0; pid < RTE_MAX_ETHPORTS; ++pid) {
+    if (rte_eth_dev_is_valid_port(pid) && !g_ports_in_use.count(pid)) {
+      port_id_ = pid;
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    if (err) *err = "no DPDK ethdev available (check the -a argument)";
+    return false;
+  }
+  char name[RTE_ETH_NAME_MAX_LEN];
+  rte_eth_dev_get_name_by_port(port_id_, name);
+  dev_name_ = name;
+  return true;
+}
+
+// The mbuf pool, one rx and one tx queue, and the ethdev started. `rx_intr`: the rx queue has an interrupt.
+bool DpdkPort::start_ethdev(const DpdkPortConfig& cfg, uint32_t framesz, bool af_packet, bool& rx_intr,
+                            std::string* err) {
+  // mbufs hold a whole frame (af_packet refuses queues whose ring frames would not fit one mbuf).
+  buf_size_ = std::max<uint32_t>(framesz, RTE_MBUF_DEFAULT_DATAROOM);
+  int socket_id = rte_eth_dev_socket_id(port_id_);
+  if (socket_id < 0) socket_id = SOCKET_ID_ANY;
+  std::string pool_name = "urxe_mp" + std::to_string(port_id_);
+  pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), cfg.mbufs, 256, 0,
+                                  static_cast<uint16_t>(buf_size_ + RTE_PKTMBUF_HEADROOM), socket_id);
+  if (!pool_) {
+    if (err) *err = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
+    return false;
+  }
+  rte_eth_conf conf{};
+  rx_intr = !af_packet;  // af_packet has no rx interrupt; try it elsewhere (memif, NIC PMDs)
+  conf.intr_conf.rxq = rx_intr ? 1 : 0;
+  int r = rte_eth_dev_configure(port_id_, 1, 1, &conf);
+  if (r != 0 && rx_intr) {
+    rx_intr = false;
+    conf.intr_conf.rxq = 0;
+    r = rte_eth_dev_configure(port_id_, 1, 1, &conf);
+  }
+  if (r != 0) {
+    if (err) *err = "rte_eth_dev_configure(" + dev_name_ + "): " + rte_strerror(-r);
+    return false;
+  }
+  if (!af_packet) rte_eth_dev_set_mtu(port_id_, static_cast<uint16_t>(info_.mtu));  // best effort
+  r = rte_eth_rx_queue_setup(port_id_, 0, cfg.rx_desc, static_cast<unsigned>(socket_id), nullptr, pool_);
+  if (r == 0) r = rte_eth_tx_queue_setup(port_id_, 0, cfg.tx_desc, static_cast<unsigned>(socket_id), nullptr);
+  if (r != 0) {
+    if (err) *err = "queue setup(" + dev_name_ + "): " + rte_strerror(-r);
+    return false;
+  }
+  r = rte_eth_dev_start(port_id_);
+  if (r != 0) {
+    if (err)
+      *err = "rte_eth_dev_start(" + dev_name_ + "): " + rte_strerror(-r) +
+             (af_packet ? " (net_af_packet needs CAP_NET_RAW and CAP_NET_ADMIN)" : "");
+    return false;
+  }
+  started_ = true;
+  return true;
+}
+
+// What the idle thread sleeps on: the rx queue's interrupt fd; for af_packet, the PMD's ring socket (the one
+// packet socket on the interface not in `packet_fds_before`) in place of the wakeup socket, once filtered.
+void DpdkPort::pick_wait_fd(bool rx_intr, bool af_packet, const std::set<int>& packet_fds_before) {
+  if (rx_intr) {
+    int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(port_id_, 0);
+    if (fd >= 0) wait_fd_ = fd;
+  }
+  if (af_packet) {
+    // The PMD's queue is one packet socket with an rx ring, and poll() on such a socket reports POLLIN
+    // exactly when the ring holds a frame the PMD has not taken: the thread can sleep on the ring itself.
+    // That spares the second socket (a clone of every frame while asleep), the BPF program swapped in and
+    // out (a JIT compile) at every sleep, and the race between the two sockets. A socket filter on the ring
+    // keeps everything but RoCE to our MAC and QPNs out of it (the PMD copies every frame it gets).
+    std::set<int> now = packet_socket_fds(info_.ifindex);
+    std::vector<int> fresh;
+    for (int fd : now)
+      if (!packet_fds_before.count(fd)) fresh.push_back(fd);
+    if (fresh.size() == 1 && attach_roce_filter(fresh[0], info_.mac, UINT32_MAX, qpns_, nullptr)) {
+      ring_fd_ = fresh[0];
+      if (wait_fd_ >= 0 && wait_is_socket_) close(wait_fd_);
+      wait_fd_ = ring_fd_;
+      wait_is_socket_ = false;
+    }
+  }
 }
 
 DpdkPort::~DpdkPort() {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,18 @@ class DpdkPort final : public engine::Port {
 
  private:
   DpdkPort() = default;
+  // open's steps, in order (dpdk_port.cc).
+  bool pick_device(const DpdkPortConfig& cfg, const std::vector<std::string>& eal_extra,
+                   const std::vector<std::string>& vdevs, uint32_t framesz, uint32_t blocksz,
+                   std::string& vdev_args);
+  void open_wakeup_socket();
+  bool claim_af_packet_interface(const std::string& ifname, std::string* err);
+  bool attach_ethdev(const std::string& vdev_args, std::string* err);
+  bool hotplug_vdev(const std::string& vdev_args, std::string* err);
+  bool find_pci_ethdev(std::string* err);
+  bool start_ethdev(const DpdkPortConfig& cfg, uint32_t framesz, bool af_packet, bool& rx_intr,
+                    std::string* err);
+  void pick_wait_fd(bool rx_intr, bool af_packet, const std::set<int>& packet_fds_before);
   uint32_t drain_wait_fd();
   static constexpr uint16_t kStash = 32;
   rte_mbuf* stash_[kStash] = {};  // frames rx_wait_arm(false) took from the PMD; rx_burst serves them first
