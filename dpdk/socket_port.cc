@@ -167,6 +167,9 @@ GsoCut gso_cut(const std::string& ifname, int gso) {
   return gso > 0 ? GsoCut::device : GsoCut::off;
 }
 
+// SocketPort::open's steps. Each failing step leaves what it took in the port's members: ~SocketPort
+// releases it.
+
 std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::string* err) {
   std::unique_ptr<SocketPort> p(new SocketPort());
   if (!hostnet::query_interface(cfg.ifname, p->info_, err)) return nullptr;
@@ -186,55 +189,14 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
   p->rx_frame_nr_ = rx_blocks * per_block;
   p->attr_.rx_ring_frames = p->rx_frame_nr_;
 
-  // Protocol 0: nothing is queued until bind(), by which time the filter and rings are in place.
-  p->fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (p->fd_ < 0) {
-    if (err) *err = errno_msg("socket(AF_PACKET) (needs CAP_NET_RAW)");
-    return nullptr;
-  }
-  if (!attach_roce_filter(p->fd_, p->info_.mac, kSnapAll, {}, err)) return nullptr;
-  int v = TPACKET_V2;
-  if (setsockopt(p->fd_, SOL_PACKET, PACKET_VERSION, &v, sizeof v) != 0) {
-    if (err) *err = errno_msg("PACKET_VERSION");
-    return nullptr;
-  }
-  int one = 1;
-  // Every frame with a virtio-net header: received UDP GSO datagrams say their segment size in it (and
-  // the ring frames carry one too, zero: no offload). With PACKET_COPY_THRESH a datagram larger than a
-  // slot also waits whole in the socket's queue, in order with the ring (TP_STATUS_COPY).
-  if (setsockopt(p->fd_, SOL_PACKET, kPacketVnetHdr, &one, sizeof one) == 0) {
-    p->vnet_ = sizeof(VnetHdr);
-    setsockopt(p->fd_, SOL_PACKET, kPacketCopyThresh, &one, sizeof one);
-    int rcvbuf = 8 << 20;  // a few batches of 64 KiB queue there while the progress thread is away
-    if (setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) != 0)
-      setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);  // capped at net.core.rmem_max
-  }
-  // Malformed tx frames are skipped instead of stalling the ring.
-  setsockopt(p->fd_, SOL_PACKET, PACKET_LOSS, &one, sizeof one);
+  if (!p->open_socket(err)) return nullptr;
   const GsoCut cut = p->vnet_ ? gso_cut(cfg.ifname, cfg.gso) : GsoCut::off;
   // Where the kernel cuts the batches, they and the ring's frames go through the qdisc layer alike: a frame
   // that bypassed it could overtake a batch waiting there.
   const bool bypass = cfg.qdisc_bypass && cut != GsoCut::kernel;
+  int one = 1;
   if (bypass) setsockopt(p->fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
-  tpacket_req rx_req{block_size, rx_blocks, p->frame_size_, p->rx_frame_nr_};
-  if (setsockopt(p->fd_, SOL_PACKET, PACKET_RX_RING, &rx_req, sizeof rx_req) != 0) {
-    if (err) *err = errno_msg("PACKET_RX_RING");
-    return nullptr;
-  }
-  tpacket_req tx_req{block_size, tx_blocks, p->frame_size_, p->tx_frame_nr_};
-  if (setsockopt(p->fd_, SOL_PACKET, PACKET_TX_RING, &tx_req, sizeof tx_req) != 0) {
-    if (err) *err = errno_msg("PACKET_TX_RING");
-    return nullptr;
-  }
-  // One mapping: the rx ring, then the tx ring.
-  p->rx_bytes_ = static_cast<size_t>(block_size) * rx_blocks;
-  p->ring_bytes_ = p->rx_bytes_ + static_cast<size_t>(block_size) * tx_blocks;
-  void* m = mmap(nullptr, p->ring_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, p->fd_, 0);
-  if (m == MAP_FAILED) {
-    if (err) *err = errno_msg("mmap(packet ring)");
-    return nullptr;
-  }
-  p->ring_ = static_cast<uint8_t*>(m);
+  if (!p->map_rings(block_size, rx_blocks, tx_blocks, err)) return nullptr;
   sockaddr_ll sll{};
   sll.sll_family = AF_PACKET;
   sll.sll_protocol = htons(ETH_P_ALL);
@@ -245,26 +207,8 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
   }
   if (!p->loop_.open(p->info_.ifindex, err)) return nullptr;
   p->cut_ = cut;
-  if (cut != GsoCut::off) {
-    // Batches are sent from a socket of their own: one with rings sends only from its tx ring.
-    p->gso_fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
-    if (p->gso_fd_ >= 0 && (setsockopt(p->gso_fd_, SOL_PACKET, kPacketVnetHdr, &one, sizeof one) != 0 ||
-                            bind(p->gso_fd_, reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0)) {
-      close(p->gso_fd_);
-      p->gso_fd_ = -1;
-    }
-    if (p->gso_fd_ >= 0 && bypass) setsockopt(p->gso_fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
-  }
-  if (p->vnet_) {
-    p->seg_pool_.resize(static_cast<size_t>(kSegBufs) * p->max_frame_);
-    p->seg_free_.reserve(kSegBufs);
-    for (uint32_t i = kSegBufs; i-- > 0;) p->seg_free_.push_back(i);
-    p->seg_ready_.reserve(kSegBufs);
-  }
-  p->rx_held_.assign(p->rx_frame_nr_, 0);
-  p->pool_.resize(static_cast<size_t>(p->tx_frame_nr_) * p->max_frame_);
-  p->pool_free_.reserve(p->tx_frame_nr_);
-  for (uint32_t i = p->tx_frame_nr_; i-- > 0;) p->pool_free_.push_back(i);
+  if (cut != GsoCut::off) p->open_gso_socket(sll, bypass);
+  p->init_buffers();
   if (cfg.guard_udp_port) {
     std::string gerr;
     if (!p->guard_.open(&gerr)) {
@@ -274,6 +218,88 @@ std::unique_ptr<SocketPort> SocketPort::open(const SocketPortConfig& cfg, std::s
     }
   }
   return p;
+}
+
+// fd_: the packet socket with the RoCE filter, TPACKET_V2, the virtio-net header when the kernel has it
+// (vnet_) and PACKET_LOSS; not yet bound, no rings.
+bool SocketPort::open_socket(std::string* err) {
+  // Protocol 0: nothing is queued until bind(), by which time the filter and rings are in place.
+  fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd_ < 0) {
+    if (err) *err = errno_msg("socket(AF_PACKET) (needs CAP_NET_RAW)");
+    return false;
+  }
+  if (!attach_roce_filter(fd_, info_.mac, kSnapAll, {}, err)) return false;
+  int v = TPACKET_V2;
+  if (setsockopt(fd_, SOL_PACKET, PACKET_VERSION, &v, sizeof v) != 0) {
+    if (err) *err = errno_msg("PACKET_VERSION");
+    return false;
+  }
+  int one = 1;
+  // Every frame with a virtio-net header: received UDP GSO datagrams say their segment size in it (and
+  // the ring frames carry one too, zero: no offload). With PACKET_COPY_THRESH a datagram larger than a
+  // slot also waits whole in the socket's queue, in order with the ring (TP_STATUS_COPY).
+  if (setsockopt(fd_, SOL_PACKET, kPacketVnetHdr, &one, sizeof one) == 0) {
+    vnet_ = sizeof(VnetHdr);
+    setsockopt(fd_, SOL_PACKET, kPacketCopyThresh, &one, sizeof one);
+    int rcvbuf = 8 << 20;  // a few batches of 64 KiB queue there while the progress thread is away
+    if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) != 0)
+      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);  // capped at net.core.rmem_max
+  }
+  // Malformed tx frames are skipped instead of stalling the ring.
+  setsockopt(fd_, SOL_PACKET, PACKET_LOSS, &one, sizeof one);
+  return true;
+}
+
+// fd_'s rx and tx rings (frame_size_ slots, rx_frame_nr_ and tx_frame_nr_ of them), mapped at ring_.
+bool SocketPort::map_rings(uint32_t block_size, uint32_t rx_blocks, uint32_t tx_blocks, std::string* err) {
+  tpacket_req rx_req{block_size, rx_blocks, frame_size_, rx_frame_nr_};
+  if (setsockopt(fd_, SOL_PACKET, PACKET_RX_RING, &rx_req, sizeof rx_req) != 0) {
+    if (err) *err = errno_msg("PACKET_RX_RING");
+    return false;
+  }
+  tpacket_req tx_req{block_size, tx_blocks, frame_size_, tx_frame_nr_};
+  if (setsockopt(fd_, SOL_PACKET, PACKET_TX_RING, &tx_req, sizeof tx_req) != 0) {
+    if (err) *err = errno_msg("PACKET_TX_RING");
+    return false;
+  }
+  // One mapping: the rx ring, then the tx ring.
+  rx_bytes_ = static_cast<size_t>(block_size) * rx_blocks;
+  ring_bytes_ = rx_bytes_ + static_cast<size_t>(block_size) * tx_blocks;
+  void* m = mmap(nullptr, ring_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  if (m == MAP_FAILED) {
+    if (err) *err = errno_msg("mmap(packet ring)");
+    return false;
+  }
+  ring_ = static_cast<uint8_t*>(m);
+  return true;
+}
+
+// gso_fd_: batches are sent from a socket of their own (one with rings sends only from its tx ring); stays
+// -1 (batches off) when it cannot be set up.
+void SocketPort::open_gso_socket(const sockaddr_ll& sll, bool bypass) {
+  int one = 1;
+  gso_fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+  if (gso_fd_ >= 0 && (setsockopt(gso_fd_, SOL_PACKET, kPacketVnetHdr, &one, sizeof one) != 0 ||
+                       bind(gso_fd_, reinterpret_cast<const sockaddr*>(&sll), sizeof sll) != 0)) {
+    close(gso_fd_);
+    gso_fd_ = -1;
+  }
+  if (gso_fd_ >= 0 && bypass) setsockopt(gso_fd_, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+}
+
+// The tx frame pool, the rx slots' held marks and (with the virtio-net header) the split-segment buffers.
+void SocketPort::init_buffers() {
+  if (vnet_) {
+    seg_pool_.resize(static_cast<size_t>(kSegBufs) * max_frame_);
+    seg_free_.reserve(kSegBufs);
+    for (uint32_t i = kSegBufs; i-- > 0;) seg_free_.push_back(i);
+    seg_ready_.reserve(kSegBufs);
+  }
+  rx_held_.assign(rx_frame_nr_, 0);
+  pool_.resize(static_cast<size_t>(tx_frame_nr_) * max_frame_);
+  pool_free_.reserve(tx_frame_nr_);
+  for (uint32_t i = tx_frame_nr_; i-- > 0;) pool_free_.push_back(i);
 }
 
 SocketPort::~SocketPort() {
@@ -332,7 +358,7 @@ int SocketPort::send_gso(engine::PacketBuf* bufs, uint32_t k) {
     engine::PacketBuf& b = bufs[i];
     if (hdr == 42 && i > 0) {
       wire::set_gso_segment_headers(b.data, hdr, b.len - hdr, id0, i, true);  // (the engine's frame)
-      b.icrc_absent = true;  // its ICRC covers the ID
+      b.icrc_absent = true;                                                   // its ICRC covers the ID
     }
     if (b.icrc_absent) {
       wire::write_icrc(wire::MutByteSpan(b.data, b.len));

@@ -20,6 +20,7 @@
 #include "hostnet/kernel_guard.h"
 
 struct tpacket2_hdr;
+struct sockaddr_ll;
 
 namespace urxe::dpdk {
 
@@ -32,11 +33,11 @@ struct SocketPortConfig {
   // The rx ring holds this many bytes of frames (~20 ms at 3 Gbit/s): a receiver descheduled for a few
   // milliseconds (2 shared cores) must not lose frames, which UC/UD never resend and RC resends slowly.
   uint32_t rx_ring_bytes = kRxRingBytes;
-  uint32_t max_frame = 0;       // largest Ethernet frame handled; 0 = interface MTU + 18 (Ethernet + VLAN)
+  uint32_t max_frame = 0;  // largest Ethernet frame handled; 0 = interface MTU + 18 (Ethernet + VLAN)
   // ~10 % faster; other packet sockets (tcpdump) then do not see our tx frames. Not where the kernel cuts
   // the UDP GSO batches (GsoCut::kernel), which it does only in the qdisc layer.
   bool qdisc_bypass = true;
-  bool guard_udp_port = true;   // hold a UdpPortGuard so the kernel does not answer RoCE with ICMP
+  bool guard_udp_port = true;  // hold a UdpPortGuard so the kernel does not answer RoCE with ICMP
   // Transmit runs of equal-size frames of one flow as one UDP GSO datagram (dpdk/README.md, "UDP GSO"):
   // -1 = where gso_cut says, 0 = never, 1 = wherever the kernel takes them. Receiving such datagrams
   // (splitting them into their frames) is always on.
@@ -136,6 +137,11 @@ class SocketPort final : public engine::Port {
 
  private:
   SocketPort() = default;
+  // open's steps (socket_port.cc).
+  bool open_socket(std::string* err);
+  bool map_rings(uint32_t block_size, uint32_t rx_blocks, uint32_t tx_blocks, std::string* err);
+  void open_gso_socket(const sockaddr_ll& sll, bool bypass);
+  void init_buffers();
   uint8_t* rx_slot(uint32_t i) const { return ring_ + static_cast<size_t>(i) * frame_size_; }
   uint8_t* tx_slot(uint32_t i) const { return ring_ + rx_bytes_ + static_cast<size_t>(i) * frame_size_; }
   uint32_t gso_run(const engine::PacketBuf* bufs, uint32_t n) const;
