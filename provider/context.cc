@@ -235,148 +235,222 @@ void urxe_uninit_device(verbs_device* vdev) {
   std::free(dev);
 }
 
+namespace {
+
+// urxe_alloc_context's steps. A failing step says why in an AllocFailure; fail_context then undoes the
+// context.
+
+// Why a context could not be made: the errno alloc_context leaves and the line it prints.
+struct AllocFailure {
+  int err = 0;
+  std::string why;
+};
+
+// A context that could not be made: says why, frees its ContextState and the core's part, leaves f.err in
+// errno.
+verbs_context* fail_context(const UrxeDevice* dev, UrxeContext* ctx, const AllocFailure& f) {
+  std::fprintf(stderr, "urxe: %s: %s\n", dev->config->name.c_str(), f.why.c_str());
+  delete ctx->state;
+  ctx->state = nullptr;
+  verbs_uninit_context(&ctx->vctx);
+  std::free(ctx);
+  errno = f.err;
+  return nullptr;
+}
+
+// The core's part of the context, on /dev/null in place of cmd_fd (closed). libibverbs writes legacy
+// commands to cmd_fd (notably CREATE_COMP_CHANNEL when our interposer is not preloaded). /dev/null opened
+// read-only makes those fail cleanly with EBADF instead of "succeeding".
+UrxeContext* init_verbs_context(ibv_device* ibdev, int cmd_fd) {
+  int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  ::close(cmd_fd);
+  auto* ctx = static_cast<UrxeContext*>(_verbs_init_and_alloc_context(
+      ibdev, fd, sizeof(UrxeContext), reinterpret_cast<verbs_context*>(offsetof(UrxeContext, vctx)), 0));
+  if (!ctx) {
+    ::close(fd);
+    return nullptr;
+  }
+  return ctx;
+}
+
+// The async event records' socket pair (its read end the context's async_fd) and the doorbell eventfd.
+bool open_event_fds(UrxeContext* ctx, ContextState* st, AllocFailure& f) {
+  if (!record_pair(st->async_rd, st->async_wr)) {
+    f = {errno, "socketpair"};
+    return false;
+  }
+  ::fcntl(st->async_wr, F_SETFL, O_NONBLOCK);  // the progress thread must never block on a slow reader
+  {
+    // Room for thousands of events (COMM_EST of every QP of a large job, which perftest never reads):
+    // the kernel's uverbs queue is unbounded; one event that does not fit is dropped, not reported.
+    const int bytes = 8 << 20;
+    if (::setsockopt(st->async_wr, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
+      ::setsockopt(st->async_wr, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  }
+  ctx->vctx.context.async_fd = st->async_rd;  // from here on verbs_uninit_context closes it
+  st->doorbell_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (st->doorbell_fd < 0) {
+    f = {errno, "eventfd"};
+    return false;
+  }
+  return true;
+}
+
+// The netdev and the port on it (ports.h's make_port).
+bool open_port(const UrxeDevice* dev, ContextState* st, AllocFailure& f) {
+  std::string err;
+  if (!urxe::provider::query_netdev(st->config.netdev, st->netdev, &err)) {
+    f = {ENODEV, err};
+    return false;
+  }
+  urxe::provider::PortRequest req;
+  req.config = st->config;
+  req.netdev = st->netdev;
+  req.attr.mac = st->netdev.mac;
+  req.attr.mtu = st->config.mtu ? st->config.mtu : st->netdev.mtu;
+  // The port's GID table is the one the app sees in sysfs, slot for slot.
+  req.attr.gids = st->gid_watch.open(dev->ibdev_path, st->config, st->netdev.ifindex);
+  st->port = urxe::provider::make_port(st->config.port, req, err);
+  if (!st->port) {
+    f = {ENODEV, err};
+    return false;
+  }
+  st->set_log_name(st->config.name);
+  return true;
+}
+
+// This context's block of QPNs: the one claimed in the device's lock file, else one picked from the pid.
+int qpn_block(const UrxeDevice* dev, ContextState* st, uint32_t max_qp) {
+  int block = claim_qpn_block(dev->ibdev_path, max_qp, st->qpn_lock_fd);
+  if (block < 0) {
+    // No lock file we may write: pick a block from the pid; processes could then collide, so say so.
+    const uint32_t blocks = ((1u << 24) - 0x11) / max_qp;
+    block = static_cast<int>(static_cast<uint32_t>(::getpid()) % blocks);
+    std::fprintf(
+        stderr, "urxe: %s: cannot lock %s/urxe.qpn (%s); QPNs from block %d may clash with another process\n",
+        dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
+  }
+  return block;
+}
+
+// The engine's configuration (QPN block, DCQCN, shared counters), and the port made ready for it: the
+// same-host path and the capture around it, only the block's QPNs let in.
+en::EngineConfig configure_engine(const UrxeDevice* dev, ContextState* st) {
+  en::EngineConfig ecfg;
+  const int block = qpn_block(dev, st, ecfg.device.max_qp);
+  ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
+  urxe::provider::add_local_path(st->port, st->config, st->netdev.ifindex, dev->ibdev_path,
+                                 static_cast<uint32_t>(block), ecfg.device.max_qp);
+  st->capture = urxe::provider::open_capture(*st->port, st->config);  // over everything the engine moves
+  // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
+  // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).
+  ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());
+  // DCQCN's parameters as the device's cc_params/ files say; a QP's line rate is the link's speed
+  read_cc_params(dev->ibdev_path, ecfg.dcqcn);
+  if (!ecfg.dcqcn.rp_max_rate) ecfg.dcqcn.rp_max_rate = urxe::hostnet::link_speed_mbps(st->config.netdev);
+  st->port->set_rx_qpn_range(ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
+  const char* names[static_cast<size_t>(en::Counter::num_counters)];
+  for (size_t c = 0; c < std::size(names); ++c) names[c] = en::counter_name(static_cast<en::Counter>(c));
+  std::string err;
+  if (st->counter_file.open(dev->ibdev_path, names, ecfg.qpn_base, err))
+    ecfg.counter_storage = st->counter_file.values();
+  else
+    URXE_DEBUG("counters stay private to this process: %s", err.c_str());
+  return ecfg;
+}
+
+// The counter file's per-QP lines: each QP's counters, state and (paced) rate.
+std::string qp_counter_lines(ContextState* st) {
+  std::vector<std::pair<uint32_t, en::QpType>> qps;
+  {
+    std::lock_guard<std::mutex> g(st->map_mu);
+    for (const auto& [qpn, qp] : st->qps) qps.emplace_back(qpn, qp->type);
+  }
+  std::string text;
+  uint64_t v[static_cast<size_t>(en::Counter::num_counters)];
+  en::QpState state;
+  for (const auto& [qpn, type] : qps)
+    if (st->engine->qp_counters(qpn, state, v) == 0) {
+      std::string line = st->counter_file.qp_line(qpn,
+                                                  type == en::QPT_RC   ? "RC"
+                                                  : type == en::QPT_UC ? "UC"
+                                                                       : "UD",
+                                                  en::qp_state_str(state), v);
+      // a paced QP's current rate (DCQCN reaction point), next to its counters
+      if (const uint32_t mbps = st->engine->qp_rate_mbps(qpn))
+        line.insert(line.size() - 1, " rate_mbps=" + std::to_string(mbps));
+      text += line;
+    }
+  return text;
+}
+
+// The engine on the port (or the capture around it), its events to `st`, the counter file's sources set and
+// its mirror started.
+bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConfig& ecfg, AllocFailure& f) {
+  try {
+    st->engine = std::make_unique<en::Engine>(st->capture ? *st->capture : *st->port, st->clock, ecfg);
+  } catch (const std::exception& ex) {
+    f = {ENOMEM, std::string("engine: ") + ex.what()};
+    return false;
+  }
+  st->engine->set_event_sink(st);
+  st->counter_file.set_port_source([st](uint64_t* v) {  // on the stats thread: may make a syscall
+    const en::PortRxLoss l = st->port->rx_loss();
+    __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_ring_drops)], l.ring_full, __ATOMIC_RELAXED);
+    __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_nombuf)], l.no_buffer, __ATOMIC_RELAXED);
+    __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_port_errors)], l.errors, __ATOMIC_RELAXED);
+  });
+  // on the stats thread, once a second at most
+  st->counter_file.set_qp_source([st] { return qp_counter_lines(st); });
+  // The port's state files follow the interface: refreshed with the counters (best effort, as they are).
+  st->counter_file.set_port_state([path = std::string(ibdev_path), cfg = st->config] {
+    std::string e;
+    refresh_port_state(path, cfg, e);
+  });
+  st->counter_file.start_mirror();
+  return true;
+}
+
+// The progress thread (ContextState::run), named urxe-progress, at its nice.
+bool start_progress_thread(ContextState* st, AllocFailure& f) {
+  try {
+    st->progress_thread = std::thread([st] {
+      pthread_setname_np(pthread_self(), "urxe-progress");
+      st->progress_nice = set_progress_nice();
+      request_short_slice(st->progress_nice);
+      try {
+        st->run();
+      } catch (...) {
+        std::fprintf(stderr, "urxe: progress thread stopped by an exception\n");
+      }
+    });
+  } catch (const std::system_error& ex) {
+    f = {EAGAIN, std::string("progress thread: ") + ex.what()};
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 // ops: the context verbs (provider.cc's table).
 verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_context_ops& ops) {
   return guarded<verbs_context*>(nullptr, [&]() -> verbs_context* {
     UrxeDevice* dev = to_dev(ibdev);
-    // libibverbs writes legacy commands to cmd_fd (notably CREATE_COMP_CHANNEL when our interposer is not
-    // preloaded). /dev/null opened read-only makes those fail cleanly with EBADF instead of "succeeding".
-    int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nullptr;
-    ::close(cmd_fd);
-    auto* ctx = static_cast<UrxeContext*>(_verbs_init_and_alloc_context(
-        ibdev, fd, sizeof(UrxeContext), reinterpret_cast<verbs_context*>(offsetof(UrxeContext, vctx)), 0));
-    if (!ctx) {
-      ::close(fd);
-      return nullptr;
-    }
-    auto fail = [&](int err, const std::string& why) -> verbs_context* {
-      std::fprintf(stderr, "urxe: %s: %s\n", dev->config->name.c_str(), why.c_str());
-      delete ctx->state;
-      ctx->state = nullptr;
-      verbs_uninit_context(&ctx->vctx);
-      std::free(ctx);
-      errno = err;
-      return nullptr;
-    };
+    auto* ctx = init_verbs_context(ibdev, cmd_fd);
+    if (!ctx) return nullptr;
     auto st = new ContextState;
     ctx->state = st;
     st->config = *dev->config;
     if (const char* p = std::getenv("URXE_PORT"); p && *p) st->config.port = p;
-    if (!record_pair(st->async_rd, st->async_wr)) return fail(errno, "socketpair");
-    ::fcntl(st->async_wr, F_SETFL, O_NONBLOCK);  // the progress thread must never block on a slow reader
-    {
-      // Room for thousands of events (COMM_EST of every QP of a large job, which perftest never reads):
-      // the kernel's uverbs queue is unbounded; one event that does not fit is dropped, not reported.
-      const int bytes = 8 << 20;
-      if (::setsockopt(st->async_wr, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
-        ::setsockopt(st->async_wr, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-    }
-    ctx->vctx.context.async_fd = st->async_rd;  // from here on verbs_uninit_context closes it
-    st->doorbell_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (st->doorbell_fd < 0) return fail(errno, "eventfd");
-
-    std::string err;
-    if (!urxe::provider::query_netdev(st->config.netdev, st->netdev, &err)) return fail(ENODEV, err);
-    urxe::provider::PortRequest req;
-    req.config = st->config;
-    req.netdev = st->netdev;
-    req.attr.mac = st->netdev.mac;
-    req.attr.mtu = st->config.mtu ? st->config.mtu : st->netdev.mtu;
-    // The port's GID table is the one the app sees in sysfs, slot for slot.
-    req.attr.gids = st->gid_watch.open(dev->ibdev_path, st->config, st->netdev.ifindex);
-    st->port = urxe::provider::make_port(st->config.port, req, err);
-    if (!st->port) return fail(ENODEV, err);
-    st->set_log_name(st->config.name);
-
-    en::EngineConfig ecfg;
-    int block = claim_qpn_block(dev->ibdev_path, ecfg.device.max_qp, st->qpn_lock_fd);
-    if (block < 0) {
-      // No lock file we may write: pick a block from the pid; processes could then collide, so say so.
-      const uint32_t blocks = ((1u << 24) - 0x11) / ecfg.device.max_qp;
-      block = static_cast<int>(static_cast<uint32_t>(::getpid()) % blocks);
-      std::fprintf(
-          stderr,
-          "urxe: %s: cannot lock %s/urxe.qpn (%s); QPNs from block %d may clash with another process\n",
-          dev->config->name.c_str(), dev->ibdev_path, std::strerror(errno), block);
-    }
-    ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
-    urxe::provider::add_local_path(st->port, st->config, st->netdev.ifindex, dev->ibdev_path,
-                                   static_cast<uint32_t>(block), ecfg.device.max_qp);
-    st->capture = urxe::provider::open_capture(*st->port, st->config);  // over everything the engine moves
-    // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
-    // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).
-    ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());
-    // DCQCN's parameters as the device's cc_params/ files say; a QP's line rate is the link's speed
-    read_cc_params(dev->ibdev_path, ecfg.dcqcn);
-    if (!ecfg.dcqcn.rp_max_rate) ecfg.dcqcn.rp_max_rate = urxe::hostnet::link_speed_mbps(st->config.netdev);
-    st->port->set_rx_qpn_range(ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
-    {
-      const char* names[static_cast<size_t>(en::Counter::num_counters)];
-      for (size_t c = 0; c < std::size(names); ++c) names[c] = en::counter_name(static_cast<en::Counter>(c));
-      if (st->counter_file.open(dev->ibdev_path, names, ecfg.qpn_base, err))
-        ecfg.counter_storage = st->counter_file.values();
-      else
-        URXE_DEBUG("counters stay private to this process: %s", err.c_str());
-    }
-    try {
-      st->engine = std::make_unique<en::Engine>(st->capture ? *st->capture : *st->port, st->clock, ecfg);
-    } catch (const std::exception& ex) {
-      return fail(ENOMEM, std::string("engine: ") + ex.what());
-    }
-    st->engine->set_event_sink(st);
-    st->counter_file.set_port_source([st](uint64_t* v) {  // on the stats thread: may make a syscall
-      const en::PortRxLoss l = st->port->rx_loss();
-      __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_ring_drops)], l.ring_full, __ATOMIC_RELAXED);
-      __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_nombuf)], l.no_buffer, __ATOMIC_RELAXED);
-      __atomic_store_n(&v[static_cast<size_t>(en::Counter::rx_port_errors)], l.errors, __ATOMIC_RELAXED);
-    });
-    st->counter_file.set_qp_source([st] {  // on the stats thread, once a second at most
-      std::vector<std::pair<uint32_t, en::QpType>> qps;
-      {
-        std::lock_guard<std::mutex> g(st->map_mu);
-        for (const auto& [qpn, qp] : st->qps) qps.emplace_back(qpn, qp->type);
-      }
-      std::string text;
-      uint64_t v[static_cast<size_t>(en::Counter::num_counters)];
-      en::QpState state;
-      for (const auto& [qpn, type] : qps)
-        if (st->engine->qp_counters(qpn, state, v) == 0) {
-          std::string line = st->counter_file.qp_line(qpn,
-                                                      type == en::QPT_RC   ? "RC"
-                                                      : type == en::QPT_UC ? "UC"
-                                                                           : "UD",
-                                                      en::qp_state_str(state), v);
-          // a paced QP's current rate (DCQCN reaction point), next to its counters
-          if (const uint32_t mbps = st->engine->qp_rate_mbps(qpn))
-            line.insert(line.size() - 1, " rate_mbps=" + std::to_string(mbps));
-          text += line;
-        }
-      return text;
-    });
-    // The port's state files follow the interface: refreshed with the counters (best effort, as they are).
-    st->counter_file.set_port_state([path = std::string(dev->ibdev_path), cfg = st->config] {
-      std::string e;
-      refresh_port_state(path, cfg, e);
-    });
-    st->counter_file.start_mirror();
-
+    AllocFailure f;
+    if (!open_event_fds(ctx, st, f) || !open_port(dev, st, f)) return fail_context(dev, ctx, f);
+    const en::EngineConfig ecfg = configure_engine(dev, st);
+    if (!start_engine(st, dev->ibdev_path, ecfg, f)) return fail_context(dev, ctx, f);
     verbs_set_ops(&ctx->vctx, &ops);
     ctx->vctx.context.num_comp_vectors = 1;
-    try {
-      st->progress_thread = std::thread([st] {
-        pthread_setname_np(pthread_self(), "urxe-progress");
-        st->progress_nice = set_progress_nice();
-        request_short_slice(st->progress_nice);
-        try {
-          st->run();
-        } catch (...) {
-          std::fprintf(stderr, "urxe: progress thread stopped by an exception\n");
-        }
-      });
-    } catch (const std::system_error& ex) {
-      return fail(EAGAIN, std::string("progress thread: ") + ex.what());
-    }
+    if (!start_progress_thread(st, f)) return fail_context(dev, ctx, f);
     {
       std::lock_guard<std::mutex> lock(g_live_mu);
       g_live.push_back(st);
