@@ -76,7 +76,7 @@ class DpdkPort final : public engine::Port {
 
  private:
   DpdkPort() = default;
-  // open's steps, in order (dpdk_port.cc).
+  // open's steps, in order (dpdk_port.cc); attach_ethdev takes hotplug_vdev or find_pci_ethdev.
   bool pick_device(const DpdkPortConfig& cfg, const std::vector<std::string>& eal_extra,
                    const std::vector<std::string>& vdevs, uint32_t framesz, uint32_t blocksz,
                    std::string& vdev_args);
