@@ -226,11 +226,100 @@ constexpr Option kAddOptions[] = {{"dpdk", Option::required},
                                   {"no-local-path"},
                                   {"no-gso"}};
 
-int add_main(Args args) {
+// What `link add`'s words ask for: the device's config and the choices that are not part of it.
+struct AddRequest {
+  prov::DeviceConfig cfg;
+  uint32_t mtu = 0;  // --mtu, 0 when not given
+  dpdk::PortKind kind = dpdk::PortKind::automatic;
+  bool filter = true;  // install the nftables ingress drop
+};
+
+// Returned by the add steps when the command goes on; anything else is its exit status.
+constexpr int kProceed = -1;
+
+// Applies one parsed option to req; kProceed, or the exit status of a bad one.
+int apply_add_option(const Token& t, const OptionParser& opts, AddRequest& req) {
+  if (t.kind == Token::missing_value)
+    return usage_error("urxe link add", std::string(t.word) + " needs a value (see urxe link add --help)");
+  if (t.kind != Token::option)
+    return usage_error("urxe link add",
+                       "unknown option '" + std::string(t.word) + "' (valid: " + opts.valid() + ")");
+  prov::DeviceConfig& cfg = req.cfg;
+  const std::string k = "--" + std::string(t.opt->name);
+  if (k == "--no-filter") {
+    req.filter = false;
+    return kProceed;
+  }
+  if (k == "--no-local-path") {
+    cfg.local_path = false;
+    return kProceed;
+  }
+  if (k == "--no-gso") {
+    cfg.gso = false;
+    return kProceed;
+  }
+  const std::string_view v = *t.value;
+  uint32_t n = 0;
+  if (k == "--mtu") {
+    if (!parse_u32(v, n) || n < 348) {
+      std::fprintf(stderr,
+                   "urxe link add: --mtu '%.*s' is not an Ethernet MTU urxe can use (a number >= 348: the "
+                   "smallest RoCE path MTU, 256, plus 92 bytes of headers)\n",
+                   static_cast<int>(v.size()), v.data());
+      return kExitUsage;
+    }
+    req.mtu = n;
+    cfg.mtu = n;
+  } else if (k == "--gids") {
+    if (!parse_u32(v, n) || n < 2 || n > 1024) {
+      std::fprintf(stderr, "urxe link add: --gids '%.*s': the GID table size must be a number 2..1024\n",
+                   static_cast<int>(v.size()), v.data());
+      return kExitUsage;
+    }
+    cfg.gid_tbl_len = n;
+  } else if (k == "--port") {
+    if (!dpdk::parse_port_kind(v, req.kind)) {
+      std::fprintf(stderr, "urxe link add: --port '%.*s': valid kinds are %s\n", static_cast<int>(v.size()),
+                   v.data(), dpdk::port_kind_list().c_str());
+      return kExitUsage;
+    }
+    cfg.port = std::string(v);
+  } else if (k == "--pcap-size" || k == "--pcap-files") {
+    if (!parse_u32(v, n)) {
+      std::fprintf(stderr, "urxe link add: %.*s '%.*s' must be a number (0 = no limit)\n",
+                   static_cast<int>(k.size()), k.data(), static_cast<int>(v.size()), v.data());
+      return kExitUsage;
+    }
+    (k == "--pcap-size" ? cfg.pcap_size_mb : cfg.pcap_files) = n;
+  } else if (k == "--pcap") {
+    // Stored absolute: applications open the device from any directory. Created now when missing.
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(v), ec);
+    if (v.empty() || ec ||
+        (!std::filesystem::is_directory(dir, ec) && !std::filesystem::create_directories(dir, ec))) {
+      std::fprintf(stderr, "urxe link add: --pcap '%.*s': cannot create the directory (%s)\n",
+                   static_cast<int>(v.size()), v.data(), ec ? ec.message().c_str() : "empty path");
+      return 1;
+    }
+    cfg.pcap = dir.lexically_normal().string();
+  } else if (k == "--dpdk") {
+    if (v.empty()) {
+      std::fputs("urxe link add: --dpdk needs EAL/vdev arguments (omit it for the default af_packet vdev)\n",
+                 stderr);
+      return kExitUsage;
+    }
+    cfg.dpdk = std::string(v);
+  }
+  return kProceed;
+}
+
+// Reads NAME netdev IFACE and the options into req: kProceed, or the exit status of --help or a usage
+// error (one that --pcap hits creating its directory exits 1).
+int parse_add_args(Args args, AddRequest& req) {
   OptionParser opts(args, kAddOptions, {.leading = 3});
   if (opts.help()) return print_help(kAddUsage);
   if (args.size() < 3) return usage_error("urxe link add", "expected NAME netdev IFACE", kAddUsage);
-  const std::string name(args[0]), ifname(args[2]);
+  const std::string name(args[0]);
   if (args[1] != "netdev") {
     std::fprintf(stderr,
                  "urxe link add: expected the word 'netdev' after NAME, got '%.*s' (e.g. urxe link add %s "
@@ -238,99 +327,30 @@ int add_main(Args args) {
                  static_cast<int>(args[1].size()), args[1].data(), name.c_str());
     return kExitUsage;
   }
-  prov::DeviceConfig cfg;
-  cfg.name = name;
-  cfg.netdev = ifname;
-  uint32_t mtu = 0;
-  dpdk::PortKind kind = dpdk::PortKind::automatic;
-  bool filter = true;
-  for (Token t; (t = opts.next());) {
-    if (t.kind == Token::missing_value)
-      return usage_error("urxe link add", std::string(t.word) + " needs a value (see urxe link add --help)");
-    if (t.kind != Token::option)
-      return usage_error("urxe link add",
-                         "unknown option '" + std::string(t.word) + "' (valid: " + opts.valid() + ")");
-    const std::string k = "--" + std::string(t.opt->name);
-    if (k == "--no-filter") {
-      filter = false;
-      continue;
-    }
-    if (k == "--no-local-path") {
-      cfg.local_path = false;
-      continue;
-    }
-    if (k == "--no-gso") {
-      cfg.gso = false;
-      continue;
-    }
-    const std::string_view v = *t.value;
-    uint32_t n = 0;
-    if (k == "--mtu") {
-      if (!parse_u32(v, n) || n < 348) {
-        std::fprintf(stderr,
-                     "urxe link add: --mtu '%.*s' is not an Ethernet MTU urxe can use (a number >= 348: the "
-                     "smallest RoCE path MTU, 256, plus 92 bytes of headers)\n",
-                     static_cast<int>(v.size()), v.data());
-        return kExitUsage;
-      }
-      mtu = n;
-      cfg.mtu = n;
-    } else if (k == "--gids") {
-      if (!parse_u32(v, n) || n < 2 || n > 1024) {
-        std::fprintf(stderr, "urxe link add: --gids '%.*s': the GID table size must be a number 2..1024\n",
-                     static_cast<int>(v.size()), v.data());
-        return kExitUsage;
-      }
-      cfg.gid_tbl_len = n;
-    } else if (k == "--port") {
-      if (!dpdk::parse_port_kind(v, kind)) {
-        std::fprintf(stderr, "urxe link add: --port '%.*s': valid kinds are %s\n", static_cast<int>(v.size()),
-                     v.data(), dpdk::port_kind_list().c_str());
-        return kExitUsage;
-      }
-      cfg.port = std::string(v);
-    } else if (k == "--pcap-size" || k == "--pcap-files") {
-      if (!parse_u32(v, n)) {
-        std::fprintf(stderr, "urxe link add: %.*s '%.*s' must be a number (0 = no limit)\n",
-                     static_cast<int>(k.size()), k.data(), static_cast<int>(v.size()), v.data());
-        return kExitUsage;
-      }
-      (k == "--pcap-size" ? cfg.pcap_size_mb : cfg.pcap_files) = n;
-    } else if (k == "--pcap") {
-      // Stored absolute: applications open the device from any directory. Created now when missing.
-      std::error_code ec;
-      const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(v), ec);
-      if (v.empty() || ec ||
-          (!std::filesystem::is_directory(dir, ec) && !std::filesystem::create_directories(dir, ec))) {
-        std::fprintf(stderr, "urxe link add: --pcap '%.*s': cannot create the directory (%s)\n",
-                     static_cast<int>(v.size()), v.data(), ec ? ec.message().c_str() : "empty path");
-        return 1;
-      }
-      cfg.pcap = dir.lexically_normal().string();
-    } else if (k == "--dpdk") {
-      if (v.empty()) {
-        std::fputs(
-            "urxe link add: --dpdk needs EAL/vdev arguments (omit it for the default af_packet vdev)\n",
-            stderr);
-        return kExitUsage;
-      }
-      cfg.dpdk = std::string(v);
-    }
-  }
-  if (!cfg.dpdk.empty() && kind != dpdk::PortKind::automatic && kind != dpdk::PortKind::dpdk) {
+  req.cfg.name = name;
+  req.cfg.netdev = std::string(args[2]);
+  for (Token t; (t = opts.next());)
+    if (const int rc = apply_add_option(t, opts, req); rc != kProceed) return rc;
+  if (!req.cfg.dpdk.empty() && req.kind != dpdk::PortKind::automatic && req.kind != dpdk::PortKind::dpdk) {
     std::fprintf(stderr, "urxe link add: --dpdk is for the DPDK port; it cannot be combined with --port %s\n",
-                 std::string(dpdk::port_kind_name(kind)).c_str());
+                 std::string(dpdk::port_kind_name(req.kind)).c_str());
     return kExitUsage;
   }
+  return kProceed;
+}
 
-  const prov::Paths paths = prov::Paths::from_env();
+// Checks what the host must offer before anything is created: IFACE here, NAME free (after dropping the
+// devices whose interface has gone), the device directories writable, --mtu within IFACE's MTU.
+bool check_add_target(const prov::Paths& paths, const AddRequest& req) {
+  const std::string& name = req.cfg.name;
+  const std::string& ifname = req.cfg.netdev;
   hostnet::Interface iface;
   if (!hostnet::query_interface(ifname, iface, nullptr, false)) {
     print_error("add", "no interface '" + ifname +
                            "' in this network namespace (there are: " + hostnet::interface_names() +
                            "; 'ip link' lists them; in a container, use the container's interface, e.g. "
                            "eth0)");
-    return 1;
+    return false;
   }
   remove_vanished(paths);  // a device whose interface has gone no longer holds its name
   prov::DeviceInfo existing;
@@ -338,36 +358,33 @@ int add_main(Args args) {
     print_error("add", "device '" + name + "' already exists (on " + existing.config.netdev + ", in " +
                            paths.run_dir + "); remove it with 'urxe link del " + name +
                            "' or choose another NAME");
-    return 1;
+    return false;
   }
   if (const std::string why = check_device_dirs_writable(paths); !why.empty()) {
     print_error("add", why);
-    return 1;
+    return false;
   }
-  if (mtu && mtu > iface.mtu) {
-    print_error("add", "--mtu " + std::to_string(mtu) + " is larger than " + ifname + "'s MTU " +
+  if (req.mtu && req.mtu > iface.mtu) {
+    print_error("add", "--mtu " + std::to_string(req.mtu) + " is larger than " + ifname + "'s MTU " +
                            std::to_string(iface.mtu) + " (raise it first: ip link set " + ifname + " mtu " +
-                           std::to_string(mtu) + ")");
-    return 1;
+                           std::to_string(req.mtu) + ")");
+    return false;
   }
+  return true;
+}
 
-  std::string err;
-  if (prov::create_device(paths, cfg, err) != 0) {
-    print_error("add", err + permission_hint(err));
-    return 1;
-  }
-  std::printf("%s: uverbs%d on %s\n", cfg.name.c_str(), cfg.uverbs, cfg.netdev.c_str());
-  std::fflush(stdout);
-  warn_if_kernel_rdma("urxe link add");
-
+// Installs the nftables ingress drop on the new device's interface, or says why not. The device works
+// either way, so nothing here fails the command.
+void add_ingress_drop(const AddRequest& req) {
   // The ingress drop only matters for ports that put frames on the wire.
-  if (!filter || kind == dpdk::PortKind::loop || kind == dpdk::PortKind::null) return 0;
+  if (!req.filter || req.kind == dpdk::PortKind::loop || req.kind == dpdk::PortKind::null) return;
+  const std::string& ifname = req.cfg.netdev;
   if (!have_cap_net_admin()) {
     std::fprintf(stderr,
                  "urxe: note: no CAP_NET_ADMIN, so no nftables ingress drop of UDP/4791 on %s; urxe "
                  "processes hold UDP port 4791 themselves so the kernel sends no ICMP port unreachable\n",
                  ifname.c_str());
-    return 0;
+    return;
   }
   std::string why;
   if (hostnet::install_ingress_drop(ifname, &why)) {
@@ -380,6 +397,22 @@ int add_main(Args args) {
                  "themselves instead\n",
                  ifname.c_str(), why.c_str());
   }
+}
+
+int add_main(Args args) {
+  AddRequest req;
+  if (const int rc = parse_add_args(args, req); rc != kProceed) return rc;
+  const prov::Paths paths = prov::Paths::from_env();
+  if (!check_add_target(paths, req)) return 1;
+  std::string err;
+  if (prov::create_device(paths, req.cfg, err) != 0) {
+    print_error("add", err + permission_hint(err));
+    return 1;
+  }
+  std::printf("%s: uverbs%d on %s\n", req.cfg.name.c_str(), req.cfg.uverbs, req.cfg.netdev.c_str());
+  std::fflush(stdout);
+  warn_if_kernel_rdma("urxe link add");
+  add_ingress_drop(req);
   return 0;
 }
 
