@@ -150,68 +150,69 @@ bool write_pid(const std::string& path) {
   return ok;
 }
 
-}  // namespace
+// Returned by the steps of cm_main when the command goes on; anything else is its exit status.
+constexpr int kProceed = -1;
 
-int cm_main(Args args) {
-  const bool show_cmd = !args.empty() && args[0] == "show";
+struct CmOptions {
+  bool show = false;  // `urxe cm show`
   bool foreground = false;
-  uint32_t idle = 60;
-  if (show_cmd) {
+  uint32_t idle = 60;  // --idle-exit seconds
+};
+
+// Reads `show` or the service's options into o: kProceed, or the exit status of --help or a usage error.
+int parse_cm_args(Args args, CmOptions& o) {
+  o.show = !args.empty() && args[0] == "show";
+  if (o.show) {
     for (std::string_view a : args.subspan(1))
       if (is_help(a)) return print_help(kUsage);
     if (args.size() > 1) return usage_error("unknown argument '" + std::string(args[1]) + "'");
-  } else {
-    static constexpr Option kOptions[] = {{"foreground"}, {"idle-exit", Option::required}};
-    OptionParser opts(args, kOptions);
-    if (opts.help()) return print_help(kUsage);
-    for (Token t; (t = opts.next());) {
-      const std::string_view k = t.opt ? t.opt->name : std::string_view();
-      if (t.kind == Token::missing_value) return usage_error("--" + std::string(k) + " needs a value");
-      if (k == "foreground") {
-        foreground = true;
-      } else if (k == "idle-exit") {
-        const std::string_view v = *t.value;
-        auto r = std::from_chars(v.data(), v.data() + v.size(), idle);
-        if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
-          return usage_error("--idle-exit needs whole seconds (0 = never)");
-      } else if (t.kind == Token::operand) {
-        return usage_error("unknown argument '" + std::string(t.word) + "'");
-      } else {
-        return usage_error("unknown option '" + std::string(t.word) + "' (valid: " + opts.valid() + ")");
-      }
+    return kProceed;
+  }
+  static constexpr Option kOptions[] = {{"foreground"}, {"idle-exit", Option::required}};
+  OptionParser opts(args, kOptions);
+  if (opts.help()) return print_help(kUsage);
+  for (Token t; (t = opts.next());) {
+    const std::string_view k = t.opt ? t.opt->name : std::string_view();
+    if (t.kind == Token::missing_value) return usage_error("--" + std::string(k) + " needs a value");
+    if (k == "foreground") {
+      o.foreground = true;
+    } else if (k == "idle-exit") {
+      const std::string_view v = *t.value;
+      auto r = std::from_chars(v.data(), v.data() + v.size(), o.idle);
+      if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
+        return usage_error("--idle-exit needs whole seconds (0 = never)");
+    } else if (t.kind == Token::operand) {
+      return usage_error("unknown argument '" + std::string(t.word) + "'");
+    } else {
+      return usage_error("unknown option '" + std::string(t.word) + "' (valid: " + opts.valid() + ")");
     }
   }
+  return kProceed;
+}
 
-  const prov::Paths paths = prov::Paths::from_env();
-  const std::string netns = hostnet::current_netns().to_string();
-  if (netns.empty()) {
-    std::fprintf(stderr, "urxe cm: cannot tell this network namespace (is /proc mounted?)\n");
-    return 1;
-  }
-  const std::string dir = cm::cm_dir(paths.run_dir);
-  const std::string sock_path = cm::cm_socket_path(paths.run_dir, netns);
-  const std::string pid_path = cm::cm_pid_path(paths.run_dir, netns);
-  if (show_cmd) return show(sock_path);
-
-  // Applications of any user connect to the socket (and may start the service): a sticky world-writable
-  // directory, like /tmp.
+// Creates the service's directory. Applications of any user connect to the socket (and may start the
+// service): a sticky world-writable directory, like /tmp.
+bool make_cm_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   struct stat st;
   if (stat(dir.c_str(), &st) < 0) {
     std::fprintf(stderr, "urxe cm: %s: %s\n", dir.c_str(), ec ? ec.message().c_str() : std::strerror(errno));
-    return 1;
+    return false;
   }
   if ((st.st_mode & 07777) != 01777 && st.st_uid == geteuid()) chmod(dir.c_str(), 01777);
+  return true;
+}
 
-  const std::string lock_path = cm::cm_lock_path(paths.run_dir, netns);
-  const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (lock < 0) {
+// Takes the service's lock into *lock: kProceed, 0 when another service holds it, 1 on failure.
+int take_lock(const std::string& lock_path, const std::string& pid_path, int* lock) {
+  *lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (*lock < 0) {
     std::fprintf(stderr, "urxe cm: %s: %s\n", lock_path.c_str(), std::strerror(errno));
     return 1;
   }
-  fchmod(lock, 0666);  // so that any user's application can take it to start the service
-  if (flock(lock, LOCK_EX | LOCK_NB) < 0) {
+  fchmod(*lock, 0666);  // so that any user's application can take it to start the service
+  if (flock(*lock, LOCK_EX | LOCK_NB) < 0) {
     if (errno == EWOULDBLOCK) {
       std::printf("urxe cm: already running (pid %s)\n", read_pid(pid_path).c_str());
       return 0;
@@ -219,57 +220,58 @@ int cm_main(Args args) {
     std::fprintf(stderr, "urxe cm: flock %s: %s\n", lock_path.c_str(), std::strerror(errno));
     return 1;
   }
-  const int lfd = listen_socket(sock_path);
-  if (lfd < 0) return 1;
+  return kProceed;
+}
 
-  if (!foreground) {
-    // The parent returns once the child has written its pid file: the socket already listens, so a caller
-    // may connect as soon as `urxe cm` exits.
-    int ready[2];
-    if (pipe2(ready, O_CLOEXEC) < 0) {
-      std::perror("urxe cm: pipe");
-      return 1;
-    }
-    std::fflush(stdout);
-    const pid_t pid = fork();
-    if (pid < 0) {
-      std::perror("urxe cm: fork");
-      return 1;
-    }
-    if (pid > 0) {
-      close(ready[1]);
-      char c = 0;
-      const bool ok = read(ready[0], &c, 1) == 1;
-      if (!ok)
-        std::fprintf(stderr, "urxe cm: the service did not start (see %s/%s.log)\n", dir.c_str(),
-                     netns.c_str());
-      return ok ? 0 : 1;
-    }
-    close(ready[0]);
-    setsid();
-    const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    const std::string log_path = dir + "/" + netns + ".log";
-    const int logfd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (null >= 0) dup2(null, STDIN_FILENO);
-    if (null >= 0) dup2(null, STDOUT_FILENO);
-    dup2(logfd >= 0 ? logfd : null, STDERR_FILENO);
-    if (null > STDERR_FILENO) close(null);
-    if (logfd > STDERR_FILENO) close(logfd);
-    if (chdir("/") < 0) { /* the service needs no working directory */
-    }
-    if (!write_pid(pid_path)) {
-      std::fprintf(stderr, "urxe cm: %s: %s\n", pid_path.c_str(), std::strerror(errno));
-      _exit(1);
-    }
-    const char c = 1;
-    if (write(ready[1], &c, 1) != 1) { /* the parent is gone: run anyway */
-    }
-    close(ready[1]);
-  } else if (!write_pid(pid_path)) {
-    std::fprintf(stderr, "urxe cm: %s: %s\n", pid_path.c_str(), std::strerror(errno));
+// Detaches into a child that logs to dir/NETNS.log and writes the pid file: kProceed in the child, the
+// exit status in the parent or when the fork fails. The parent returns once the child has written its
+// pid file: the socket already listens, so a caller may connect as soon as `urxe cm` exits.
+int detach(const std::string& dir, const std::string& netns, const std::string& pid_path) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) < 0) {
+    std::perror("urxe cm: pipe");
     return 1;
   }
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("urxe cm: fork");
+    return 1;
+  }
+  if (pid > 0) {
+    close(ready[1]);
+    char c = 0;
+    const bool ok = read(ready[0], &c, 1) == 1;
+    if (!ok)
+      std::fprintf(stderr, "urxe cm: the service did not start (see %s/%s.log)\n", dir.c_str(),
+                   netns.c_str());
+    return ok ? 0 : 1;
+  }
+  close(ready[0]);
+  setsid();
+  const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  const std::string log_path = dir + "/" + netns + ".log";
+  const int logfd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (null >= 0) dup2(null, STDIN_FILENO);
+  if (null >= 0) dup2(null, STDOUT_FILENO);
+  dup2(logfd >= 0 ? logfd : null, STDERR_FILENO);
+  if (null > STDERR_FILENO) close(null);
+  if (logfd > STDERR_FILENO) close(logfd);
+  if (chdir("/") < 0) { /* the service needs no working directory */
+  }
+  if (!write_pid(pid_path)) {
+    std::fprintf(stderr, "urxe cm: %s: %s\n", pid_path.c_str(), std::strerror(errno));
+    _exit(1);
+  }
+  const char c = 1;
+  if (write(ready[1], &c, 1) != 1) { /* the parent is gone: run anyway */
+  }
+  close(ready[1]);
+  return kProceed;
+}
 
+// Runs the service loop on the listening socket until SIGTERM/SIGINT or the idle exit; its exit status.
+int serve(const prov::Paths& paths, const std::string& netns, int lfd, uint32_t idle) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -282,7 +284,41 @@ int cm_main(Args args) {
   cfg.listen_fd = lfd;
   cfg.idle_exit_s = idle;
   CmPlatformImpl platform(paths.run_dir);
-  const int rc = cm::run_cm_service(cfg, platform);
+  return cm::run_cm_service(cfg, platform);
+}
+
+}  // namespace
+
+int cm_main(Args args) {
+  CmOptions o;
+  if (const int rc = parse_cm_args(args, o); rc != kProceed) return rc;
+
+  const prov::Paths paths = prov::Paths::from_env();
+  const std::string netns = hostnet::current_netns().to_string();
+  if (netns.empty()) {
+    std::fprintf(stderr, "urxe cm: cannot tell this network namespace (is /proc mounted?)\n");
+    return 1;
+  }
+  const std::string dir = cm::cm_dir(paths.run_dir);
+  const std::string sock_path = cm::cm_socket_path(paths.run_dir, netns);
+  const std::string pid_path = cm::cm_pid_path(paths.run_dir, netns);
+  if (o.show) return show(sock_path);
+
+  if (!make_cm_dir(dir)) return 1;
+  int lock = -1;
+  if (const int rc = take_lock(cm::cm_lock_path(paths.run_dir, netns), pid_path, &lock); rc != kProceed)
+    return rc;
+  const int lfd = listen_socket(sock_path);
+  if (lfd < 0) return 1;
+
+  if (!o.foreground) {
+    if (const int rc = detach(dir, netns, pid_path); rc != kProceed) return rc;
+  } else if (!write_pid(pid_path)) {
+    std::fprintf(stderr, "urxe cm: %s: %s\n", pid_path.c_str(), std::strerror(errno));
+    return 1;
+  }
+
+  const int rc = serve(paths, netns, lfd, o.idle);
   // Still under the lock: nobody else can have replaced them.
   unlink(sock_path.c_str());
   unlink(pid_path.c_str());
