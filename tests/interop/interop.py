@@ -48,29 +48,27 @@ from interop_urxe import UrxeProc, cmd_urxe_side, urxe_available
 # one case
 
 
-def wait_urxe_listen(proc, port, timeout=30):
+def wait_until(ready, timeout, proc=None, step=0.2):
+    """Polls ready() until it holds (True) or timeout seconds pass, or proc (a UrxeProc) ends (False)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if proc.proc.poll() is not None:
+        if proc is not None and proc.proc.poll() is not None:
             return False
-        r = sh(["ip", "netns", "exec", URXE_NS, "ss", "-ltnH", f"sport = :{port}"], timeout=10)
-        if r.stdout.strip():
+        if ready():
             return True
-        time.sleep(0.2)
+        time.sleep(step)
     return False
+
+
+def wait_urxe_listen(proc, port, timeout=30):
+    return wait_until(lambda: sh(["ip", "netns", "exec", URXE_NS, "ss", "-ltnH", f"sport = :{port}"],
+                                 timeout=10).stdout.strip(), timeout, proc)
 
 
 def wait_urxe_cm_listen(proc, timeout=30):
     """A librdmacm server has no TCP port to wait for: it is ready once `urxe cm show` (the CM service of
     its run directory and namespace) lists an id in state LISTEN."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.proc.poll() is not None:
-            return False
-        if re.search(r"state LISTEN", urxe_cm_show(proc).stdout):
-            return True
-        time.sleep(0.2)
-    return False
+    return wait_until(lambda: re.search(r"state LISTEN", urxe_cm_show(proc).stdout), timeout, proc)
 
 
 def urxe_cm_show(proc):
@@ -78,16 +76,16 @@ def urxe_cm_show(proc):
               env=dict(os.environ, URXE_RUN_DIR=proc.run_dir))
 
 
+def cm_ids(proc):
+    """How many ids the CM service of proc's run directory holds (`urxe cm show`), or None."""
+    m = re.search(r"^ids: (\d+)$", urxe_cm_show(proc).stdout, re.M)
+    return int(m.group(1)) if m else None
+
+
 def wait_urxe_cm_only_listening(proc, timeout=10):
     """A persistent server's last connection is over (its DREQ/DREP exchanged) once its CM service holds no
     id but the listener."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        m = re.search(r"^ids: (\d+)$", urxe_cm_show(proc).stdout, re.M)
-        if m and int(m.group(1)) <= 1:
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_until(lambda: (n := cm_ids(proc)) is not None and n <= 1, timeout, step=0.1)
 
 
 def wait_rxe_cm_only_listening():
@@ -110,12 +108,7 @@ def stop_urxe_cm(proc):
     answering on QP1 of uxv0 for a run directory that the next case no longer uses): by the PID in its pid
     file, after checking that PID is a `urxe cm`. First it may finish what the app left it: a disconnect whose
     DREQ or DREP was lost is retransmitted (after ~4.1 s) by the service, not by the app, which has ended."""
-    end = time.monotonic() + 15
-    while time.monotonic() < end:
-        r = urxe_cm_show(proc)
-        if r.returncode != 0 or re.search(r"^ids: 0$", r.stdout, re.M):
-            break
-        time.sleep(0.2)
+    wait_until(lambda: (r := urxe_cm_show(proc)).returncode != 0 or re.search(r"^ids: 0$", r.stdout, re.M), 15)
     cm_dir = os.path.join(proc.run_dir, "cm")
     for f in os.listdir(cm_dir) if os.path.isdir(cm_dir) else []:
         if not f.endswith(".pid"):
