@@ -1,5 +1,7 @@
 // ib_cm: the CM MADs on QP1, their timers, retries and duplicate rules, as the kernel's cm.c
 // (cm/internal.h).
+#include <cstdio>
+
 #include "cm/internal.h"
 
 namespace urxe::cm::detail {
@@ -203,6 +205,16 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   const uint16_t port = wire::ip_cm_port(req.service_id);
   Id* lis = find_listener(m.device, ps, port, iph);
   if (!lis) {
+    // Which of two causes: no id listens on the port at all (the app is not listening yet), or ids do and
+    // none matched the REQ's device and address (which a listener bug would give too).
+    size_t on_port = 0;
+    for (const auto& [h, id] : ids_)
+      on_port += id.state == State::listen && id.ps == ps && id.src.port == port;
+    char line[160];
+    std::snprintf(
+        line, sizeof line, "REQ for port space 0x%04x port %u refused (REJ 8): %s", ps, port,
+        on_port ? "ids listen on the port, none for its device and address" : "no id listens on the port");
+    host_.note(line);
     refuse(wire::CmRejReason::invalid_service_id);
     return;
   }

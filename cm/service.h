@@ -76,6 +76,8 @@ class CmHost {
   // Randomness for channel tokens, comm IDs, PSNs and ephemeral ports (unpredictable by default; a test
   // host may make it a known sequence).
   virtual uint64_t random_u64();
+  // A line for the service's log: a rare event an operator (or a test) may need to tell apart.
+  virtual void note(const std::string& /*line*/) {}
 };
 
 // Who is on the other end of a channel (SO_PEERCRED): a process may only migrate ids between channels of

@@ -39,6 +39,21 @@ inline std::string port_kind_list() {
   return s;
 }
 
+// Whether a help text names every kind (as a word: "auto", not "automatic"): help texts that list the kinds
+// static_assert it, so a new kind cannot go undocumented.
+constexpr bool names_every_port_kind(std::string_view text) {
+  const auto word_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; };
+  for (const auto& [name, k] : kPortKinds) {
+    bool found = false;
+    for (size_t at = text.find(name); at != std::string_view::npos && !found; at = text.find(name, at + 1)) {
+      const size_t end = at + name.size();
+      found = (at == 0 || !word_char(text[at - 1])) && (end == text.size() || !word_char(text[end]));
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
 // Whether `text` names `kind` (an unknown name is no kind).
 constexpr bool port_kind_is(std::string_view text, PortKind kind) {
   PortKind k{};

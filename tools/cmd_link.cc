@@ -96,6 +96,8 @@ constexpr char kAddUsage[] =
     "\n"
     "exit status: 0 created, 1 failed, 2 usage error\n";
 
+static_assert(dpdk::names_every_port_kind(kAddUsage), "kAddUsage: --port must name every dpdk::PortKind");
+
 constexpr char kDelUsage[] =
     "usage: urxe link del NAME\n"
     "Remove the device NAME: its tree under $URXE_RUN_DIR and /dev/infiniband/uverbsN. Processes that have "

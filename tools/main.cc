@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dpdk/port_kind.h"
 #include "tools/command.h"
 
 #ifndef URXE_VERSION
@@ -47,6 +48,8 @@ constexpr char kEpilog[] =
     "ignores SYSFS_PATH; 'urxe link add', 'urxe env' and 'urxe run' warn about it. Installed: the provider\n"
     "in <prefix>/lib/<multiarch>/libibverbs, found by urxe next to itself; docs in <prefix>/share/doc/urxe.\n"
     "'urxe --version' prints the version.\n";
+static_assert(urxe::dpdk::names_every_port_kind(kEpilog),
+              "kEpilog: URXE_PORT must name every dpdk::PortKind");
 
 }  // namespace
 

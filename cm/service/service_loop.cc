@@ -31,6 +31,7 @@ class ServiceLoop final : public CmHost, public hostnet::MonitorSink {
 
   // CmHost
   uint64_t now_ns() override { return monotonic_ns(); }
+  void note(const std::string& line) override { service_log("%s", line.c_str()); }
   void event_queued(ChannelId ch) override { clients_->event_queued(ch); }
   void events_dequeued(ChannelId ch, uint32_t n) override { clients_->events_dequeued(ch, n); }
   void send_mad(const MadOut& m) override { devices_->send_mad(m); }

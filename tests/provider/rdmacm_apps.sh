@@ -102,6 +102,7 @@ for pair in "$@"; do
       i=$((i + 1))
     done
     reqs0=$(requests_received)
+    log0=$(cat "$tmp"/run_a/cm/*.log 2>/dev/null | wc -l)
     # shellcheck disable=SC2086
     netns_urxe_side_in "$crun" $cns $cif "$tmp/client" "$urxe" "$so" "" $cpriv $cli_cmd
     crc=$?
@@ -127,7 +128,9 @@ for pair in "$@"; do
     fi
     [ $src -eq 0 ] && [ $crc -eq 0 ] && ok=1 || ok=0
     why=""
-    [ "$ok" = 1 ] || why=$(known_app_race "$tmp/server" "$tmp/client")
+    # The server side's CM service log lines of this try (which tell a REJ 8's cause).
+    cat "$tmp"/run_a/cm/*.log 2>/dev/null | tail -n +$((log0 + 1)) >"$tmp/cm_try.log"
+    [ "$ok" = 1 ] || why=$(known_app_race "$tmp/server" "$tmp/client" "$tmp/cm_try.log")
     [ -z "$why" ] || [ $try = 5 ] && break
     echo "RETRY: $srv_cmd | $cli_cmd: $why"
   done
