@@ -99,6 +99,11 @@ struct verbs_mr {
   int access;
 };
 
+struct verbs_dm {
+  struct ibv_dm dm;
+  uint32_t handle;
+};
+
 struct verbs_xrcd {
   struct ibv_xrcd xrcd;
   uint32_t comp_mask;
@@ -309,6 +314,7 @@ URXE_ABI_ASSERT(offsetof(struct verbs_context_ops, unimport_pd) == 75 * 8, "ops.
 URXE_ABI_ASSERT(sizeof(struct ibv_mr) == 48, "ibv_mr");
 URXE_ABI_ASSERT(offsetof(struct verbs_mr, mr_type) == 48, "verbs_mr.mr_type");
 URXE_ABI_ASSERT(offsetof(struct verbs_mr, access) == 52, "verbs_mr.access");
+URXE_ABI_ASSERT(sizeof(struct verbs_dm) == 40, "verbs_dm: ibv_dm (32) + handle");
 URXE_ABI_ASSERT(sizeof(struct ibv_qp_ex) == 0x160, "ibv_qp_ex");
 URXE_ABI_ASSERT(offsetof(struct ibv_qp_ex, qp_base) == 0, "ibv_qp_ex.qp_base");
 URXE_ABI_ASSERT(offsetof(struct verbs_qp, comp_mask) == 0x160, "verbs_qp.comp_mask");

@@ -514,7 +514,7 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
     a.orig_attr.max_pkeys = 1;
     a.orig_attr.local_ca_ack_delay = 15;
     a.orig_attr.phys_port_cnt = 1;
-    a.max_dm_size = 0;
+    a.max_dm_size = kDeviceMemoryBytes;
     a.phys_port_cnt_ex = 1;
     std::memcpy(attr, &a, std::min(attr_size, sizeof a));
     return 0;

@@ -129,9 +129,23 @@ struct UrxePd {
   uint32_t handle;
 };
 
+struct UrxeDm;
+
 struct UrxeMr {
   verbs_mr vmr;
+  UrxeDm* dm;  // ibv_reg_dm_mr: the device memory it is over (its MR count), else null
 };
+
+// Device memory (device_memory.cc): the provider's own pages, reached by the copy calls and by MRs.
+struct UrxeDm {
+  verbs_dm vdm;  // first: libibverbs casts
+  uint8_t* base;
+  size_t length;              // as allocated
+  size_t mapped;              // pages mapped at base
+  std::atomic<uint32_t> mrs;  // MRs over it (ibv_free_dm: EBUSY)
+};
+// Device memory a context may hold in all (device_attr_ex.max_dm_size): a NIC's memory is finite.
+constexpr size_t kDeviceMemoryBytes = 256 * 1024;
 
 struct UrxeChannel {
   ibv_comp_channel channel;  // first: handed to the app
@@ -227,6 +241,8 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   // The port follows the interface (up and carrier), as rxe's: IBV_EVENT_PORT_ERR / _ACTIVE, and sysfs's
   // link_downed (counted from the kernel's carrier_down_count, provider/stats.h) mirrored at once.
   void gid_update();  // progress.cc
+
+  std::atomic<size_t> dm_bytes{0};  // device memory allocated (device_memory.cc)
 
   // Progress-thread statistics, printed at close with URXE_DEBUG=1.
   uint64_t n_sleeps = 0, n_wake_doorbell = 0, n_wake_port = 0, n_rounds = 0, n_naps = 0;
@@ -329,6 +345,9 @@ int urxe_dealloc_pd(ibv_pd* ibpd);
 ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access);
 int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t length, int access);
 int urxe_dereg_mr(verbs_mr* vmr);
+ibv_dm* urxe_alloc_dm(ibv_context* ibctx, ibv_alloc_dm_attr* attr);
+int urxe_free_dm(ibv_dm* ibdm);
+ibv_mr* urxe_reg_dm_mr(ibv_pd* ibpd, ibv_dm* ibdm, uint64_t dm_offset, size_t length, unsigned int access);
 ibv_ah* urxe_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr);
 int urxe_destroy_ah(ibv_ah* ibah);
 ibv_srq* urxe_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr);

@@ -13,6 +13,7 @@ namespace {
 
 verbs_context_ops make_ctx_ops() {
   verbs_context_ops o{};
+  o.alloc_dm = urxe_alloc_dm;
   o.alloc_pd = urxe_alloc_pd;
   o.async_event = urxe_async_event;
   o.cq_event = urxe_cq_event;
@@ -29,6 +30,7 @@ verbs_context_ops make_ctx_ops() {
   o.destroy_qp = urxe_destroy_qp;
   o.destroy_srq = urxe_destroy_srq;
   o.free_context = urxe_free_context;
+  o.free_dm = urxe_free_dm;
   o.modify_qp = urxe_modify_qp;
   o.modify_srq = urxe_modify_srq;
   o.poll_cq = urxe_poll_cq;
@@ -39,6 +41,7 @@ verbs_context_ops make_ctx_ops() {
   o.query_port = urxe_query_port;
   o.query_qp = urxe_query_qp;
   o.query_srq = urxe_query_srq;
+  o.reg_dm_mr = urxe_reg_dm_mr;
   o.reg_mr = urxe_reg_mr;
   o.req_notify_cq = urxe_req_notify_cq;
   o.rereg_mr = urxe_rereg_mr;

@@ -110,7 +110,9 @@ int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t len
 int urxe_dereg_mr(verbs_mr* vmr) {
   return guarded(EIO, [&] {
     if (int rc = state_of(vmr->ibv_mr.context).engine->dereg_mr(vmr->ibv_mr.lkey)) return rc;
-    zfree(reinterpret_cast<UrxeMr*>(vmr));
+    auto* mr = reinterpret_cast<UrxeMr*>(vmr);
+    if (mr->dm) mr->dm->mrs.fetch_sub(1);
+    zfree(mr);
     return 0;
   });
 }
