@@ -151,6 +151,10 @@ int Engine::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint
 int Engine::dereg_mr(uint32_t lkey) {
   LOCKED(dereg_mr(lkey));
 }
+
+int Engine::advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge) {
+  LOCKED(advise_mr(pd, advice, flags, sges, num_sge));
+}
 int Engine::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual) {
   LOCKED(create_cq(cqe, cq, actual));
 }

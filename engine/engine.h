@@ -43,14 +43,29 @@ struct DeviceAttr {
   uint32_t max_msg_sz = 0x80000000u;  // 2^31, as rxe
 };
 
+// On-demand paging (ACCESS_ON_DEMAND MRs): the engine asks before it touches such an MR's memory. Faults
+// the pages of [addr, addr + len) in, for writing when `write`; false when they are not mapped so (the
+// access then fails as a NIC's does: a remote access NAK, an error completion, never a fault). Null: no ODP,
+// ON_DEMAND registrations fail with EOPNOTSUPP. The provider's reaches the kernel (madvise); tests fake it.
+using OdpFaultIn = bool (*)(uintptr_t addr, uint64_t len, bool write);
+
+// ibv_advise_mr's advice (enum ibv_advise_mr_advice) and flags.
+enum AdviseMr : uint32_t {
+  ADVISE_MR_PREFETCH = 0,
+  ADVISE_MR_PREFETCH_WRITE = 1,
+  ADVISE_MR_PREFETCH_NO_FAULT = 2,
+  ADVISE_MR_FLAG_FLUSH = 1u << 0,
+};
+
 struct EngineConfig {
   DeviceAttr device;
+  OdpFaultIn odp_fault_in = nullptr;
   uint32_t qpn_base = 0x11;  // first QPN (rxe's first is 0x11); give processes disjoint ranges
   // QPNs are handed out cyclically from qpn_base + qpn_start (mod max_qp), as rxe's pool does, so a QPN comes
   // back only after the whole range: a peer's CM may still hold a recently closed QPN and rejects a new
   // connection that reuses it (REJ "stale connection"). The provider starts each process at random.
   uint32_t qpn_start = 0;
-  uint32_t ack_every_n = 16;        // responder ACKs at least every N packets of a long message (≥ 1)
+  uint32_t ack_every_n = 16;  // responder ACKs at least every N packets of a long message (≥ 1)
   // An application's round (try_progress with Round::app) whose only frames are ACKs and that completed
   // work keeps those ACKs back until the app answers (a later round that makes another frame sends them
   // after it), while that completion is unread, kAckHoldNs at most: the app's answer (the SEND it posts on
@@ -313,6 +328,11 @@ class Engine {
   // LOCAL_WRITE → EINVAL (IBTA).
   int reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out);
   int dereg_mr(uint32_t lkey);
+  // ibv_advise_mr over ON_DEMAND MRs of `pd`: PREFETCH(_WRITE) faults the SGEs' pages in (for writing),
+  // PREFETCH_NO_FAULT only checks them. Errors as ibv_advise_mr(3): EINVAL (flags, no SGE), EOPNOTSUPP
+  // (advice), EFAULT (a key that is not an ON_DEMAND MR of pd, a range outside it or not mapped), EPERM
+  // (PREFETCH_WRITE on an MR without local write). Synchronous either way (an async prefetch may be).
+  int advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge);
   // ibv_rereg_mr, in place: flags REREG_MR_CHANGE_TRANSLATION (addr/length; iova = addr, 0 with
   // ACCESS_ZERO_BASED), _CHANGE_PD, _CHANGE_ACCESS (checked as in reg_mr). lkey and rkey stay the same, as in
   // kernel rxe. Atomic for traffic: MRs are resolved per packet under the engine lock, so once it returns no

@@ -89,7 +89,7 @@ struct Mr {
   uint8_t key = 0;
 };
 
-enum class MrError : uint8_t { ok, bad_key, bad_pd, bad_access, bad_bounds, invalidated };
+enum class MrError : uint8_t { ok, bad_key, bad_pd, bad_access, bad_bounds, invalidated, not_mapped };
 
 struct Cq {
   uint32_t handle = 0;
@@ -196,8 +196,8 @@ struct Qp {
   std::atomic<QpState> state{QPS_RESET};
   QpAttr attr;  // last values set by modify_qp
   QpCap cap;
-  uint32_t mtu = 1024;   // effective path MTU in bytes
-  wire::FrameSpec spec;  // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
+  uint32_t mtu = 1024;        // effective path MTU in bytes
+  wire::FrameSpec spec;       // RC/UC: headers toward the peer (from the AV); BTH fields set per packet
   wire::HeaderPrefix prefix;  // spec's headers up to UDP, built once (wire::make_prefix) with spec
   // this QP's share of the counters; engine lock
   std::array<uint64_t, static_cast<size_t>(Counter::num_counters)> counters{};
@@ -226,11 +226,11 @@ struct Qp {
   // lock (progress thread or a control verb), so one role may still move another's state through that
   // role's functions (the completer rewinds the requester with go_back).
   struct Requester {
-    uint32_t idx = 0;         // next WQE to (re)send
-    uint64_t offset = 0;      // bytes of it already sent
-    uint32_t next_psn = 0;    // PSN of the next packet to send
-    uint32_t sent_end = 0;    // one past the highest PSN ever sent
-    uint32_t noack_pkts = 0;  // request packets sent since the last one with AckReq
+    uint32_t idx = 0;          // next WQE to (re)send
+    uint64_t offset = 0;       // bytes of it already sent
+    uint32_t next_psn = 0;     // PSN of the next packet to send
+    uint32_t sent_end = 0;     // one past the highest PSN ever sent
+    uint32_t noack_pkts = 0;   // request packets sent since the last one with AckReq
     uint32_t batch_bytes = 0;  // Port::tx_batch_bytes_to for the message being sent (0: no batch frames)
   } req;
 
@@ -303,8 +303,8 @@ struct EngineImpl {
   Port& port;
   Clock& clock;
   EngineConfig config;
-  const bool port_icrc_offload;  // Port::tx_icrc_offload: frames leave without their ICRC
-  const bool port_gather;        // Port::tx_gather (and the ICRC offload it needs): payloads by reference
+  const bool port_icrc_offload;     // Port::tx_icrc_offload: frames leave without their ICRC
+  const bool port_gather;           // Port::tx_gather (and the ICRC offload it needs): payloads by reference
   const uint32_t port_batch_bytes;  // Port::tx_batch_bytes (with port_gather), else 0: no batch frames
   EventSink* sink = nullptr;
   mutable std::mutex mu;  // control verbs and progress()
@@ -406,10 +406,10 @@ struct EngineImpl {
   // WRITE messages placed without a completion (an app may poll that memory); written under the engine
   // lock, read without it (Engine::writes_placed)
   alignas(8) uint64_t writes_placed = 0;
-  bool held_for_write = false;   // the held ACKs wait for the answer to a WRITE, not to a completion
-  uint32_t write_hold_skip = 0;  // rounds placing WRITEs still to go unheld since a hold went unanswered
+  bool held_for_write = false;    // the held ACKs wait for the answer to a WRITE, not to a completion
+  uint32_t write_hold_skip = 0;   // rounds placing WRITEs still to go unheld since a hold went unanswered
   uint32_t write_hold_fails = 0;  // WRITE holds unanswered in a row: the skip is 1, 2, 4 ... rounds
-  static constexpr uint32_t kWriteHoldBackoff = 64;  // the longest skip
+  static constexpr uint32_t kWriteHoldBackoff = 64;                                  // the longest skip
   static constexpr uint32_t kWriteHoldMaxFails = std::bit_width(kWriteHoldBackoff);  // 1 << (7 - 1) = 64
   // The CQs written since the held ACKs were taken (or since this round began), with their producer index
   // after the last one: while the app has not read one of those completions, it has not answered yet.
@@ -451,6 +451,7 @@ struct EngineImpl {
   Pd* pd_get(uint32_t pd);
   int reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out);
   int dereg_mr(uint32_t lkey);
+  int advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge);
   // The memory at [va, va+len) of the MR named by `key` if it belongs to `pd` and allows `access`.
   uint8_t* mr_resolve(uint32_t key, uint32_t pd, uint32_t access, uint64_t va, uint64_t len, MrError& err);
   int invalidate_key(uint32_t key, uint32_t pd);  // 0 or EINVAL
@@ -500,7 +501,7 @@ struct EngineImpl {
   void arm_probe(Qp& qp);  // (re)arms the tail loss probe after a new packet or an acknowledgement
 
   // completer.cc
-  bool completer_run(Qp& qp);  // in-order completions + timers
+  bool completer_run(Qp& qp);             // in-order completions + timers
   void restart_retransmit_timer(Qp& qp);  // from now, with the backoff and jitter of the retries spent
   void completer_rx(Qp& qp, const wire::Packet& pkt);
   // The completion a finished send WQE reports; false when it is unsignaled and successful.

@@ -30,16 +30,22 @@ int EngineImpl::dealloc_pd(uint32_t pd) {
 
 namespace {
 
-int check_mr_access(uint32_t access) {
+int check_mr_access(uint32_t access, bool odp) {
   const uint32_t known = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ |
                          ACCESS_REMOTE_ATOMIC | ACCESS_MW_BIND | ACCESS_ZERO_BASED | ACCESS_ON_DEMAND |
                          ACCESS_HUGETLB | kAccessOptionalRange;
   if (access & ~known) return EINVAL;
-  if (access & (ACCESS_ON_DEMAND | ACCESS_MW_BIND)) return EOPNOTSUPP;
+  if (access & ACCESS_MW_BIND) return EOPNOTSUPP;
+  if ((access & ACCESS_ON_DEMAND) && !odp) return EOPNOTSUPP;
   // IBTA 10.6.3.1 / rdma-core: remote write or atomic access requires local write.
   if ((access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC)) && !(access & ACCESS_LOCAL_WRITE))
     return EINVAL;
   return 0;
+}
+
+// An implicit ODP MR (ibv_reg_mr(pd, NULL, SIZE_MAX, ON_DEMAND)): the whole address space, iova 0.
+bool implicit_odp(const void* addr, uint64_t length, uint32_t access) {
+  return (access & ACCESS_ON_DEMAND) && !addr && length == UINT64_MAX;
 }
 
 int check_mr_range(const void* addr, uint64_t length, uint64_t iova, uint64_t max_mr_size) {
@@ -55,9 +61,13 @@ int EngineImpl::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, 
                        MrInfo& out) {
   Pd* p = pd_get(pd);
   if (!p) return EINVAL;
-  if (int rc = check_mr_access(access)) return rc;
+  if (int rc = check_mr_access(access, config.odp_fault_in != nullptr)) return rc;
   if (access & ACCESS_ZERO_BASED) iova = 0;
-  if (int rc = check_mr_range(addr, length, iova, config.device.max_mr_size)) return rc;
+  if (implicit_odp(addr, length, access)) {
+    if (iova != 0 || (access & ACCESS_ZERO_BASED)) return EINVAL;  // an implicit MR's iova is the address
+  } else if (int rc = check_mr_range(addr, length, iova, config.device.max_mr_size)) {
+    return rc;
+  }
   for (uint32_t i = 1; i < mrs.size() && i < (1u << 24); i++) {
     Mr& m = mrs[i];
     if (m.used) continue;
@@ -99,8 +109,9 @@ int Engine::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, uin
   }
   uint32_t new_access = m.access;
   if (flags & REREG_MR_CHANGE_ACCESS) {
-    if (int rc = check_mr_access(access)) return rc;
+    if (int rc = check_mr_access(access, e.config.odp_fault_in != nullptr)) return rc;
     new_access = access & ~kAccessOptionalRange;
+    if ((new_access ^ m.access) & ACCESS_ON_DEMAND) return EINVAL;  // paging is part of the registration
   }
   uint8_t* new_addr = m.addr;
   uint64_t new_length = m.length, new_iova = m.iova;
@@ -150,8 +161,46 @@ uint8_t* EngineImpl::mr_resolve(uint32_t key, uint32_t pd, uint32_t access, uint
     err = MrError::bad_bounds;
     return nullptr;
   }
+  // ODP: the pages may not be there (an implicit MR spans the whole address space): fault them in first,
+  // for writing when the access writes. In integers: an implicit MR's base is address 0.
+  if (m.access & ACCESS_ON_DEMAND) [[unlikely]] {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(m.addr) + (va - m.iova);
+    constexpr uint32_t kWrites = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+    if (len && !config.odp_fault_in(at, len, (access & kWrites) != 0)) {
+      err = MrError::not_mapped;
+      return nullptr;
+    }
+    err = MrError::ok;
+    return reinterpret_cast<uint8_t*>(at);
+  }
   err = MrError::ok;
   return m.addr + (va - m.iova);
+}
+
+int EngineImpl::advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge) {
+  if ((flags & ~uint32_t{ADVISE_MR_FLAG_FLUSH}) || !sges || num_sge == 0) return EINVAL;
+  if (advice != ADVISE_MR_PREFETCH && advice != ADVISE_MR_PREFETCH_WRITE &&
+      advice != ADVISE_MR_PREFETCH_NO_FAULT)
+    return EOPNOTSUPP;
+  for (uint32_t k = 0; k < num_sge; k++) {
+    const Sge& s = sges[k];
+    const uint32_t i = s.lkey >> 8;
+    if (i == 0 || i >= mrs.size() || !mrs[i].used || mrs[i].key != (s.lkey & 0xff) || mrs[i].pd != pd ||
+        !(mrs[i].access & ACCESS_ON_DEMAND))
+      return EFAULT;
+    if (advice == ADVISE_MR_PREFETCH_WRITE && !(mrs[i].access & ACCESS_LOCAL_WRITE)) return EPERM;
+    // Faulting in is what mr_resolve does; PREFETCH_NO_FAULT maps only what is there, which needs nothing
+    // here (the pages stay the process's own), so it checks the range alone.
+    const uint32_t need = advice == ADVISE_MR_PREFETCH_WRITE ? uint32_t{ACCESS_LOCAL_WRITE} : 0u;
+    const Mr& m = mrs[i];
+    if (advice == ADVISE_MR_PREFETCH_NO_FAULT) {
+      if (s.addr < m.iova || s.length > m.length || s.addr - m.iova > m.length - s.length) return EFAULT;
+      continue;
+    }
+    MrError err;
+    if (!mr_resolve(s.lkey, pd, need, s.addr, s.length, err)) return EFAULT;
+  }
+  return 0;
 }
 
 int EngineImpl::invalidate_key(uint32_t key, uint32_t pd) {

@@ -150,7 +150,7 @@ enum AccessFlags : uint32_t {
   ACCESS_REMOTE_ATOMIC = 1u << 3,
   ACCESS_MW_BIND = 1u << 4,
   ACCESS_ZERO_BASED = 1u << 5,
-  ACCESS_ON_DEMAND = 1u << 6,  // refused: EOPNOTSUPP
+  ACCESS_ON_DEMAND = 1u << 6,  // EOPNOTSUPP without EngineConfig::odp_fault_in
   ACCESS_HUGETLB = 1u << 7,
   ACCESS_RELAXED_ORDERING = 1u << 20,  // IBV_ACCESS_OPTIONAL_FIRST: optional, ignored
 };

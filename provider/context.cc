@@ -24,6 +24,7 @@
 #include "hostnet/interface.h"
 #include "provider/internal.h"
 #include "provider/ports.h"
+#include "provider/user_memory.h"
 #include "wire/crc32_fold.h"
 
 namespace urxe::provider {
@@ -348,6 +349,7 @@ en::EngineConfig configure_engine(const UrxeDevice* dev, ContextState* st) {
   ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());
   // DCQCN's parameters as the device's cc_params/ files say; a QP's line rate is the link's speed
   read_cc_params(dev->ibdev_path, ecfg.dcqcn);
+  if (urxe::provider::odp_available()) ecfg.odp_fault_in = urxe::provider::odp_fault_in;
   if (!ecfg.dcqcn.rp_max_rate) ecfg.dcqcn.rp_max_rate = urxe::hostnet::link_speed_mbps(st->config.netdev);
   st->port->set_rx_qpn_range(ecfg.qpn_base, ecfg.qpn_base + ecfg.device.max_qp);
   const char* names[static_cast<size_t>(en::Counter::num_counters)];
@@ -515,6 +517,15 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
     a.orig_attr.local_ca_ack_delay = 15;
     a.orig_attr.phys_port_cnt = 1;
     a.max_dm_size = kDeviceMemoryBytes;
+    if (urxe::provider::odp_available()) {
+      // ODP everywhere the engine touches an MR's memory (engine::OdpFaultIn), implicit MRs included.
+      a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+      constexpr uint32_t kRecv = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+      a.odp_caps.per_transport_caps.rc_odp_caps =
+          kRecv | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+      a.odp_caps.per_transport_caps.uc_odp_caps = kRecv | IBV_ODP_SUPPORT_WRITE;
+      a.odp_caps.per_transport_caps.ud_odp_caps = kRecv;
+    }
     a.phys_port_cnt_ex = 1;
     std::memcpy(attr, &a, std::min(attr_size, sizeof a));
     return 0;

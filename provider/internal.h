@@ -345,6 +345,8 @@ int urxe_dealloc_pd(ibv_pd* ibpd);
 ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access);
 int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t length, int access);
 int urxe_dereg_mr(verbs_mr* vmr);
+int urxe_advise_mr(ibv_pd* ibpd, enum ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                   uint32_t num_sge);
 ibv_dm* urxe_alloc_dm(ibv_context* ibctx, ibv_alloc_dm_attr* attr);
 int urxe_free_dm(ibv_dm* ibdm);
 ibv_mr* urxe_reg_dm_mr(ibv_pd* ibpd, ibv_dm* ibdm, uint64_t dm_offset, size_t length, unsigned int access);

@@ -60,8 +60,8 @@ void request_short_slice(int nice) {
 // needs CAP_SYS_NICE or an RLIMIT_NICE that allows it, else the thread stays at the app's). A thread that
 // outranks its app preempts it at once when it wakes, as the kernel's softirq preempts an app for kernel
 // rxe; on one CPU, where only it can place a WRITE for an app that spins on memory, -10 was tried as the
-// default and not kept (docs/performance.md, "The progress thread": it cost a CQ-polling app's tail more than it gained).
-// Returns the nice it runs at.
+// default and not kept (docs/performance.md, "The progress thread": it cost a CQ-polling app's tail more than
+// it gained). Returns the nice it runs at.
 int set_progress_nice() {
   int offset = 0;
   if (const char* e = std::getenv("URXE_PROGRESS_NICE"); e && *e) offset = std::atoi(e);

@@ -13,6 +13,7 @@ namespace {
 
 verbs_context_ops make_ctx_ops() {
   verbs_context_ops o{};
+  o.advise_mr = urxe_advise_mr;
   o.alloc_dm = urxe_alloc_dm;
   o.alloc_pd = urxe_alloc_pd;
   o.async_event = urxe_async_event;

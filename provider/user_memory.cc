@@ -1,6 +1,7 @@
 #include "provider/user_memory.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,6 +77,36 @@ int check_user_range(const void* addr, size_t length, bool write) {
   }
   std::free(buf);
   return rc;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14 (uapi asm-generic/mman-common.h)
+#define MADV_POPULATE_WRITE 23
+#endif
+
+bool odp_fault_in(uintptr_t addr, uint64_t len, bool write) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t start = addr & ~(page - 1);
+  if (len > UINTPTR_MAX - addr || addr + len > UINTPTR_MAX - page) return false;
+  const uintptr_t end = (addr + len + page - 1) & ~(page - 1);
+  // EINTR/EAGAIN (a signal, a page under migration) are worth a few more tries; EFAULT (a fault would have
+  // raised SIGSEGV or SIGBUS: not writable, beyond a file's end) and ENOMEM (not mapped) are the answer.
+  for (int tries = 0; tries < 8; tries++) {
+    if (::madvise(reinterpret_cast<void*>(start), end - start,
+                  write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+      return true;
+    if (errno != EINTR && errno != EAGAIN) return false;
+  }
+  return false;
+}
+
+bool odp_available() {
+  static const bool ok = [] {
+    static volatile uint8_t probe[1];
+    probe[0] = 1;
+    return odp_fault_in(reinterpret_cast<uintptr_t>(probe), 1, true);
+  }();
+  return ok;
 }
 
 }  // namespace urxe::provider

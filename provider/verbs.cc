@@ -56,7 +56,8 @@ ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, in
   return guarded<ibv_mr*>(nullptr, [&]() -> ibv_mr* {
     en::MrInfo info;
     const uint64_t iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : hca_va;
-    if (int rc = pin_check(addr, length, access)) {
+    // On-demand paging pins nothing: pages are faulted in at each access (engine::OdpFaultIn).
+    if (int rc = (access & IBV_ACCESS_ON_DEMAND) ? 0 : pin_check(addr, length, access)) {
       errno = rc;
       return nullptr;
     }
@@ -91,7 +92,8 @@ int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t len
       pd = to_pd(ibpd)->handle;
     }
     // A new range, or new rights on the old one, must pass what pinning would check (as in reg_mr).
-    if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
+    if ((flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) &&
+        !(vmr->access & IBV_ACCESS_ON_DEMAND)) {
       const bool moved = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
       const int acc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
       if (int r = pin_check(moved ? addr : mr.addr, moved ? length : mr.length, acc)) return r;
@@ -105,6 +107,18 @@ int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t len
   });
   if (rc) errno = rc;
   return rc;
+}
+
+// ibv_advise_mr: the engine faults the SGEs' pages in (prefetch), synchronously whatever the flags say.
+int urxe_advise_mr(ibv_pd* ibpd, enum ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                   uint32_t num_sge) {
+  return guarded(EIO, [&] {
+    if (!sg_list || num_sge == 0 || num_sge > 1024) return EINVAL;
+    std::vector<en::Sge> sges(num_sge);
+    for (uint32_t i = 0; i < num_sge; i++) sges[i] = {sg_list[i].addr, sg_list[i].length, sg_list[i].lkey};
+    return state_of(ibpd->context)
+        .engine->advise_mr(to_pd(ibpd)->handle, static_cast<uint32_t>(advice), flags, sges.data(), num_sge);
+  });
 }
 
 int urxe_dereg_mr(verbs_mr* vmr) {

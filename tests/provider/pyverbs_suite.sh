@@ -9,7 +9,16 @@ set -u
 src=/usr/share/doc/rdma-core/tests
 [ -f "$src/run_tests.py" ] || { echo "SKIP: python3-pyverbs tests not installed"; exit 77; }
 work=$(mktemp -d /tmp/urxe-pyverbs.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# Its huge-page tests (ODP, parent domains, MRs over MAP_HUGETLB memory) need 2 MiB pages set aside, which
+# a machine has none of by default: a few for the run (root only), given back after it.
+huge=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+huge0=""
+if [ -w "$huge" ] && [ "$(cat "$huge")" = 0 ]; then
+  huge0=0
+  echo 32 >"$huge" 2>/dev/null
+  echo "2 MiB huge pages for the run: $(cat "$huge")"
+fi
+trap 'rm -rf "$work"; [ -z "$huge0" ] || echo "$huge0" >"$huge"' EXIT
 mkdir "$work/tests"
 cp -r "$src"/* "$work/tests/"
 gunzip -f "$work"/tests/*.gz
