@@ -6,7 +6,7 @@
 
 namespace urxe::engine {
 
-int EngineImpl::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual) {
+int EngineImpl::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual, const CqOptions& options) {
   if (cqe < 1 || cqe > config.device.max_cqe) return EINVAL;
   for (uint32_t i = 1; i < cqs.size(); i++) {
     if (cqs[i].load(std::memory_order_relaxed)) continue;
@@ -14,6 +14,7 @@ int EngineImpl::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual) {
     c->handle = i;
     c->cqe = cqe;
     c->ring.init(cqe);
+    if (options.timestamps) c->ts.assign(c->ring.slots.size(), 0);
     cqs[i].store(c, std::memory_order_release);
     cq = i;
     if (actual) *actual = cqe;
@@ -49,13 +50,16 @@ int Engine::resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual) {
   }
   LockedRing<Wc>& r = c->ring;
   std::vector<Wc> slots(round_up_pow2(cqe));  // allocated before pollers are held up
+  std::vector<uint64_t> ts(c->ts.empty() ? 0 : slots.size());
   {
     std::lock_guard<SpinLock> pg(r.lock);
     const uint32_t cons = r.cons.load(std::memory_order_relaxed);
     const uint32_t waiting = r.prod.load(std::memory_order_relaxed) - cons;
     if (waiting > cqe) return EINVAL;  // as rxe: never drop a completion to shrink
     for (uint32_t i = 0; i < waiting; i++) slots[i] = r.at(cons + i);
+    for (uint32_t i = 0; i < waiting && !ts.empty(); i++) ts[i] = c->ts[(cons + i) & r.mask];
     r.slots.swap(slots);
+    c->ts.swap(ts);
     r.mask = static_cast<uint32_t>(r.slots.size()) - 1;
     r.capacity = cqe;
     r.cons.store(0, std::memory_order_release);
@@ -80,7 +84,10 @@ void EngineImpl::cq_clean(const Qp& qp) {
     uint32_t keep = cons;
     for (uint32_t i = cons; i != prod; i++) {
       if (r.at(i).qp_num == qp.qpn) continue;
-      if (keep != i) r.at(keep) = r.at(i);
+      if (keep != i) {
+        r.at(keep) = r.at(i);
+        if (!c->ts.empty()) c->ts[keep & r.mask] = c->ts[i & r.mask];
+      }
       keep++;
     }
     r.prod.store(keep, std::memory_order_release);
@@ -100,6 +107,9 @@ bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
     return false;
   }
   r.at(p) = wc;
+  // The completion's time, read now rather than the round's `now` (a round that began before the WR was
+  // posted may write its completion): only for CQs that asked, the others read no clock.
+  if (!cq.ts.empty()) cq.ts[p & r.mask] = clock.now_ns();
   r.prod.store(p + 1, std::memory_order_release);
   cq_posts++;
   if (mark_cqes) {
@@ -129,17 +139,36 @@ bool EngineImpl::cq_post(Cq& cq, const Wc& wc, bool solicited) {
   return true;
 }
 
-int Engine::poll_cq(uint32_t cq, int num, Wc* wc) {
-  Cq* c = impl_->cq_get(cq);
-  if (!c || num < 0) return -EINVAL;
-  LockedRing<Wc>& r = c->ring;
+namespace {
+
+// poll_cq and poll_cq_ts: the timestamps are copied only where the caller asked for them (kTs).
+template <bool kTs>
+int poll_ring(Cq& c, int num, Wc* wc, uint64_t* ts) {
+  LockedRing<Wc>& r = c.ring;
   std::lock_guard<SpinLock> g(r.lock);
   const uint32_t cons = r.cons.load(std::memory_order_relaxed);
   const uint32_t avail = r.prod.load(std::memory_order_acquire) - cons;
   const uint32_t n = avail < static_cast<uint32_t>(num) ? avail : static_cast<uint32_t>(num);
-  for (uint32_t i = 0; i < n; i++) wc[i] = r.at(cons + i);
+  for (uint32_t i = 0; i < n; i++) {
+    wc[i] = r.at(cons + i);
+    if constexpr (kTs) ts[i] = c.ts[(cons + i) & r.mask];
+  }
   r.cons.store(cons + n, std::memory_order_release);
   return static_cast<int>(n);
+}
+
+}  // namespace
+
+int Engine::poll_cq(uint32_t cq, int num, Wc* wc) {
+  Cq* c = impl_->cq_get(cq);
+  if (!c || num < 0) return -EINVAL;
+  return poll_ring<false>(*c, num, wc, nullptr);
+}
+
+int Engine::poll_cq_ts(uint32_t cq, int num, Wc* wc, uint64_t* ts) {
+  Cq* c = impl_->cq_get(cq);
+  if (!c || num < 0 || c->ts.empty()) return -EINVAL;
+  return poll_ring<true>(*c, num, wc, ts);
 }
 
 int Engine::req_notify_cq(uint32_t cq, bool solicited_only) {

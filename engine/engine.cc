@@ -155,8 +155,8 @@ int Engine::dereg_mr(uint32_t lkey) {
 int Engine::advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge) {
   LOCKED(advise_mr(pd, advice, flags, sges, num_sge));
 }
-int Engine::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual) {
-  LOCKED(create_cq(cqe, cq, actual));
+int Engine::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual, const CqOptions& options) {
+  LOCKED(create_cq(cqe, cq, actual, options));
 }
 int Engine::destroy_cq(uint32_t cq) {
   LOCKED(destroy_cq(cq));

@@ -57,6 +57,12 @@ enum AdviseMr : uint32_t {
   ADVISE_MR_FLAG_FLUSH = 1u << 0,
 };
 
+// create_cq options. timestamps: each completion carries the Clock's time when the engine wrote it
+// (poll_cq_ts reads it); CQs without it read no clock.
+struct CqOptions {
+  bool timestamps = false;
+};
+
 struct EngineConfig {
   DeviceAttr device;
   OdpFaultIn odp_fault_in = nullptr;
@@ -342,7 +348,7 @@ class Engine {
   int rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, uint64_t length, uint32_t access);
 
   // CQ with at least `cqe` entries (actual count in *actual_cqe). destroy_cq: EBUSY while QPs use it.
-  int create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual_cqe = nullptr);
+  int create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual_cqe = nullptr, const CqOptions& options = {});
   int destroy_cq(uint32_t cq);
   // ibv_resize_cq: at least `cqe` entries (actual count in *actual_cqe); completions not yet polled stay, in
   // order. EINVAL when cqe is 0 or above max_cqe, or fewer than the completions waiting. Safe while other
@@ -350,6 +356,9 @@ class Engine {
   int resize_cq(uint32_t cq, uint32_t cqe, uint32_t* actual_cqe = nullptr);
   // Up to `num` completions into wc; returns how many (≥ 0) or -errno.
   int poll_cq(uint32_t cq, int num, Wc* wc);
+  // The same, with each completion's time (Clock ns when the engine wrote it) in ts[i]; -EINVAL for a CQ
+  // created without CqOptions::timestamps.
+  int poll_cq_ts(uint32_t cq, int num, Wc* wc, uint64_t* ts);
   int req_notify_cq(uint32_t cq, bool solicited_only);
 
   // QP in RESET. Capacities may be rounded up; the actual ones are returned in *actual.

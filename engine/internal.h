@@ -95,6 +95,8 @@ struct Cq {
   uint32_t handle = 0;
   uint32_t cqe = 0;
   LockedRing<Wc> ring;
+  // CqOptions::timestamps: the Clock's time each completion was written, by ring slot (empty: none kept)
+  std::vector<uint64_t> ts;
   std::atomic<int> armed{0};  // 0 no, 1 solicited only, 2 any
   bool overflowed = false;
   uint32_t refs = 0;
@@ -459,7 +461,7 @@ struct EngineImpl {
   int destroy_ah(uint32_t ah);
 
   // cq.cc
-  int create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual);
+  int create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual, const CqOptions& options);
   int destroy_cq(uint32_t cq);
   Cq* cq_get(uint32_t cq) const;
   bool cq_post(Cq& cq, const Wc& wc, bool solicited);

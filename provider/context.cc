@@ -527,6 +527,8 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
       a.odp_caps.per_transport_caps.ud_odp_caps = kRecv;
     }
     a.phys_port_cnt_ex = 1;
+    a.completion_timestamp_mask = ~uint64_t{0};  // 64-bit ns: never wraps in practice
+    a.hca_core_clock = kHcaCoreClockKhz;
     std::memcpy(attr, &a, std::min(attr_size, sizeof a));
     return 0;
   });

@@ -1,4 +1,5 @@
-// CQ verbs: create (plain and ibv_cq_ex), poll, arm, resize, destroy.
+// CQ verbs: create (plain and ibv_cq_ex, with completion timestamps), poll, arm, resize, destroy; the
+// device clock (ibv_query_rt_values_ex).
 #include "provider/internal.h"
 
 namespace urxe::provider {
@@ -45,7 +46,8 @@ int urxe_resize_cq(ibv_cq* ibcq, int cqe) {
 
 namespace {
 
-UrxeCq* create_cq_common(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
+UrxeCq* create_cq_common(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector,
+                         const en::CqOptions& options = {}) {
   ContextState& st = state_of(ibctx);
   if (cqe < 1 || static_cast<uint32_t>(cqe) > st.engine->device_attr().max_cqe || comp_vector < 0 ||
       comp_vector >= ibctx->num_comp_vectors || (channel && !is_our_channel(channel))) {
@@ -53,7 +55,7 @@ UrxeCq* create_cq_common(ibv_context* ibctx, int cqe, ibv_comp_channel* channel,
     return nullptr;
   }
   uint32_t h, actual = 0;
-  if (int rc = st.engine->create_cq(static_cast<uint32_t>(cqe), h, &actual)) {
+  if (int rc = st.engine->create_cq(static_cast<uint32_t>(cqe), h, &actual, options)) {
     errno = rc;
     return nullptr;
   }
@@ -94,15 +96,27 @@ int cqx_fetch(ibv_cq_ex* c) {
   c->status = static_cast<ibv_wc_status>(cq->cur.status);
   return 0;
 }
+// The same for a CQ with timestamps: the completion's time comes with it.
+int cqx_fetch_ts(ibv_cq_ex* c) {
+  UrxeCq* cq = cqx(c);
+  const int got = cq->ctx->engine->poll_cq_ts(cq->handle, 1, &cq->cur, &cq->cur_ts);
+  if (got < 0) return -got;
+  if (got == 0) return ENOENT;
+  c->wr_id = cq->cur.wr_id;
+  c->status = static_cast<ibv_wc_status>(cq->cur.status);
+  return 0;
+}
+template <int (*kFetch)(ibv_cq_ex*)>
 int cqx_start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
   return guarded(EIO, [&] {
     cqx(c)->ctx->app_poll();
-    return cqx_fetch(c);
+    return kFetch(c);
   });
 }
+template <int (*kFetch)(ibv_cq_ex*)>
 int cqx_next_poll(ibv_cq_ex* c) {
-  return guarded(EIO, [&] { return cqx_fetch(c); });
+  return guarded(EIO, [&] { return kFetch(c); });
 }
 void cqx_end_poll(ibv_cq_ex*) {}
 ibv_wc_opcode cqx_read_opcode(ibv_cq_ex* c) {
@@ -135,29 +149,51 @@ uint8_t cqx_read_sl(ibv_cq_ex* c) {
 uint8_t cqx_read_dlid_path_bits(ibv_cq_ex* c) {
   return cqx(c)->cur.dlid_path_bits;
 }
+// In HCA clock units: CLOCK_MONOTONIC ns (SteadyClock), when the engine wrote the completion.
+uint64_t cqx_read_completion_ts(ibv_cq_ex* c) {
+  return cqx(c)->cur_ts;
+}
+// The same time on CLOCK_REALTIME, by the two clocks' offset now (the kernel slews both alike; a step of
+// the wall clock since the completion moves it too, as it does mlx5's conversion). The wall clock is read
+// between two reads of the monotonic one and set against their middle; read again (a few times at most)
+// when they lie far apart, as when the thread was preempted in between.
+uint64_t cqx_read_completion_wallclock_ns(ibv_cq_ex* c) {
+  constexpr uint64_t kMaxSpreadNs = 500;
+  uint64_t m1, real, m2;
+  for (int tries = 0;; tries++) {
+    m1 = clock_ns(CLOCK_MONOTONIC);
+    real = clock_ns(CLOCK_REALTIME);
+    m2 = clock_ns(CLOCK_MONOTONIC);
+    if (m2 - m1 <= kMaxSpreadNs || tries == 3) break;
+  }
+  return cqx(c)->cur_ts + (real - (m1 + (m2 - m1) / 2));
+}
 
 }  // namespace
 
 ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
   return guarded<ibv_cq_ex*>(nullptr, [&]() -> ibv_cq_ex* {
-    constexpr uint64_t kWcFlags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
-                                  IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
-                                  IBV_WC_EX_WITH_DLID_PATH_BITS;
+    constexpr uint64_t kTimestamps =
+        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    constexpr uint64_t kWcFlags = IBV_WC_STANDARD_FLAGS | kTimestamps;
     if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
       errno = EOPNOTSUPP;
       return nullptr;
     }
     if ((attr->wc_flags & ~kWcFlags) || ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
                                          (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))) {
-      errno = EOPNOTSUPP;  // timestamps, ignore-overrun: not supported
+      errno = EOPNOTSUPP;  // CVLAN, flow tag, tag matching, ignore-overrun: not supported
       return nullptr;
     }
+    en::CqOptions options;
+    options.timestamps = (attr->wc_flags & kTimestamps) != 0;
     UrxeCq* cq = create_cq_common(ibctx, static_cast<int>(attr->cqe), attr->channel,
-                                  static_cast<int>(attr->comp_vector));
+                                  static_cast<int>(attr->comp_vector), options);
     if (!cq) return nullptr;
     ibv_cq_ex& x = cq->vcq.cq_ex;
-    x.start_poll = cqx_start_poll;
-    x.next_poll = cqx_next_poll;
+    // Only a CQ with timestamps copies them: the others poll as before.
+    x.start_poll = options.timestamps ? cqx_start_poll<cqx_fetch_ts> : cqx_start_poll<cqx_fetch>;
+    x.next_poll = options.timestamps ? cqx_next_poll<cqx_fetch_ts> : cqx_next_poll<cqx_fetch>;
     x.end_poll = cqx_end_poll;
     x.read_opcode = cqx_read_opcode;
     x.read_vendor_err = cqx_read_vendor_err;
@@ -169,6 +205,9 @@ ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
     if (attr->wc_flags & IBV_WC_EX_WITH_SLID) x.read_slid = cqx_read_slid;
     if (attr->wc_flags & IBV_WC_EX_WITH_SL) x.read_sl = cqx_read_sl;
     if (attr->wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS) x.read_dlid_path_bits = cqx_read_dlid_path_bits;
+    if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) x.read_completion_ts = cqx_read_completion_ts;
+    if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+      x.read_completion_wallclock_ns = cqx_read_completion_wallclock_ns;
     return &x;
   });
 }
@@ -192,6 +231,22 @@ int urxe_destroy_cq(ibv_cq* ibcq) {
     wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, comp, &ibcq->async_events_completed,
                async);
     zfree(cq);
+    return 0;
+  });
+}
+
+// ibv_query_rt_values_ex: the HCA clock now, as mlx5 gives it (ticks in tv_nsec, tv_sec 0; here ticks are
+// ns). Unknown mask bits: EINVAL; comp_mask says what was returned.
+int urxe_query_rt_values(ibv_context* ibctx, ibv_values_ex* values) {
+  return guarded(EIO, [&] {
+    if (values->comp_mask & ~uint32_t(IBV_VALUES_MASK_RAW_CLOCK)) return EINVAL;
+    uint32_t done = 0;
+    if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+      values->raw_clock.tv_sec = 0;
+      values->raw_clock.tv_nsec = static_cast<long>(state_of(ibctx).clock.now_ns());
+      done |= IBV_VALUES_MASK_RAW_CLOCK;
+    }
+    values->comp_mask = done;
     return 0;
   });
 }

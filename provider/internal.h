@@ -4,6 +4,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -90,13 +91,18 @@ R guarded(R fail, F&& f) noexcept {
   return fail;
 }
 
+inline uint64_t clock_ns(clockid_t id) {
+  timespec t;
+  clock_gettime(id, &t);  // (vDSO: no syscall)
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// The engine's time: CLOCK_MONOTONIC in ns. It is also the device's "HCA clock" (completion timestamps,
+// ibv_query_rt_values_ex; hca_core_clock 1 GHz): timers and timestamps on one clock, and one that the
+// kernel slews with CLOCK_REALTIME, so a timestamp moves to wall-clock time by their current offset.
 class SteadyClock final : public en::Clock {
  public:
-  uint64_t now_ns() const override {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now().time_since_epoch())
-                                     .count());
-  }
+  uint64_t now_ns() const override { return clock_ns(CLOCK_MONOTONIC); }
 };
 
 struct ContextState;
@@ -160,8 +166,10 @@ struct UrxeCq {
   ContextState* ctx;
   uint32_t comp_reported;   // events written to the channel (under map_mu)
   uint32_t async_reported;  // CQ_ERR records written to the async fd
-  // ibv_cq_ex polling: the completion start_poll/next_poll fetched.
+  // ibv_cq_ex polling: the completion start_poll/next_poll fetched, and its time (CQs created with a
+  // timestamp wc_flag only: engine CqOptions::timestamps).
   en::Wc cur;
+  uint64_t cur_ts;
   std::atomic<bool> armed;  // req_notify_cq armed it and has a channel: an app may sleep on it
 };
 
@@ -339,6 +347,7 @@ void urxe_async_event(ibv_context*, ibv_async_event*);
 int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                          size_t attr_size);
 int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa);
+constexpr uint64_t kHcaCoreClockKhz = 1'000'000;  // the HCA clock ticks in ns (SteadyClock)
 // verbs.cc
 ibv_pd* urxe_alloc_pd(ibv_context* ibctx);
 int urxe_dealloc_pd(ibv_pd* ibpd);
@@ -365,6 +374,7 @@ int urxe_req_notify_cq(ibv_cq* ibcq, int solicited_only);
 void urxe_cq_event(ibv_cq*);
 int urxe_resize_cq(ibv_cq* ibcq, int cqe);
 int urxe_destroy_cq(ibv_cq* ibcq);
+int urxe_query_rt_values(ibv_context* ibctx, ibv_values_ex* values);
 // qp.cc
 ibv_qp* urxe_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* urxe_create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* ax);

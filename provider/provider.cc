@@ -41,6 +41,7 @@ verbs_context_ops make_ctx_ops() {
   o.query_device_ex = urxe_query_device_ex;
   o.query_port = urxe_query_port;
   o.query_qp = urxe_query_qp;
+  o.query_rt_values = urxe_query_rt_values;
   o.query_srq = urxe_query_srq;
   o.reg_dm_mr = urxe_reg_dm_mr;
   o.reg_mr = urxe_reg_mr;

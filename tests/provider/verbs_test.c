@@ -165,9 +165,9 @@ static int ud_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr*
   ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP;
   struct ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
   REQUIRE(cqx, "create_cq_ex: %s", strerror(errno));
-  ca.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ca.wc_flags |= IBV_WC_EX_WITH_CVLAN;
   errno = 0;
-  CHECK(ibv_create_cq_ex(ctx, &ca) == NULL && errno == EOPNOTSUPP, "timestamps accepted (errno %d)", errno);
+  CHECK(ibv_create_cq_ex(ctx, &ca) == NULL && errno == EOPNOTSUPP, "CVLAN accepted (errno %d)", errno);
   struct ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
 
   struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_UD, 4);
