@@ -15,6 +15,7 @@ int EngineImpl::create_cq(uint32_t cqe, uint32_t& cq, uint32_t* actual, const Cq
     c->cqe = cqe;
     c->ring.init(cqe);
     if (options.timestamps) c->ts.assign(c->ring.slots.size(), 0);
+    c->ring.app_unlocked = options.single_threaded;
     cqs[i].store(c, std::memory_order_release);
     cq = i;
     if (actual) *actual = cqe;
@@ -145,7 +146,7 @@ namespace {
 template <bool kTs>
 int poll_ring(Cq& c, int num, Wc* wc, uint64_t* ts) {
   LockedRing<Wc>& r = c.ring;
-  std::lock_guard<SpinLock> g(r.lock);
+  AppSide<Wc> g(r);
   const uint32_t cons = r.cons.load(std::memory_order_relaxed);
   const uint32_t avail = r.prod.load(std::memory_order_acquire) - cons;
   const uint32_t n = avail < static_cast<uint32_t>(num) ? avail : static_cast<uint32_t>(num);

@@ -58,9 +58,12 @@ enum AdviseMr : uint32_t {
 };
 
 // create_cq options. timestamps: each completion carries the Clock's time when the engine wrote it
-// (poll_cq_ts reads it); CQs without it read no clock.
+// (poll_cq_ts reads it); CQs without it read no clock. single_threaded: the app polls it from one thread at
+// a time (a thread domain), so polls take no lock; it must not resize the CQ, or move one of its QPs to
+// RESET, while it polls.
 struct CqOptions {
   bool timestamps = false;
+  bool single_threaded = false;
 };
 
 struct EngineConfig {

@@ -61,6 +61,10 @@ struct LockedRing {
   alignas(64) std::atomic<uint32_t> prod{0};
   alignas(64) std::atomic<uint32_t> cons{0};
   SpinLock lock;
+  // The app side promised one thread at a time (a thread domain; IBV_CREATE_CQ_ATTR_SINGLE_THREADED): its
+  // posts or polls take no lock (AppSide). The engine side still takes it to resize or clean a CQ, which
+  // the app then must not do while it polls, as on mlx5.
+  bool app_unlocked = false;
   void init(uint32_t cap) {
     capacity = cap;
     const uint32_t n = round_up_pow2(cap < 1 ? 1 : cap);
@@ -71,6 +75,23 @@ struct LockedRing {
   }
   T& at(uint32_t i) { return slots[i & mask]; }
   const T& at(uint32_t i) const { return slots[i & mask]; }
+};
+
+// The app side of a ring for one post or poll: its lock, unless the app promised one thread at a time.
+template <class T>
+class AppSide {
+ public:
+  explicit AppSide(LockedRing<T>& r) : lock_(r.app_unlocked ? nullptr : &r.lock) {
+    if (lock_) lock_->lock();
+  }
+  ~AppSide() {
+    if (lock_) lock_->unlock();
+  }
+  AppSide(const AppSide&) = delete;
+  AppSide& operator=(const AppSide&) = delete;
+
+ private:
+  SpinLock* lock_;
 };
 
 struct Pd {

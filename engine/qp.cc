@@ -198,6 +198,7 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
     q->sq.slots[i].inline_base = i * cap.max_inline_data;
   }
   if (!srq) q->rq.init(cap.max_recv_wr, cap.max_recv_sge);
+  q->sq.app_unlocked = q->rq.ring.app_unlocked = init.single_threaded;
   q->resp.recv_sges.assign(srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
   q->attr.qp_state = QPS_RESET;
   q->attr.cap = cap;
@@ -541,7 +542,7 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
   if (st == QPS_RESET || st == QPS_INIT || st == QPS_RTR) {
     rc = EINVAL;
   } else {
-    std::lock_guard<SpinLock> g(q.sq.lock);
+    AppSide<SendWqe> g(q.sq);
     const uint32_t ud_max = q.type == QPT_UD ? e.active_mtu_bytes() : 0;  // the port's MTU: UD only
     for (; wr; wr = wr->next) {
       const WrInfo& info = wr_info(wr->opcode);
@@ -651,7 +652,7 @@ int EngineImpl::post_recv_wrs(RecvQueue& rq, const RecvWr* wr, const RecvWr** ba
   int rc = 0;
   bool posted = false;
   {
-    std::lock_guard<SpinLock> g(rq.ring.lock);
+    AppSide<RecvWqe> g(rq.ring);
     for (; wr; wr = wr->next) {
       if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq.max_sge) {
         rc = EINVAL;

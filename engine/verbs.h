@@ -239,6 +239,9 @@ struct QpInitAttr {
   QpType qp_type = QPT_RC;
   bool sq_sig_all = false;
   uint32_t qpn = 0;  // 0: the engine picks; else a wanted QPN inside the engine's range (EBUSY if taken)
+  // The app posts to this QP from one thread at a time (a thread domain): posts to its send queue and own
+  // receive queue take no lock (an SRQ's keep theirs).
+  bool single_threaded = false;
 };
 
 // Same fields as struct ibv_qp_attr (without the alternate path, which RoCE does not use: QP_ALT_PATH is

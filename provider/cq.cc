@@ -46,8 +46,9 @@ int urxe_resize_cq(ibv_cq* ibcq, int cqe) {
 
 namespace {
 
+// parent_domain: IBV_CQ_INIT_ATTR_MASK_PD's (held by the CQ, its allocator gives the CQ's memory), or null.
 UrxeCq* create_cq_common(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector,
-                         const en::CqOptions& options = {}) {
+                         const en::CqOptions& options = {}, ibv_pd* parent_domain = nullptr) {
   ContextState& st = state_of(ibctx);
   if (cqe < 1 || static_cast<uint32_t>(cqe) > st.engine->device_attr().max_cqe || comp_vector < 0 ||
       comp_vector >= ibctx->num_comp_vectors || (channel && !is_our_channel(channel))) {
@@ -55,11 +56,14 @@ UrxeCq* create_cq_common(ibv_context* ibctx, int cqe, ibv_comp_channel* channel,
     return nullptr;
   }
   uint32_t h, actual = 0;
+  auto* cq = domain_zalloc<UrxeCq>(parent_domain, kResTypeCq);
   if (int rc = st.engine->create_cq(static_cast<uint32_t>(cqe), h, &actual, options)) {
+    domain_zfree(cq, kResTypeCq);
     errno = rc;
     return nullptr;
   }
-  auto* cq = zalloc<UrxeCq>();
+  cq->parent_domain = parent_domain;
+  pd_hold(parent_domain);
   cq->handle = h;
   cq->ctx = &st;
   cq->vcq.cq.context = ibctx;
@@ -185,10 +189,22 @@ ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
       errno = EOPNOTSUPP;  // CVLAN, flow tag, tag matching, ignore-overrun: not supported
       return nullptr;
     }
+    // A parent domain (not a PD) of this context; under a thread domain, or SINGLE_THREADED, polls take no
+    // lock (as mlx5).
+    ibv_pd* pdom = nullptr;
+    if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+      pdom = attr->parent_domain;
+      if (!parent_domain_of(pdom) || pdom->context != ibctx) {
+        errno = EINVAL;
+        return nullptr;
+      }
+    }
     en::CqOptions options;
     options.timestamps = (attr->wc_flags & kTimestamps) != 0;
+    options.single_threaded = in_thread_domain(pdom) || ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+                                                         (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED));
     UrxeCq* cq = create_cq_common(ibctx, static_cast<int>(attr->cqe), attr->channel,
-                                  static_cast<int>(attr->comp_vector), options);
+                                  static_cast<int>(attr->comp_vector), options, pdom);
     if (!cq) return nullptr;
     ibv_cq_ex& x = cq->vcq.cq_ex;
     // Only a CQ with timestamps copies them: the others poll as before.
@@ -230,7 +246,9 @@ int urxe_destroy_cq(ibv_cq* ibcq) {
     }
     wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, comp, &ibcq->async_events_completed,
                async);
-    zfree(cq);
+    ibv_pd* pdom = cq->parent_domain;
+    domain_zfree(cq, kResTypeCq);
+    pd_release(pdom);
     return 0;
   });
 }

@@ -145,6 +145,7 @@ ibv_mr* urxe_reg_dm_mr(ibv_pd* ibpd, ibv_dm* ibdm, uint64_t dm_offset, size_t le
     mr->vmr.ibv_mr.rkey = info.rkey;
     mr->vmr.mr_type = URXE_IBV_MR_TYPE_MR;
     mr->vmr.access = static_cast<int>(access);
+    pd_hold(ibpd);  // a parent domain's (dereg_mr releases it)
     return &mr->vmr.ibv_mr;
   });
 }

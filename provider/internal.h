@@ -130,9 +130,24 @@ struct UrxeContext {
   ContextState* state;
 };
 
+struct UrxeTd {
+  ibv_td td;
+  std::atomic<uint32_t> users;  // parent domains on it: dealloc_td is EBUSY while any
+};
+
+// A PD, or a parent domain (ibv_alloc_parent_domain), which every verb takes in place of its PD.
 struct UrxePd {
   ibv_pd pd;
-  uint32_t handle;
+  uint32_t handle;  // the engine's PD; a parent domain's is its PD's, so the verbs resolve both alike
+  // A PD: the parent domains on it. A parent domain: the objects created through it (MRs, QPs, CQs, SRQs,
+  // AHs). dealloc_pd is EBUSY while any.
+  std::atomic<uint32_t> users;
+  UrxePd* protection;  // a parent domain's PD; null for a PD
+  UrxeTd* td;          // a parent domain's thread domain, or null
+  // A parent domain's allocator (both set, or neither) and its pd_context.
+  void* (*alloc)(ibv_pd* pd, void* pd_context, size_t size, size_t alignment, uint64_t resource_type);
+  void (*free)(ibv_pd* pd, void* pd_context, void* ptr, uint64_t resource_type);
+  void* pd_context;
 };
 
 struct UrxeDm;
@@ -171,6 +186,8 @@ struct UrxeCq {
   en::Wc cur;
   uint64_t cur_ts;
   std::atomic<bool> armed;  // req_notify_cq armed it and has a channel: an app may sleep on it
+  ibv_pd* parent_domain;    // IBV_CQ_INIT_ATTR_MASK_PD: the parent domain it was created in (held)
+  ibv_pd* alloc_pd;         // the parent domain whose allocator gave this memory (domain_zalloc), or null
 };
 
 struct WrBatch;
@@ -181,6 +198,7 @@ struct UrxeQp {
   en::QpType type;
   uint32_t async_reported;
   WrBatch* batch;  // the ibv_wr_* builder state; only for QPs created with send_ops_flags
+  ibv_pd* alloc_pd;  // as UrxeCq's
 };
 
 struct UrxeSrq {
@@ -188,6 +206,7 @@ struct UrxeSrq {
   uint32_t handle;
   ContextState* ctx;
   uint32_t async_reported;
+  ibv_pd* alloc_pd;  // as UrxeCq's
 };
 
 struct UrxeAh {
@@ -217,6 +236,40 @@ inline UrxeSrq* to_srq(ibv_srq* s) {
 }
 inline UrxePd* to_pd(ibv_pd* p) {
   return reinterpret_cast<UrxePd*>(p);
+}
+
+// ---- domains.cc: thread and parent domains ----
+// Objects created through a parent domain hold it (its `users`); a PD holds nothing here (the engine
+// counts what uses a PD).
+void pd_hold(ibv_pd* pd);
+void pd_release(ibv_pd* pd);
+// The parent domain `pd` is, or null for a PD.
+inline UrxePd* parent_domain_of(ibv_pd* pd) {
+  return pd && to_pd(pd)->protection ? to_pd(pd) : nullptr;
+}
+// Whether objects created through `pd` are under a thread domain (no locks on their posts and polls).
+inline bool in_thread_domain(ibv_pd* pd) {
+  const UrxePd* p = parent_domain_of(pd);
+  return p && p->td;
+}
+// Resource types handed to a parent domain's allocator: rdma-core's form (driver id << 32 | kind) with no
+// driver id (urxe has none from the kernel) and mlx5dv's kind numbers.
+constexpr uint64_t kResTypeQp = 1, kResTypeSrq = 4, kResTypeCq = 5;
+// What the provider allocates for a QP, CQ or SRQ (its wrapper: UrxeQp, UrxeCq, UrxeSrq) comes from the
+// allocator of the parent domain `pd` when it has one and does not answer IBV_ALLOCATOR_USE_DEFAULT, else
+// from calloc; zeroed either way. The engine's rings stay the engine's. Throws std::bad_alloc.
+void* domain_alloc(ibv_pd* pd, size_t size, uint64_t resource_type, ibv_pd*& from);
+void domain_free(ibv_pd* from, void* p, uint64_t resource_type);
+template <class T>
+T* domain_zalloc(ibv_pd* pd, uint64_t resource_type) {
+  ibv_pd* from = nullptr;
+  auto* t = static_cast<T*>(domain_alloc(pd, sizeof(T), resource_type, from));
+  t->alloc_pd = from;
+  return t;
+}
+template <class T>
+void domain_zfree(T* t, uint64_t resource_type) {
+  domain_free(t->alloc_pd, t, resource_type);
 }
 
 // One per opened device context: the engine, its port, the progress thread and the pipes libibverbs reads.
@@ -348,6 +401,10 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
                          size_t attr_size);
 int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa);
 constexpr uint64_t kHcaCoreClockKhz = 1'000'000;  // the HCA clock ticks in ns (SteadyClock)
+// domains.cc
+ibv_td* urxe_alloc_td(ibv_context* ibctx, ibv_td_init_attr* attr);
+int urxe_dealloc_td(ibv_td* ibtd);
+ibv_pd* urxe_alloc_parent_domain(ibv_context* ibctx, ibv_parent_domain_init_attr* attr);
 // verbs.cc
 ibv_pd* urxe_alloc_pd(ibv_context* ibctx);
 int urxe_dealloc_pd(ibv_pd* ibpd);

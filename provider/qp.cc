@@ -43,14 +43,17 @@ ibv_qp* create_qp_common(ibv_context* ibctx, ibv_pd* ibpd, ibv_qp_init_attr* att
   init.cap = to_cap(attr->cap);
   init.qp_type = static_cast<en::QpType>(attr->qp_type);
   init.sq_sig_all = attr->sq_sig_all != 0;
+  init.single_threaded = in_thread_domain(ibpd);  // its posts take no lock
   uint32_t qpn;
   en::QpCap actual;
+  auto* qp = domain_zalloc<UrxeQp>(ibpd, kResTypeQp);
   if (int rc = st.engine->create_qp(to_pd(ibpd)->handle, init, qpn, &actual)) {
+    domain_zfree(qp, kResTypeQp);
     errno = rc;
     return nullptr;
   }
   from_cap(actual, attr->cap);  // ibv_create_qp reports the capacities granted
-  auto* qp = zalloc<UrxeQp>();
+  pd_hold(ibpd);
   qp->ctx = &st;
   qp->type = init.qp_type;
   ibv_qp& q = qp->vqp.qp;
@@ -412,7 +415,9 @@ int urxe_destroy_qp(ibv_qp* ibqp) {
     pthread_cond_destroy(&ibqp->cond);
     pthread_mutex_destroy(&ibqp->mutex);
     delete qp->batch;
-    zfree(qp);
+    ibv_pd* pd = ibqp->pd;
+    domain_zfree(qp, kResTypeQp);
+    pd_release(pd);
     return 0;
   });
 }

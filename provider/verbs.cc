@@ -28,9 +28,18 @@ ibv_pd* urxe_alloc_pd(ibv_context* ibctx) {
   });
 }
 
+// A PD or a parent domain (domains.cc): EBUSY while parent domains, or objects created through the
+// parent domain, use it.
 int urxe_dealloc_pd(ibv_pd* ibpd) {
   return guarded(EIO, [&] {
     auto* pd = to_pd(ibpd);
+    if (pd->users.load(std::memory_order_relaxed)) return EBUSY;
+    if (pd->protection) {
+      pd->protection->users.fetch_sub(1, std::memory_order_relaxed);
+      if (pd->td) pd->td->users.fetch_sub(1, std::memory_order_relaxed);
+      zfree(pd);
+      return 0;
+    }
     if (int rc = state_of(ibpd->context).engine->dealloc_pd(pd->handle)) return rc;
     zfree(pd);
     return 0;
@@ -77,6 +86,7 @@ ibv_mr* urxe_reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, in
     mr->vmr.ibv_mr.rkey = info.rkey;
     mr->vmr.mr_type = URXE_IBV_MR_TYPE_MR;
     mr->vmr.access = access;
+    pd_hold(ibpd);
     return &mr->vmr.ibv_mr;
   });
 }
@@ -103,6 +113,10 @@ int urxe_rereg_mr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t len
                                       static_cast<uint32_t>(access)))
       return r;
     if (flags & IBV_REREG_MR_CHANGE_ACCESS) vmr->access = access;
+    if (flags & IBV_REREG_MR_CHANGE_PD) {  // (libibverbs sets mr.pd = ibpd after this)
+      pd_hold(ibpd);
+      pd_release(mr.pd);
+    }
     return 0;
   });
   if (rc) errno = rc;
@@ -126,6 +140,7 @@ int urxe_dereg_mr(verbs_mr* vmr) {
     if (int rc = state_of(vmr->ibv_mr.context).engine->dereg_mr(vmr->ibv_mr.lkey)) return rc;
     auto* mr = reinterpret_cast<UrxeMr*>(vmr);
     if (mr->dm) mr->dm->mrs.fetch_sub(1);
+    pd_release(vmr->ibv_mr.pd);
     zfree(mr);
     return 0;
   });
@@ -184,6 +199,7 @@ ibv_ah* urxe_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
     ah->ah.pd = ibpd;
     ah->ah.handle = h;
     ah->handle = h;
+    pd_hold(ibpd);
     return &ah->ah;
   });
 }
@@ -192,6 +208,7 @@ int urxe_destroy_ah(ibv_ah* ibah) {
   return guarded(EIO, [&] {
     auto* ah = reinterpret_cast<UrxeAh*>(ibah);
     if (int rc = state_of(ibah->context).engine->destroy_ah(ah->handle)) return rc;
+    pd_release(ibah->pd);
     zfree(ah);
     return 0;
   });
@@ -204,14 +221,16 @@ ibv_srq* urxe_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr) {
   return guarded<ibv_srq*>(nullptr, [&]() -> ibv_srq* {
     ContextState& st = state_of(ibpd->context);
     en::SrqAttr in{attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit}, actual;
+    auto* srq = domain_zalloc<UrxeSrq>(ibpd, kResTypeSrq);
     uint32_t h;
     if (int rc = st.engine->create_srq(to_pd(ibpd)->handle, in, h, &actual)) {
+      domain_zfree(srq, kResTypeSrq);
       errno = rc;
       return nullptr;
     }
     attr->attr.max_wr = actual.max_wr;
     attr->attr.max_sge = actual.max_sge;
-    auto* srq = zalloc<UrxeSrq>();
+    pd_hold(ibpd);
     srq->handle = h;
     srq->ctx = &st;
     srq->vsrq.srq.context = ibpd->context;
@@ -258,7 +277,9 @@ int urxe_destroy_srq(ibv_srq* ibsrq) {
               purge_records(st.async_rd, st.async_wr, 16, reinterpret_cast<uintptr_t>(ibsrq));
     }
     wait_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, async, nullptr, 0);
-    zfree(srq);
+    ibv_pd* pd = ibsrq->pd;
+    domain_zfree(srq, kResTypeSrq);
+    pd_release(pd);
     return 0;
   });
 }

@@ -25,9 +25,11 @@ using namespace urxe::sim;
 // A requester on host 0 and a responder on host 1 over one RC QP, with `depth` WRs kept in flight.
 class Pipe {
  public:
-  Pipe(const LinkConfig& link, uint32_t msg, uint32_t depth, Mtu mtu = MTU_4096, uint64_t seed = 1)
+  Pipe(const LinkConfig& link, uint32_t msg, uint32_t depth, Mtu mtu = MTU_4096, uint64_t seed = 1,
+       bool single_threaded = false)
       : tb_(seed, link, EngineConfig{}, 4200, 2048), msg_(msg), depth_(depth) {
     QpParams p;
+    p.single_threaded = single_threaded;
     p.path_mtu = mtu;
     p.max_send_wr = p.max_recv_wr = 2 * depth;
     p.cqe = 4 * depth;
@@ -149,6 +151,30 @@ class Pipe {
       }
     }
   }
+  // The application's side alone: `n` posts of one WR, each followed by a poll of the (still empty) send CQ,
+  // as a busy-polling app does; no round runs in between. Then (not timed) the work is done and reaped.
+  void app_posts_and_polls(benchmark::State& state, WrOpcode op, uint32_t n) {
+    Wc wc[64];
+    int polled = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      post(op, i % depth_);
+      polled += tb_.host[0].eng->poll_cq(ends_.send_cq[0], 64, wc);
+    }
+    state.PauseTiming();
+    uint64_t done = static_cast<uint64_t>(polled);
+    tb_.net.run_until(
+        [&] {
+          int k = tb_.host[0].eng->poll_cq(ends_.send_cq[0], 64, wc);
+          done += static_cast<uint64_t>(k > 0 ? k : 0);
+          return done >= n;
+        },
+        tb_.net.now_ns() + 10'000'000'000ull);
+    if (done != n) {
+      std::fprintf(stderr, "engine_bench: %" PRIu64 " of %u completions\n", done, n);
+      std::abort();
+    }
+    state.ResumeTiming();
+  }
   uint64_t now_ns() const { return const_cast<Testbed&>(tb_).net.now_ns(); }
   Testbed& tb() { return tb_; }
 
@@ -186,6 +212,26 @@ void BM_Send64With10kIdleQps(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 1000 * 64);
 }
 BENCHMARK(BM_Send64With10kIdleQps)->Unit(benchmark::kMillisecond);
+
+// post_send + poll_cq on the application's side, with (arg 0) and without (arg 1: a thread domain's QP
+// and CQ, engine QpInitAttr/CqOptions::single_threaded) the per-queue spinlocks. Items: post+poll pairs.
+void BM_AppPostPoll(benchmark::State& state) {
+  constexpr uint32_t kBatch = 64;
+  Pipe p(lossless(), 64, kBatch, MTU_4096, 1, state.range(0) != 0);
+  for (auto _ : state) p.app_posts_and_polls(state, WR_RDMA_WRITE, kBatch);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * kBatch);
+}
+BENCHMARK(BM_AppPostPoll)->ArgName("single_threaded")->Arg(0)->Arg(1);
+
+// BM_Send64's whole protocol work with a thread domain's QPs and CQs: what the locks weigh in it.
+void BM_Send64SingleThreaded(benchmark::State& state) {
+  Pipe p(lossless(), 64, 64, MTU_4096, 1, true);
+  p.post_recvs();
+  for (auto _ : state) p.run(WR_SEND, 1000);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 1000);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 1000 * 64);
+}
+BENCHMARK(BM_Send64SingleThreaded)->Unit(benchmark::kMillisecond);
 
 void BM_Write64K(benchmark::State& state) {
   Pipe p(lossless(), 65536, 16);

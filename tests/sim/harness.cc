@@ -82,14 +82,17 @@ std::string Testbed::connect(const QpParams& p, QpEnds& out) {
   for (uint32_t s = 0; s < 2; ++s) {
     Engine& e = *host[s].eng;
     int rc;
-    if ((rc = e.create_cq(p.cqe, out.send_cq[s]))) return fail("create_cq", s, rc);
-    if ((rc = e.create_cq(p.cqe, out.recv_cq[s]))) return fail("create_cq", s, rc);
+    CqOptions co;
+    co.single_threaded = p.single_threaded;
+    if ((rc = e.create_cq(p.cqe, out.send_cq[s], nullptr, co))) return fail("create_cq", s, rc);
+    if ((rc = e.create_cq(p.cqe, out.recv_cq[s], nullptr, co))) return fail("create_cq", s, rc);
     QpInitAttr ia;
     ia.send_cq = out.send_cq[s];
     ia.recv_cq = out.recv_cq[s];
     ia.qp_type = p.type;
     ia.srq = p.srq[s];
     ia.sq_sig_all = p.sq_sig_all;
+    ia.single_threaded = p.single_threaded;
     ia.cap.max_send_wr = p.max_send_wr;
     ia.cap.max_recv_wr = p.max_recv_wr;
     ia.cap.max_send_sge = p.max_sge;

@@ -63,6 +63,7 @@ struct QpParams {
   uint32_t qkey = 0x11111111;
   bool sq_sig_all = false;
   uint32_t srq[2] = {0, 0};  // an SRQ handle per side (0: the QP has its own receive queue)
+  bool single_threaded = false;  // QPs and CQs without app-side locks (a thread domain)
 };
 
 // Two hosts (ports 0 and 1) joined by one link.
