@@ -40,15 +40,18 @@ def perftest(group, tool, args, mtu=1500, fam="v4", netem=None, frames_from=("ur
     return out
 
 
-def rdma_check(group, size, chunk, mtu=1500, path_mtu=1024, fam="v4", netem=None):
+def rdma_check(group, size, chunk, mtu=1500, path_mtu=1024, fam="v4", netem=None, mw=0):
     """Our data check (rdma_check.c): READ pattern A, WRITE pattern B, READ it back, 16 FETCH_AND_ADD + 2
-    CMP_AND_SWAP with every original value checked, then the server checks its own memory."""
+    CMP_AND_SWAP with every original value checked, then the server checks its own memory. mw 1 or 2: all
+    of it through a memory window of that type on the server, which is then invalidated (type 2: by the
+    client's SEND_WITH_INV) and must refuse a READ."""
     out = []
     for role in ("server", "client"):
         name = f"rdma_check_s{size}_c{chunk}_m{path_mtu}" + ("" if fam == "v4" else f"_{fam}") + \
-            ("_lossy" if netem else "") + f"_urxe_{role}"
+            ("_lossy" if netem else "") + (f"_mw{mw}" if mw else "") + f"_urxe_{role}"
         out.append({"name": name, "group": group, "tool": "rdma_check", "kind": "rdma_check",
-                    "args": f"-s {size} -c {chunk} -n 16 -m {path_mtu} -p {OOB_PORT}", "urxe_role": role,
+                    "args": f"-s {size} -c {chunk} -n 16 -m {path_mtu} -p {OOB_PORT}" + (f" -w {mw}" if mw else ""),
+                    "urxe_role": role,
                     "mtu": mtu, "fam": fam, "netem": netem, "timeout": 150 if netem else 90,
                     "ok_pattern": r"all checks passed"})
     return out
@@ -110,6 +113,9 @@ def matrix():
     # spanning 64 packets), and in 2 KiB pieces
     m += rdma_check("datacheck", 1 << 20, 65536)
     m += rdma_check("datacheck", 65536, 2048)
+    # memory windows, type 1 and type 2: each side's accesses through the other's window, and invalidation
+    m += rdma_check("datacheck", 65536, 16384, mw=1)
+    m += rdma_check("datacheck", 65536, 16384, mw=2)
     # path MTU 4096 (4200-byte link)
     m += pingpong("mtu4096", "rc", 65536, 5, mtu=4200, path_mtu=4096)
     m += pingpong("mtu4096", "ud", 4096, 5, mtu=4200)

@@ -12,6 +12,12 @@
 //   3. FETCH_AND_ADDs the counter N times (checks every returned value), then CMP_AND_SWAPs it: one
 //      compare that matches (swaps), one that does not (must not swap), checking the returned values;
 //   4. tells the server over TCP, which checks its memory holds pattern B and the counter the expected value.
+// With -w 1 or -w 2 (given to both), the server exposes its region through a memory window of that type
+// instead of the MR's own key: it binds the window once its QP is in RTS (type 1 with ibv_bind_mw, type 2
+// with an IBV_WR_BIND_MW on that QP, which a type-2 window's remote accesses must then come through) and
+// sends the window's key, and the client's steps use it. After step 4 the window is invalidated (type 2:
+// the client's SEND_WITH_INV naming its key, which the server's receive must report; type 1: the server's
+// zero-length bind), and a READ through it must then fail with a remote access error.
 // Both exit 0 only when every check passed; every wait is bounded.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -139,6 +145,21 @@ static int tcp_client(const char* host, int port) {
 
 static struct ibv_cq* cq;
 
+// Waits for one completion, whatever its status.
+static struct ibv_wc wait_one(void) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  struct ibv_wc wc;
+  for (;;) {
+    int r = ibv_poll_cq(cq, 1, &wc);
+    if (r < 0) die("ibv_poll_cq");
+    if (r == 1) return wc;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (t.tv_sec - t0.tv_sec > CQ_TIMEOUT_S) die("no completion after %d s", CQ_TIMEOUT_S);
+    usleep(50);
+  }
+}
+
 // Waits for n completions, all successful; returns them in wc.
 static void wait_cq(int n, struct ibv_wc* wc) {
   struct timespec t0, t;
@@ -158,13 +179,112 @@ static void wait_cq(int n, struct ibv_wc* wc) {
   }
 }
 
+// Binds `mw` (type 1 or 2) over [addr, addr + len) of mr with remote read, write and atomic rights;
+// returns the window's new rkey.
+static uint32_t bind_window(struct ibv_qp* qp, struct ibv_mw* mw, struct ibv_mr* mr, uint8_t* addr,
+                            size_t len, int type) {
+  struct ibv_mw_bind_info bi = {
+      .mr = mr,
+      .addr = (uintptr_t)addr,
+      .length = len,
+      .mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+  if (type == 1) {
+    struct ibv_mw_bind b = {.wr_id = 500, .send_flags = IBV_SEND_SIGNALED, .bind_info = bi};
+    if (ibv_bind_mw(qp, mw, &b)) die("ibv_bind_mw: %s", strerror(errno));
+  } else {
+    struct ibv_send_wr wr = {.wr_id = 500, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED}, *bad;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+    wr.bind_mw.bind_info = bi;
+    if (ibv_post_send(qp, &wr, &bad)) die("post BIND_MW: %s", strerror(errno));
+    mw->rkey = wr.bind_mw.rkey;  // a type-2 bind posted by the app: the app keeps the new key
+  }
+  struct ibv_wc wc = wait_one();
+  if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_BIND_MW)
+    die("bind completion: %s (%d), opcode %d", ibv_wc_status_str(wc.status), wc.status, wc.opcode);
+  return mw->rkey;
+}
+
+// The server's side of the invalidation: type 2, a receive for the client's SEND_WITH_INV, which must
+// name the window; type 1, a zero-length bind. Then "invalidated" to the client.
+static int serve_invalidation(int fd, struct ibv_qp* qp, struct ibv_mw* mw, struct ibv_mr* mr, uint8_t* rbuf,
+                              struct ibv_mr* rmr, int type, unsigned long long counter) {
+  char line[64];
+  const uint32_t key = mw->rkey;
+  if (type == 2) {
+    struct ibv_sge sge = {.addr = (uintptr_t)rbuf, .length = 64, .lkey = rmr->lkey};
+    struct ibv_recv_wr rwr = {.wr_id = 600, .sg_list = &sge, .num_sge = 1}, *bad;
+    if (ibv_post_recv(qp, &rwr, &bad)) die("post_recv: %s", strerror(errno));
+    send_line(fd, "ok send-with-inv\n");
+    struct ibv_wc wc = wait_one();
+    if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || !(wc.wc_flags & IBV_WC_WITH_INV) ||
+        wc.invalidated_rkey != key)
+      die("SEND_WITH_INV's receive: %s, opcode %d, flags %#x, invalidated %#x (window %#x)",
+          ibv_wc_status_str(wc.status), wc.opcode, wc.wc_flags, wc.invalidated_rkey, key);
+  } else {
+    struct ibv_mw_bind b = {.wr_id = 601, .send_flags = IBV_SEND_SIGNALED, .bind_info = {.mr = mr}};
+    if (ibv_bind_mw(qp, mw, &b)) die("ibv_bind_mw (unbind): %s", strerror(errno));
+    struct ibv_wc wc = wait_one();
+    if (wc.status != IBV_WC_SUCCESS) die("unbind: %s", ibv_wc_status_str(wc.status));
+    send_line(fd, "ok unbound\n");
+  }
+  send_line(fd, "invalidated\n");
+  recv_line(fd, line, sizeof line);
+  if (strcmp(line, "refused")) die("client reported '%s'", line);
+  printf(
+      "server: region holds pattern B, counter %#llx; window %#x invalidated (%s) and then refused: all "
+      "checks passed\n",
+      counter, key, type == 2 ? "SEND_WITH_INV" : "zero-length bind");
+  return 0;
+}
+
+// The client's side: SEND_WITH_INV of the window's key (type 2), then a READ through it must fail.
+static int check_invalidation(int fd, struct ibv_qp* qp, const struct conn* peer, uint8_t* rbuf,
+                              struct ibv_mr* rmr, const char* first, int type) {
+  char line[64];
+  if (strcmp(first, type == 2 ? "ok send-with-inv" : "ok unbound")) die("server reported '%s'", first);
+  struct ibv_sge sge = {.addr = (uintptr_t)rbuf, .length = 16, .lkey = rmr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 700, .sg_list = &sge, .num_sge = 1, .send_flags = IBV_SEND_SIGNALED},
+                     *bad;
+  if (type == 2) {
+    wr.opcode = IBV_WR_SEND_WITH_INV;
+    wr.invalidate_rkey = peer->rkey;
+    if (ibv_post_send(qp, &wr, &bad)) die("post SEND_WITH_INV: %s", strerror(errno));
+    struct ibv_wc wc = wait_one();
+    if (wc.status != IBV_WC_SUCCESS) die("SEND_WITH_INV: %s", ibv_wc_status_str(wc.status));
+  }
+  recv_line(fd, line, sizeof line);
+  if (strcmp(line, "invalidated")) die("server reported '%s'", line);
+  wr = (struct ibv_send_wr){.wr_id = 701,
+                            .sg_list = &sge,
+                            .num_sge = 1,
+                            .opcode = IBV_WR_RDMA_READ,
+                            .send_flags = IBV_SEND_SIGNALED};
+  wr.wr.rdma.remote_addr = peer->addr;
+  wr.wr.rdma.rkey = peer->rkey;
+  if (ibv_post_send(qp, &wr, &bad)) die("post READ: %s", strerror(errno));
+  struct ibv_wc wc = wait_one();
+  if (wc.status != IBV_WC_REM_ACCESS_ERR)
+    die("READ through the invalidated window %#x: %s (%d), want remote access error", peer->rkey,
+        ibv_wc_status_str(wc.status), wc.status);
+  send_line(fd, "refused\n");
+  printf(
+      "client: window %#x: data correct through it, remote access error once invalidated: all checks "
+      "passed\n",
+      peer->rkey);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* dev_name = NULL;
   int gidx = 0, port = 18516, mtu = 1024, opt;
   size_t size = 1 << 20, chunk = 65536;
-  int atomics = 16;
-  while ((opt = getopt(argc, argv, "d:g:s:c:n:m:p:")) != -1) {
+  int atomics = 16, mw_type = 0;
+  while ((opt = getopt(argc, argv, "d:g:s:c:n:m:p:w:")) != -1) {
     switch (opt) {
+      case 'w':
+        mw_type = atoi(optarg);
+        break;
       case 'd':
         dev_name = optarg;
         break;
@@ -193,7 +313,8 @@ int main(int argc, char** argv) {
   }
   const char* server = optind < argc ? argv[optind] : NULL;
   role = server ? "client" : "server";
-  if (!dev_name || size % 8 || !chunk || size / chunk > MAX_WR / 2) die("bad arguments");
+  if (!dev_name || size % 8 || !chunk || size / chunk > MAX_WR / 2 || mw_type < 0 || mw_type > 2)
+    die("bad arguments");
   enum ibv_mtu path_mtu = mtu == 256    ? IBV_MTU_256
                           : mtu == 512  ? IBV_MTU_512
                           : mtu == 2048 ? IBV_MTU_2048
@@ -218,7 +339,12 @@ int main(int argc, char** argv) {
   memset(rbuf, 0, size + 4096);
   int access =
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  struct ibv_mr* mr = ibv_reg_mr(pd, buf, size + 8, access);
+  struct ibv_mr* mr = ibv_reg_mr(pd, buf, size + 8, access | (mw_type ? IBV_ACCESS_MW_BIND : 0));
+  struct ibv_mw* mw = NULL;
+  if (mw_type && !server) {
+    mw = ibv_alloc_mw(pd, mw_type == 1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
+    if (!mw) die("ibv_alloc_mw type %d: %s", mw_type, strerror(errno));
+  }
   struct ibv_mr* rmr = ibv_reg_mr(pd, rbuf, size + 4096, IBV_ACCESS_LOCAL_WRITE);
   cq = ibv_create_cq(ctx, 2 * MAX_WR, NULL, NULL, 0);
   if (!mr || !rmr || !cq) die("reg_mr/create_cq: %s", strerror(errno));
@@ -226,7 +352,7 @@ int main(int argc, char** argv) {
       .send_cq = cq,
       .recv_cq = cq,
       .qp_type = IBV_QPT_RC,
-      .cap = {.max_send_wr = MAX_WR, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+      .cap = {.max_send_wr = MAX_WR, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1}};
   struct ibv_qp* qp = ibv_create_qp(pd, &ia);
   if (!qp) die("ibv_create_qp: %s", strerror(errno));
   struct ibv_qp_attr a = {
@@ -267,6 +393,19 @@ int main(int argc, char** argv) {
                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                         IBV_QP_MAX_QP_RD_ATOMIC))
     die("modify RTS: %s", strerror(errno));
+  if (mw_type) {  // the window over the region, and its key in place of the MR's
+    char mline[64];
+    if (!server) {
+      me.rkey = bind_window(qp, mw, mr, buf, size + 8, mw_type);
+      snprintf(mline, sizeof mline, "mw %08x\n", me.rkey);
+      send_line(fd, mline);
+      printf("server: type %d memory window bound over the region, rkey %#x (the MR's: %#x)\n", mw_type,
+             me.rkey, mr->rkey);
+    } else {
+      recv_line(fd, mline, sizeof mline);
+      if (sscanf(mline, "mw %x", &peer.rkey) != 1) die("bad message '%s'", mline);
+    }
+  }
   printf(
       "%s: local QPN %#x PSN %#x RKey %#x VAddr %#llx, remote QPN %#x PSN %#x RKey %#x VAddr %#llx, %zu "
       "bytes in "
@@ -284,6 +423,7 @@ int main(int argc, char** argv) {
     if (bad >= 0)
       die("region byte %ld is %#x, pattern B says %#x", bad, buf[bad], pattern(0x5A5A5A5Au, (size_t)bad));
     if (*counter != want) die("counter %#llx, expected %#llx", (unsigned long long)*counter, want);
+    if (mw_type) return serve_invalidation(fd, qp, mw, mr, rbuf, rmr, mw_type, want);
     send_line(fd, "ok\n");
     printf("server: region holds pattern B, counter %#llx: all checks passed\n", want);
     return 0;
@@ -352,6 +492,7 @@ int main(int argc, char** argv) {
   snprintf(line, sizeof line, "done %llx\n", (unsigned long long)model);
   send_line(fd, line);
   recv_line(fd, line, sizeof line);
+  if (mw_type) return check_invalidation(fd, qp, &peer, rbuf, rmr, line, mw_type);
   if (strcmp(line, "ok")) die("server reported '%s'", line);
   printf("client: server confirms its memory: all checks passed\n");
   return 0;
