@@ -495,6 +495,7 @@ struct EngineImpl {
   int destroy_srq(uint32_t srq);
   Srq* srq_get(uint32_t srq) const;
   void srq_check_limit(Srq& s);
+  int srq_resize(Srq& s, uint32_t max_wr);
 
   // qp.cc
   int create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap* actual);

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "tests/engine/driver.h"
 #include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
@@ -168,37 +169,6 @@ TEST_F(Rereg, InvalidatedMrIsValidAgainAfterRereg) {
   ASSERT_EQ(0, b.eng->rereg_mr(b.mr.lkey, REREG_MR_CHANGE_ACCESS, 0, nullptr, 0, kAllAccess));
   EXPECT_EQ(WC_SUCCESS, write(b.addr(0), b.mr.rkey, 64));
 }
-
-// Drives both engines on a thread of its own, as the provider's progress thread does, while the test thread
-// calls verbs. The loopback's link and clock are touched only by this thread.
-class Driver {
- public:
-  explicit Driver(Loopback& lb) : lb_(lb), t_([this] { loop(); }) {}
-  ~Driver() {
-    stop_.store(true);
-    t_.join();
-  }
-
- private:
-  void loop() {
-    while (!stop_.load(std::memory_order_relaxed)) {
-      bool did = lb_.node[0].eng->progress();
-      did |= lb_.node[1].eng->progress();
-      if (did) continue;
-      uint64_t next = std::min(lb_.node[0].eng->next_deadline_ns(), lb_.node[1].eng->next_deadline_ns());
-      for (auto* p : lb_.link.ports)
-        if (!p->inbox.empty()) next = std::min(next, p->inbox.front().at);
-      if (next == UINT64_MAX) {
-        std::this_thread::yield();  // only posts from the test thread can make work
-        continue;
-      }
-      lb_.link.clock.t = next > lb_.link.clock.t ? next : lb_.link.clock.t + 1;
-    }
-  }
-  Loopback& lb_;
-  std::atomic<bool> stop_{false};
-  std::thread t_;
-};
 
 // B's MR is zero-based (VA 0..64 KiB for any backing memory) and moves to a fresh buffer again and again
 // while A keeps 64 KiB WRITEs (64 packets each) in flight, until 200 WRITEs completed and 500 reregs

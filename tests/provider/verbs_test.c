@@ -148,6 +148,21 @@ static int srq_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_mr
   }
   struct pollfd ap = {ctx->async_fd, POLLIN, 0};
   CHECK(poll(&ap, 1, 2000) == 1, "second SRQ_LIMIT_REACHED not queued");
+  /* IBV_DEVICE_SRQ_RESIZE: 1 WQE is still posted; grown to 40, it holds 39 more and no further one. */
+  memset(&sa, 0, sizeof sa);
+  CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) == EINVAL, "resize srq to 0 accepted");
+  sa.max_wr = 40;
+  CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR) == 0, "resize srq");
+  CHECK(ibv_query_srq(srq, &sa) == 0 && sa.max_wr == 40, "max_wr after resize %u", sa.max_wr);
+  for (int i = 0; i < 40; i++) {
+    struct ibv_sge sg = {(uintptr_t)(mem + 4096), 512, mr->lkey};
+    struct ibv_recv_wr rw, *bad;
+    memset(&rw, 0, sizeof rw);
+    rw.sg_list = &sg;
+    rw.num_sge = 1;
+    const int rc = ibv_post_srq_recv(srq, &rw, &bad);
+    CHECK(rc == (i < 39 ? 0 : ENOMEM), "post_srq_recv %d after resize: %d", i, rc);
+  }
   CHECK(ibv_destroy_srq(srq) == EBUSY, "destroy_srq with a QP");
   CHECK(ibv_destroy_qp(qp) == 0, "destroy srq qp");
   CHECK(ibv_destroy_srq(srq) == 0, "destroy_srq");
