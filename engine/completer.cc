@@ -125,6 +125,13 @@ bool ack_upto(EngineImpl& e, Qp& q, uint32_t psn) {
     if (!w.started) break;
     const WrInfo& info = wr_info(w.opcode);
     if (info.is_local || w.done) continue;
+    if (info.is_atomic_write && psn == w.last_psn) {
+      // its RDMA READ RESPONSE ONLY is the answer Annex A19 gives; a plain ACK of exactly its PSN (what
+      // kernel rxe's completer also takes) answers it too
+      w.done = true;
+      progress = true;
+      continue;
+    }
     if (info.is_read || info.is_atomic) {
       // only its own responses acknowledge a READ/atomic: una stops at the first response still missing
       const uint32_t from = info.is_read ? w.resp_psn : w.first_psn;
@@ -286,7 +293,7 @@ void check_ack(EngineImpl& e, Qp& q, const wire::Packet& pkt) {
 // do_atomic: the atomic ACK of WQE w (its only PSN) brings the original value to w's SGE; w is done.
 void do_atomic(EngineImpl& e, Qp& q, SendWqe& w, const WrInfo& wi, const wire::Packet& pkt) {
   const uint32_t psn = pkt.bth.psn;
-  if (!wi.is_atomic || w.first_psn != psn) {
+  if (!wi.is_atomic || wi.is_atomic_write || w.first_psn != psn) {
     e.count(Counter::rx_drop_bad_response);
     return;
   }
@@ -319,6 +326,18 @@ void read_response_gap(EngineImpl& e, Qp& q, SendWqe& w, uint32_t psn) {
 // into w's SGEs; the last one completes w.
 void do_read(EngineImpl& e, Qp& q, SendWqe& w, const WrInfo& wi, const wire::Packet& pkt) {
   const uint32_t psn = pkt.bth.psn;
+  if (wi.is_atomic_write) {
+    // its answer: an RDMA READ RESPONSE ONLY without payload (Annex A19), at its PSN
+    if (pkt.info->kind != wire::OpKind::rdma_read_response || !pkt.info->is_first() || !pkt.info->is_last() ||
+        pkt.payload_len != 0 || psn != w.first_psn) {
+      e.count(Counter::rx_drop_bad_response);
+      return;
+    }
+    q.comp.retry_marker = false;
+    ack_upto(e, q, psn);  // completes it (its last PSN)
+    restart_timer(e, q);
+    return;
+  }
   if (pkt.info->kind != wire::OpKind::rdma_read_response || !wi.is_read || wire::psn_lt(psn, w.first_psn) ||
       wire::psn_gt(psn, w.last_psn)) {
     e.count(Counter::rx_drop_bad_response);

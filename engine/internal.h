@@ -187,7 +187,8 @@ struct SendWqe {
 // Responder resource (IBTA "responder resources"): one per READ / atomic, kept for duplicates.
 struct RespRes {
   bool valid = false;
-  bool is_read = false;
+  bool is_read = false;       // READ, or ATOMIC WRITE (answered by a READ response without payload)
+  bool atomic_write = false;  // ATOMIC WRITE: its duplicate is answered again, never executed again
   uint32_t first_psn = 0, last_psn = 0;
   uint64_t va = 0;
   uint32_t rkey = 0;

@@ -546,7 +546,7 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
     const uint32_t ud_max = q.type == QPT_UD ? e.active_mtu_bytes() : 0;  // the port's MTU: UD only
     for (; wr; wr = wr->next) {
       const WrInfo& info = wr_info(wr->opcode);
-      if (wr->opcode == WR_BIND_MW || wr->opcode == WR_TSO) {
+      if (wr->opcode == WR_BIND_MW || wr->opcode == WR_TSO || wr->opcode == WR_FLUSH) {
         rc = EOPNOTSUPP;
         break;
       }
@@ -563,15 +563,17 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
         rc = EINVAL;
         break;
       }
-      const bool is_inline =
-          (wr->send_flags & SEND_INLINE) && !info.is_read && !info.is_atomic && !info.is_local;
+      const bool is_inline = (wr->send_flags & SEND_INLINE) && !info.is_read &&
+                             (!info.is_atomic || info.is_atomic_write) && !info.is_local;
       uint64_t len = 0;
       for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
-      if (is_inline && len > q.cap.max_inline_data) {
+      if (is_inline && len > q.cap.max_inline_data && !info.is_atomic_write) {  // (its 8 bytes: in the WQE)
         rc = EINVAL;
         break;
       }
-      if (len > e.config.device.max_msg_sz || (info.is_atomic && (len != 8 || wr->num_sge != 1)) ||
+      // an atomic's 8-byte result buffer is one SGE; an ATOMIC WRITE's 8 bytes may be inline or several SGEs
+      if (len > e.config.device.max_msg_sz || (info.is_atomic && len != 8) ||
+          (info.is_atomic && !info.is_atomic_write && wr->num_sge != 1) ||
           (q.type == QPT_UD && len > ud_max)) {
         rc = EINVAL;
         break;
@@ -593,7 +595,7 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
       std::memcpy(b, &wr->imm_data, 4);
       w.imm = wire::load_be32(b);
       w.inv_rkey = wr->invalidate_rkey;
-      if (info.is_atomic) {
+      if (info.is_atomic && !info.is_atomic_write) {
         w.remote_addr = wr->atomic.remote_addr;
         w.rkey = wr->atomic.rkey;
       } else {
@@ -608,7 +610,8 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
       w.length = len;
       w.is_inline = is_inline;
       if (is_inline) {
-        uint8_t* dst = q.sq_inline.data() + w.inline_base;
+        uint8_t* dst = info.is_atomic_write ? reinterpret_cast<uint8_t*>(&w.compare_add)
+                                            : q.sq_inline.data() + w.inline_base;
         for (int i = 0; i < wr->num_sge; i++) {
           const Sge& s = wr->sg_list[i];
           if (s.length)

@@ -131,7 +131,8 @@ void execute_local_op(EngineImpl& e, Qp& q, SendWqe& w) {
 bool check_wqe(EngineImpl& e, const Qp& q, SendWqe& w, const WrInfo& info, const uint8_t*& start_src) {
   bool ok = true;
   if (!w.is_inline) {
-    const uint32_t need = (info.is_read || info.is_atomic) ? uint32_t{ACCESS_LOCAL_WRITE} : 0u;
+    const bool writes_back = info.is_read || (info.is_atomic && !info.is_atomic_write);
+    const uint32_t need = writes_back ? uint32_t{ACCESS_LOCAL_WRITE} : 0u;
     for (uint32_t k = 0; k < w.num_sge && ok; k++) {
       const Sge& s = q.sq_sges[w.sge_base + k];
       if (!s.length) continue;
@@ -211,6 +212,16 @@ void atomic_request(const SendWqe& w, const WrInfo& info, uint8_t base, wire::Fr
   spec.bth.ack_req = true;
 }
 
+// ATOMIC WRITE (Annex A19): RETH with DMA length 8, and the 8 bytes (inline or from the SGEs) as payload.
+void atomic_write_request(const SendWqe& w, const WrInfo& info, uint8_t base,
+                          wire::FrameSpec& spec, ReqPacket& p) {
+  spec.bth.opcode = wire::make_opcode(base, info.ops.only);
+  spec.reth = wire::Reth{w.remote_addr, w.rkey, 8};
+  spec.bth.ack_req = true;
+  p.payload = 8;
+  if (w.is_inline) p.inline_src = reinterpret_cast<const uint8_t*>(&w.compare_add);  // copied there by post
+}
+
 // The next packet of a SEND or RDMA WRITE: first / middle / last / only by its offset, RETH on a WRITE's
 // first, ImmDt / IETH / SE on the last, and AckReq where the window needs one; a run of full middle packets
 // may go as one batch frame.
@@ -252,6 +263,8 @@ ReqPacket next_packet(EngineImpl& e, const Qp& q, const SendWqe& w, const WrInfo
   spec.bth.psn = p.psn;
   if (info.is_read)
     read_request(q, w, info, base, spec, p);
+  else if (info.is_atomic_write)
+    atomic_write_request(w, info, base, spec, p);
   else if (info.is_atomic)
     atomic_request(w, info, base, spec);
   else

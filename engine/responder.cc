@@ -1,7 +1,8 @@
 // Responder: executes incoming requests. RC: PSN check (expected / duplicate / out of sequence, one
 // PSN-sequence NAK per gap), opcode sequence, rkey/PD/access/bounds/alignment checks, SEND into receive
 // WQEs (RNR NAK when none), RDMA WRITE, READ and atomics through responder resources that also answer
-// duplicates (READ re-executed, atomic replayed from the saved original value), MSN, and ACK coalescing
+// duplicates (READ re-executed, atomic replayed from the saved original value), ATOMIC WRITE (Annex A19),
+// MSN, and ACK coalescing
 // (an ACK owed on AckReq and on the last packet of a message, sent once per round or at once after
 // ack_every_n packets). Responses are sent in PSN order by responder_tx: READ responses and atomic ACKs
 // first, then the newest ACK/NAK.
@@ -315,6 +316,42 @@ struct Responder {
     q.resp.pkts_since_ack = 0;
   }
 
+  // ATOMIC WRITE (Annex A19), as kernel rxe: checked as an RDMA WRITE (QP and R_Key remote write access),
+  // executed as an atomic (a responder resource, so max_dest_rd_atomic 0 refuses it; an 8-byte aligned
+  // target; one 8-byte store, release-ordered after everything placed before it), answered as a READ of
+  // nothing (an RDMA READ RESPONSE ONLY without payload, which a duplicate gets again).
+  void do_atomic_write() {
+    if (q.resp.in_msg != InMsg::none) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    if (!(q.attr.qp_access_flags & ACCESS_REMOTE_WRITE) || q.attr.max_dest_rd_atomic == 0)
+      return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    const wire::Reth& r = pkt.reth;
+    // oA19-28: exactly 8 bytes, no pad
+    if (r.dma_len != 8 || pkt.payload_len != 8 || pkt.bth.pad != 0)
+      return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    MrError err;
+    uint8_t* p = e.mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_WRITE, r.va, 8, err);
+    if (!p) return reject(wire::NakCode::remote_access_error, WC_SUCCESS);
+    // misaligned: the Invalid Request NAK of a misaligned atomic (IBTA 9.4.5; rxe's ERR_MISALIGNED_ATOMIC)
+    if ((r.va & 7) || (reinterpret_cast<uintptr_t>(p) & 7))
+      return reject(wire::NakCode::invalid_request, WC_SUCCESS);
+    uint64_t v;
+    std::memcpy(&v, pkt.payload.data(), 8);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(p), v, __ATOMIC_RELEASE);
+    std::atomic_ref<uint64_t> placed(e.writes_placed);
+    placed.store(placed.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    RespRes& res = alloc_res();
+    res.is_read = true;
+    res.atomic_write = true;
+    res.first_psn = res.last_psn = res.cur_psn = res.start_psn = pkt.bth.psn;
+    res.length = 0;
+    res.pending = true;
+    q.resp.epsn = wire::psn_add(pkt.bth.psn, 1);
+    q.resp.msn = wire::psn_add(q.resp.msn, 1);
+    res.msn = q.resp.msn;
+    q.resp.ack_pending = false;  // the response acknowledges everything before it
+    q.resp.pkts_since_ack = 0;
+  }
+
   // Re-arms responder resource `k` (and drops the output of every later one, which the requester resends).
   void rearm_from(uint32_t slot) {
     const uint32_t n = static_cast<uint32_t>(q.resp.res.size());
@@ -361,7 +398,8 @@ struct Responder {
       case wire::OpKind::rdma_read_request: {
         for (uint32_t k = 0; k < q.resp.res.size(); k++) {
           RespRes& r = q.resp.res[k];
-          if (!r.valid || !r.is_read || wire::psn_lt(psn, r.first_psn) || wire::psn_gt(psn, r.last_psn))
+          if (!r.valid || !r.is_read || r.atomic_write || wire::psn_lt(psn, r.first_psn) ||
+              wire::psn_gt(psn, r.last_psn))
             continue;
           // re-executed from the original request, starting where the duplicate asks
           const uint32_t off_pkts = static_cast<uint32_t>(wire::psn_diff(psn, r.first_psn));
@@ -377,6 +415,19 @@ struct Responder {
         e.count(Counter::rx_drop_dup_unmatched);
         return;
       }
+      case wire::OpKind::atomic_write:
+        for (uint32_t k = 0; k < q.resp.res.size(); k++) {
+          RespRes& r = q.resp.res[k];
+          if (!r.valid || !r.atomic_write || r.first_psn != psn) continue;
+          r.pending = true;  // the response again; the store is not repeated
+          r.cur_psn = r.start_psn = psn;
+          r.cur_offset = 0;
+          rearm_from(k);
+          q.resp.ack_pending = false;
+          return;
+        }
+        e.count(Counter::rx_drop_dup_unmatched);
+        return;
       case wire::OpKind::compare_swap:
       case wire::OpKind::fetch_add: {
         for (uint32_t k = 0; k < q.resp.res.size(); k++) {
@@ -437,6 +488,9 @@ struct Responder {
       case wire::OpKind::compare_swap:
       case wire::OpKind::fetch_add:
         do_atomic();
+        return;
+      case wire::OpKind::atomic_write:
+        do_atomic_write();
         return;
       default:
         e.count(Counter::rx_drop_opcode);

@@ -44,6 +44,7 @@ enum WcOpcode : uint32_t {
   WC_FETCH_ADD = 4,
   WC_BIND_MW = 5,
   WC_LOCAL_INV = 6,
+  WC_ATOMIC_WRITE = 9,
   WC_RECV = 1u << 7,  // (opcode & WC_RECV) tells a receive completion
   WC_RECV_RDMA_WITH_IMM = (1u << 7) + 1,
 };
@@ -89,6 +90,8 @@ enum WrOpcode : uint32_t {
   WR_BIND_MW = 8,  // refused: EOPNOTSUPP (no memory windows yet)
   WR_SEND_WITH_INV = 9,
   WR_TSO = 10,  // refused: EOPNOTSUPP
+  WR_FLUSH = 14,         // refused: EOPNOTSUPP (Annex A19 FLUSH is not implemented)
+  WR_ATOMIC_WRITE = 15,  // RC: 8 bytes (inline or SGEs) stored atomically at an 8-byte aligned remote VA
 };
 
 enum SendFlags : uint32_t {

@@ -97,6 +97,19 @@ constexpr WrInfo kWrTable[kWrRows] = {
              .only = op::send_only_inv},
      .has_inv = true,
      .is_send = true},
+    {.opcode = WR_TSO},                     // not supported (no TSO on RC/UC/UD)
+    {.opcode = static_cast<WrOpcode>(11)},  // IBV_WR_DRIVER1: not used
+    {.opcode = static_cast<WrOpcode>(12)},  // (no such opcode)
+    {.opcode = static_cast<WrOpcode>(13)},  // (no such opcode)
+    {.opcode = WR_FLUSH},                   // not supported
+    // Annex A19: RC only; one packet of RETH + 8 bytes, answered like a READ
+    {.opcode = WR_ATOMIC_WRITE,
+     .valid = true,
+     .rc = true,
+     .wc_opcode = WC_ATOMIC_WRITE,
+     .ops = single(op::atomic_write),
+     .is_atomic = true,
+     .is_atomic_write = true},
 };
 namespace {
 constexpr bool wr_rows_placed() {

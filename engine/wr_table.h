@@ -17,10 +17,13 @@ struct WrInfo {
   wire::MsgOpcodes ops{};  // low 5 bits of the BTH opcode by position (a READ or atomic has only `only`)
   bool is_read = false, is_atomic = false, is_local = false, has_imm = false, has_inv = false;
   bool is_write = false, is_send = false;
+  // ATOMIC WRITE (Annex A19): also is_atomic (one packet, a responder resource, only its own response
+  // completes it), but its 8 bytes go out as payload and its response is an RDMA READ RESPONSE ONLY.
+  bool is_atomic_write = false;
 };
-// The table's rows, one per WrOpcode up to WR_SEND_WITH_INV; wr_info is inline: the requester, completer
+// The table's rows, one per WrOpcode up to WR_ATOMIC_WRITE; wr_info is inline: the requester, completer
 // and post_send look a row up per packet or WQE.
-constexpr size_t kWrRows = size_t{WR_SEND_WITH_INV} + 1;
+constexpr size_t kWrRows = size_t{WR_ATOMIC_WRITE} + 1;
 extern const WrInfo kWrTable[kWrRows];
 extern const WrInfo kInvalidWr;
 inline const WrInfo& wr_info(WrOpcode op) {

@@ -348,6 +348,8 @@ std::string format_text(const DecodedFrame& f, int64_t t0_sec, uint32_t t0_nsec)
     if (h.pkey != 0xffff) s += " pkey=" + hex(h.pkey, 4);
     if (h.fecn) s += " fecn=1";
     if (h.becn) s += " becn=1";
+    // IBTA Annex A19 (2020): Debian's tshark 4.0 predates it and shows this opcode as "Unknown (29)"
+    if (h.opcode == (wire::op::kRc | wire::op::atomic_write)) s += " (Annex A19; tshark 4.0: Unknown (29))";
   }
   if (ext_parsed(f)) {
     const wire::Packet& p = f.pkt;

@@ -15,7 +15,7 @@ constexpr uint8_t ext_len_of(uint16_t h) {
   return static_cast<uint8_t>(n);
 }
 
-// Every opcode urxe knows (IBTA 9.2, Table 35), one row each; opcode_table() places each at its index. RD and
+// Every opcode urxe knows (IBTA 9.2, Table 35, and Annex A19's ATOMIC WRITE), one row each; opcode_table() places each at its index. RD and
 // XRC opcodes are absent (invalid). ext_len is derived from headers, except CNP's.
 constexpr OpcodeInfo kRows[] = {
     {.opcode = op::kRc | op::send_first,
@@ -196,6 +196,16 @@ constexpr OpcodeInfo kRows[] = {
      .has_payload = true,
      .is_request = true,
      .with_inv = true},
+    // RETH (VA, R_Key, DMA length 8) and exactly 8 payload bytes, answered by an RDMA READ RESPONSE ONLY
+    // without payload (Annex A19).
+    {.opcode = op::kRc | op::atomic_write,
+     .name = "RC ATOMIC_WRITE",
+     .transport = Transport::rc,
+     .kind = OpKind::atomic_write,
+     .position = Position::only,
+     .headers = kReth,
+     .has_payload = true,
+     .is_request = true},
     {.opcode = op::kUc | op::send_first,
      .name = "UC SEND_FIRST",
      .transport = Transport::uc,

@@ -34,6 +34,7 @@ enum class OpKind : uint8_t {
   atomic_ack,
   compare_swap,
   fetch_add,
+  atomic_write,  // IBTA Annex A19 (Memory Placement Extensions): one 8-byte atomic store
   cnp
 };
 
@@ -71,6 +72,9 @@ inline constexpr uint8_t send_first = 0x00, send_middle = 0x01, send_last = 0x02
                          read_response_last = 0x0f, read_response_only = 0x10, acknowledge = 0x11,
                          atomic_acknowledge = 0x12, compare_swap = 0x13, fetch_add = 0x14,
                          send_last_inv = 0x16, send_only_inv = 0x17;
+// IBTA Annex A19 (Memory Placement Extensions), RC only: FLUSH (0x1c) is not implemented (not in the table:
+// dropped as an unknown opcode), ATOMIC WRITE (0x1d) is.
+inline constexpr uint8_t flush = 0x1c, atomic_write = 0x1d;
 inline constexpr uint8_t cnp = 0x81;
 }  // namespace op
 

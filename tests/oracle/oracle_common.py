@@ -38,6 +38,9 @@ _OPS = {
     0x17: ("SEND_ONLY_WITH_INVALIDATE", ["ieth"], True),
 }
 CNP_OPCODE = 0x81  # RoCEv2 Annex A17.9: BTH + 16 reserved bytes + ICRC
+# IBTA 1.5 Annex A19 (Memory Placement Extensions), RC only: ATOMIC WRITE is BTH + RETH + 8 payload bytes.
+# (FLUSH, 0x1c, is not implemented.)
+ATOMIC_WRITE_OPCODE = 0x1D
 
 
 def ibta_opcodes():
@@ -50,6 +53,7 @@ def ibta_opcodes():
     for low in (0x04, 0x05):  # UD: SEND_ONLY [WITH_IMMEDIATE], with a DETH first
         name, hdrs, pay = _OPS[low]
         t[0x60 | low] = ("UD " + name, ["deth"] + hdrs, pay)
+    t[ATOMIC_WRITE_OPCODE] = ("RC ATOMIC_WRITE", ["reth"], True)
     t[CNP_OPCODE] = ("CNP", [], False)
     return t
 

@@ -19,7 +19,8 @@ How tshark is run, and why:
   dissector first) and QPNs away from 0/1 (payloads of QP0/QP1 are dissected as management datagrams).
 Wireshark 4.0 has no dissection for the RoCEv2 CNP (opcode 0x81): it shows "Unknown OpCode" in the Info
 column, the BTH fields, and the rest of the frame (16 reserved bytes + ICRC) as "Vendor Specific or Unknown
-Header Sequence" (infiniband.vendor), with no ICRC field. That is what is asserted for CNPs.
+Header Sequence" (infiniband.vendor), with no ICRC field. That is what is asserted for CNPs. The same holds
+for Annex A19's ATOMIC WRITE (0x1d, "Unknown (29)"), whose layout the Scapy oracle checks instead.
 Seed: URXE_ORACLE_SEED (printed on every run).
 """
 
@@ -32,8 +33,8 @@ import subprocess
 import tempfile
 import time
 
-from oracle_common import (CNP_OPCODE, check_opcode_table, fail, pad_count, parse_args, run_tool,
-                           seed_from_env)
+from oracle_common import (ATOMIC_WRITE_OPCODE, CNP_OPCODE, check_opcode_table, fail, pad_count, parse_args,
+                           run_tool, seed_from_env)
 
 HEURISTICS_OFF = ["rpcrdma_infiniband", "smb_direct_infiniband", "nvme_rdma", "iser_infiniband",
                   "smcr_infiniband", "lnet_ib", "sdp_infiniband", "fc_infiniband", "drbd_rdma", "mellanox_eoib",
@@ -138,6 +139,8 @@ def check_frame(c, f, row, table):
     v4 = f["ipv"] == 4
     ip_hdr = 20 if v4 else 40
     carried = payload + b"\0" * pad  # Wireshark shows pad bytes as part of the payload
+    if f["op"] == ATOMIC_WRITE_OPCODE:
+        carried = b""  # an unknown opcode's bytes are all "vendor" data (below)
     protos = ["eth", "ethertype"] + (["vlan", "ethertype"] if f["vlan"] else []) + \
              ["ip" if v4 else "ipv6", "udp", "infiniband"] + (["data"] if carried else [])
     c.eq(f, "frame.protocols", row["frame.protocols"], [":".join(protos)])
@@ -188,6 +191,15 @@ def check_frame(c, f, row, table):
     c.one(f, row, "infiniband.bth.a", f["ackreq"])
     c.one(f, row, "infiniband.bth.reserved7", f["resv7"])
     c.one(f, row, "infiniband.bth.psn", f["psn"])
+    if f["op"] == ATOMIC_WRITE_OPCODE:
+        # IBTA Annex A19 postdates Wireshark 4.0: "Unknown OpCode", everything after the BTH (RETH, the 8
+        # bytes, ICRC) as "Vendor Specific or Unknown Header Sequence". Its layout is checked by the Scapy
+        # oracle; here only that tshark still dissects the headers before it.
+        bth_end = l3 + ip_hdr + 8 + 12
+        c.eq(f, "Info", row["_ws.col.Info"][0].startswith("Unknown OpCode"), True)
+        c.eq(f, "infiniband.vendor", row["infiniband.vendor"][-1:], [frame[bth_end:].hex()])
+        c.absent(f, row, "infiniband.reth.va")
+        return
 
     for h, fields in HDR_FIELDS.items():
         if h not in hdrs:

@@ -415,3 +415,28 @@ TEST(Frame, UdpChecksumIsWrittenAndVerified) {
     }
   }
 }
+
+// Annex A19's ATOMIC WRITE as urxe sends it: BTH, RETH (VA, R_Key, DMA length 8), the 8 bytes to store, no
+// pad, ICRC; it parses back to the same fields.
+TEST(Frame, AtomicWriteLayoutRoundTrips) {
+  FrameSpec s = make_spec(op::kRc | op::atomic_write);
+  s.reth = Reth{0x0000'7f00'1234'5678ull, 0x00abcd01, 8};
+  const Bytes payload = {0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11};
+  const Bytes f = build(s, payload);
+  const size_t bth = kEthLen + kIpv4MinLen + kUdpLen;
+  ASSERT_EQ(f.size(), bth + kBthLen + kRethLen + 8 + kIcrcLen);
+  EXPECT_EQ(f[bth], 0x1d);
+  EXPECT_EQ((f[bth + 1] >> 4) & 3, 0);  // pad
+  EXPECT_EQ(slice(f, bth + kBthLen, 8), be(0x0000'7f00'1234'5678ull, 8));
+  EXPECT_EQ(slice(f, bth + kBthLen + 8, 4), be(0x00abcd01, 4));
+  EXPECT_EQ(slice(f, bth + kBthLen + 12, 4), be(8, 4));
+  EXPECT_EQ(slice(f, bth + kBthLen + kRethLen, 8), payload);
+  Packet p;
+  ASSERT_EQ(parse(f, p), ParseError::ok);
+  EXPECT_EQ(p.info->kind, OpKind::atomic_write);
+  EXPECT_EQ(p.reth.va, 0x0000'7f00'1234'5678ull);
+  EXPECT_EQ(p.reth.rkey, 0x00abcd01u);
+  EXPECT_EQ(p.reth.dma_len, 8u);
+  EXPECT_EQ(p.payload_len, 8u);
+  EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload);
+}

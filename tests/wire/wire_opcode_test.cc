@@ -10,7 +10,7 @@ using namespace wire_test;
 
 TEST(OpcodeTable, EveryOpcodeMatchesIbtaTable35) {
   const auto expected = expected_opcodes();
-  EXPECT_EQ(expected.size(), 23u + 12u + 2u + 1u);
+  EXPECT_EQ(expected.size(), 23u + 12u + 2u + 1u + 1u);  // RC, UC, UD, CNP, Annex A19's ATOMIC WRITE
   std::set<int> seen;
   for (const auto& [op, e] : expected) {
     SCOPED_TRACE(e.name);
@@ -49,4 +49,17 @@ TEST(OpcodeTable, EveryOpcodeMatchesIbtaTable35) {
   }
   EXPECT_EQ(make_opcode(op::kUc, op::send_only), 0x24);
   EXPECT_EQ(make_opcode(op::kUd, op::send_only_imm), 0x65);
+}
+
+// Annex A19: ATOMIC WRITE (0x1d) is an RC request of one packet with a RETH and payload; FLUSH (0x1c) is not
+// implemented and stays an unknown opcode (dropped by the parser's caller as any other), as do both on UC.
+TEST(OpcodeTable, AtomicWriteIsAnRcOnlyRequestAndFlushIsUnknown) {
+  const OpcodeInfo& aw = opcode_info(op::kRc | op::atomic_write);
+  EXPECT_EQ(aw.opcode, 0x1d);
+  EXPECT_EQ(aw.kind, OpKind::atomic_write);
+  EXPECT_EQ(aw.ext_len, kRethLen);
+  EXPECT_TRUE(aw.is_first() && aw.is_last() && aw.is_request && aw.has_payload);
+  EXPECT_FALSE(opcode_info(op::kRc | op::flush).valid());
+  EXPECT_FALSE(opcode_info(op::kUc | op::atomic_write).valid());
+  EXPECT_FALSE(opcode_info(op::kUc | op::flush).valid());
 }

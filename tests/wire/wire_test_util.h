@@ -256,6 +256,11 @@ inline std::vector<std::pair<uint8_t, Expected>> expected_opcodes() {
       v.push_back({static_cast<uint8_t>(0x60 | r.op), {std::string("UD ") + r.name, Transport::ud, ud}});
     }
   }
+  // IBTA Annex A19 (Memory Placement Extensions): RC ATOMIC WRITE, RETH and 8 payload bytes, single packet.
+  // (FLUSH, 0x1c, is not implemented: it stays an unknown opcode.)
+  v.push_back({0x1d,
+               {"RC ATOMIC_WRITE", Transport::rc,
+                {0x1d, "ATOMIC_WRITE", kReth, true, true, Position::only, OpKind::atomic_write}}});
   v.push_back({0x81, {"CNP", Transport::cnp, {0x01, "CNP", 0, false, false, Position::only, OpKind::cnp}}});
   return v;
 }
