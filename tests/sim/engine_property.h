@@ -199,6 +199,8 @@ inline const char* opname(WrOpcode o) {
       return "FAA";
     case WR_LOCAL_INV:
       return "LOCAL_INV";
+    case WR_ATOMIC_WRITE:
+      return "ATOMIC_WRITE";
     default:
       return "?";
   }

@@ -135,6 +135,8 @@ WcOpcode wc_opcode_of(WrOpcode o) {
       return WC_FETCH_ADD;
     case WR_LOCAL_INV:
       return WC_LOCAL_INV;
+    case WR_ATOMIC_WRITE:
+      return WC_ATOMIC_WRITE;
     default:
       return WC_SEND;
   }
@@ -296,6 +298,11 @@ void Scenario::check_flow(Flow& f, std::vector<std::string>& errs) {
           if (faults_)
             set_mode(mode_[S], rbase + op.remote_off, op.len, 1);  // decided below from the recv WCs
         }
+        break;
+      case WR_ATOMIC_WRITE:  // RC only; a duplicate is not placed again
+        if (done)
+          std::copy(op.data.begin(), op.data.end(),
+                    wresp.begin() + static_cast<std::ptrdiff_t>(rbase + op.remote_off));
         break;
       case WR_RDMA_READ:
         if (done) {

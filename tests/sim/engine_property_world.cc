@@ -165,6 +165,7 @@ void Scenario::plan_flow(Flow& f) {
                   : r < 80 ? WR_ATOMIC_CMP_AND_SWP
                   : r < 90 ? WR_ATOMIC_FETCH_AND_ADD
                   : r < 93 ? WR_LOCAL_INV
+                  : r < 97 ? WR_ATOMIC_WRITE
                            : WR_SEND;
     } else if (f.type == QPT_UC) {
       op.opcode = r < 30   ? WR_SEND
@@ -177,6 +178,7 @@ void Scenario::plan_flow(Flow& f) {
     switch (op.opcode) {
       case WR_ATOMIC_CMP_AND_SWP:
       case WR_ATOMIC_FETCH_AND_ADD:
+      case WR_ATOMIC_WRITE:
         op.len = 8;
         break;
       case WR_LOCAL_INV:
@@ -316,9 +318,11 @@ void Scenario::fill_ops(Flow& f) {
     bool is_send = op.opcode == WR_SEND || op.opcode == WR_SEND_WITH_IMM || op.opcode == WR_SEND_WITH_INV;
     bool is_write = op.opcode == WR_RDMA_WRITE || op.opcode == WR_RDMA_WRITE_WITH_IMM;
     bool is_atomic = op.opcode == WR_ATOMIC_CMP_AND_SWP || op.opcode == WR_ATOMIC_FETCH_AND_ADD;
+    // ATOMIC WRITE: gathered (or inline) like a WRITE, placed like an atomic (8 bytes, aligned)
+    const bool is_awrite = op.opcode == WR_ATOMIC_WRITE;
     if (op.opcode == WR_SEND_WITH_IMM || op.opcode == WR_RDMA_WRITE_WITH_IMM)
       op.imm = static_cast<uint32_t>(rng_.next());
-    if (is_send || is_write) {
+    if (is_send || is_write || is_awrite) {
       // Gather from anywhere in the read-only source region; SGEs may overlap.
       uint32_t n = op.len < 2 ? 1 : static_cast<uint32_t>(rng_.range(1, 3));
       uint32_t left = op.len;
@@ -332,8 +336,8 @@ void Scenario::fill_ops(Flow& f) {
       if (op.len <= pairs_[f.pair].params.max_inline && rng_.chance(0.3)) op.flags |= SEND_INLINE;
       if (op.len == 0 && rng_.chance(0.5)) op.local.clear();  // zero-length with num_sge = 0
     }
-    if (f.type == QPT_RC && (is_write || op.opcode == WR_RDMA_READ || is_atomic)) {
-      uint64_t align = is_atomic ? 8 : 1;
+    if (f.type == QPT_RC && (is_write || op.opcode == WR_RDMA_READ || is_atomic || is_awrite)) {
+      uint64_t align = is_atomic || is_awrite ? 8 : 1;
       op.remote_off = rng_.below((f.remote.len - op.len) / align + 1) * align;
     }
     if (op.opcode == WR_RDMA_READ || is_atomic) {
@@ -349,7 +353,7 @@ void Scenario::fill_ops(Flow& f) {
       op.compare_add = ~0ull;  // marker, resolved when the model runs (see below)
     }
     if (f.type == QPT_RC) {
-      bool writes_remote = is_write || is_atomic;
+      bool writes_remote = is_write || is_atomic || is_awrite;
       uint64_t lo = op.remote_off, hi = op.remote_off + op.len;
       bool overlap = false;
       for (auto [a, b] : danger) overlap |= lo < b && a < hi;
@@ -362,7 +366,7 @@ void Scenario::fill_ops(Flow& f) {
     if (static_cast<int>(i) == bad_at) {
       // Invalid: past the end of the remote MR, or a wrong key. Both must give a remote access error.
       op.bad = true;
-      if (!(is_write || op.opcode == WR_RDMA_READ || is_atomic) || op.len == 0) {
+      if (!(is_write || op.opcode == WR_RDMA_READ || is_atomic || is_awrite) || op.len == 0) {
         op.opcode = WR_RDMA_WRITE;
         op.consumes_recv = false;
         op.imm = 0;
@@ -372,7 +376,8 @@ void Scenario::fill_ops(Flow& f) {
         std::copy_n(arena_[f.req]->base() + f.src.off, op.len, op.data.begin());
         op.flags &= ~SEND_INLINE;
       }
-      op.remote_off = rng_.chance(0.5) ? f.remote.len - op.len + (is_atomic ? 8 : 1) : op.remote_off;
+      op.remote_off =
+          rng_.chance(0.5) ? f.remote.len - op.len + (is_atomic || is_awrite ? 8 : 1) : op.remote_off;
       if (op.remote_off + op.len <= f.remote.len) op.remote_off |= 1ull << 40;  // marks a bad rkey (below)
     }
   }
