@@ -534,6 +534,27 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
   });
 }
 
+namespace {
+// IBV_DEVICE_BAD_PKEY_CNTR / IBV_DEVICE_BAD_QKEY_CNTR: packets dropped for a P_Key other than the default
+// and UD Q_Key violations, over the device as kernel rxe's port counts them: every process's shared
+// counters (provider/stats.h), plus this context's when it counts privately. Saturated to 32 bits.
+void port_violation_counters(ibv_context* ibctx, ContextState& st, uint32_t& bad_pkey, uint32_t& qkey_viol) {
+  uint64_t pkey = 0, qkey = 0;
+  urxe::provider::DeviceCounters dc;
+  std::string err;
+  if (urxe::provider::read_device_counters(to_dev(ibctx->device)->ibdev_path, false, dc, err)) {
+    pkey = dc.total.get(en::counter_name(en::Counter::rx_drop_pkey));
+    qkey = dc.total.get(en::counter_name(en::Counter::rx_drop_qkey));
+  }
+  if (!st.counter_file.values()) {
+    pkey += st.engine->counter(en::Counter::rx_drop_pkey);
+    qkey += st.engine->counter(en::Counter::rx_drop_qkey);
+  }
+  bad_pkey = static_cast<uint32_t>(std::min<uint64_t>(pkey, UINT32_MAX));
+  qkey_viol = static_cast<uint32_t>(std::min<uint64_t>(qkey, UINT32_MAX));
+}
+}  // namespace
+
 int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa) {
   return guarded(EIO, [&] {
     if (port_num != 1) return EINVAL;
@@ -547,8 +568,7 @@ int urxe_query_port(ibv_context* ibctx, uint8_t port_num, ibv_port_attr* pa) {
     pa->gid_tbl_len = static_cast<int>(st.config.gid_tbl_len);
     pa->port_cap_flags = urxe::provider::kPortCapFlags;  // IBV_PORT_CM_SUP, as sysfs cap_mask shows
     pa->max_msg_sz = st.engine->device_attr().max_msg_sz;
-    pa->bad_pkey_cntr = 0;
-    pa->qkey_viol_cntr = 0;
+    port_violation_counters(ibctx, st, pa->bad_pkey_cntr, pa->qkey_viol_cntr);
     pa->pkey_tbl_len = 1;
     pa->lid = 0;
     pa->sm_lid = 0;
