@@ -63,7 +63,9 @@ EngineImpl::EngineImpl(Port& p, Clock& c, const EngineConfig& cfg)
                                                          : 768;
   const DeviceAttr& d = config.device;
   pds.resize(size_t{d.max_pd} + 1);
-  mrs.resize(size_t{d.max_mr} + 1);
+  mrs.resize(size_t{d.max_mr} + d.max_mw + 1);
+  mws.resize(d.max_mw);
+  mw_base = d.max_mr + 1;
   ahs.resize(size_t{d.max_ah} + 1);
   gids = port.attr().gids;
   cqs = std::vector<std::atomic<Cq*>>(size_t{d.max_cq} + 1);

@@ -33,6 +33,7 @@ struct DeviceAttr {
   uint32_t max_cq = 4096;
   uint32_t max_cqe = 32767;
   uint32_t max_mr = 65536;
+  uint32_t max_mw = 4096;  // memory windows, as rxe
   uint32_t max_pd = 4096;
   uint32_t max_qp_rd_atom = 128;       // max_rd_atomic a QP may ask for
   uint32_t max_qp_init_rd_atom = 128;  // max_dest_rd_atomic a QP may ask for
@@ -328,7 +329,7 @@ class Engine {
   Mtu active_mtu() const;
   void set_event_sink(EventSink* sink);
 
-  // PD. dealloc_pd: EBUSY while MRs, QPs, SRQs or AHs use it.
+  // PD. dealloc_pd: EBUSY while MRs, MWs, QPs, SRQs or AHs use it.
   int alloc_pd(uint32_t& pd);
   int dealloc_pd(uint32_t pd);
 
@@ -336,18 +337,27 @@ class Engine {
   // ACCESS_ZERO_BASED). lkey = rkey = 24-bit index << 8 | 8-bit key. REMOTE_WRITE/ATOMIC without
   // LOCAL_WRITE → EINVAL (IBTA).
   int reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out);
+  // EBUSY while memory windows are bound to it (IBA 10.6.7.2.6: deregistration fails then).
   int dereg_mr(uint32_t lkey);
   // ibv_advise_mr over ON_DEMAND MRs of `pd`: PREFETCH(_WRITE) faults the SGEs' pages in (for writing),
   // PREFETCH_NO_FAULT only checks them. Errors as ibv_advise_mr(3): EINVAL (flags, no SGE), EOPNOTSUPP
   // (advice), EFAULT (a key that is not an ON_DEMAND MR of pd, a range outside it or not mapped), EPERM
   // (PREFETCH_WRITE on an MR without local write). Synchronous either way (an async prefetch may be).
   int advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge);
+  // Memory windows (IBTA 10.6.7; engine/mw.cc). An MW shares the MRs' key space (index << 8 | key) but is
+  // never an lkey; its rkey is valid for remote access while bound (type 2: only through the QP that bound
+  // it). Type 1 is created VALID and unbound, type 2 FREE. The window's key is in `rkey` (its low byte
+  // changes with each bind: BIND_MW, SendWr::bind_mw). alloc_mw: EINVAL for a bad PD or type, ENOMEM
+  // beyond max_mw. dealloc_mw unbinds and destroys the window of index `handle` (rkey >> 8: its key may
+  // have changed since) (EINVAL: no such window).
+  int alloc_mw(uint32_t pd, MwType type, uint32_t& rkey);
+  int dealloc_mw(uint32_t handle);
   // ibv_rereg_mr, in place: flags REREG_MR_CHANGE_TRANSLATION (addr/length; iova = addr, 0 with
   // ACCESS_ZERO_BASED), _CHANGE_PD, _CHANGE_ACCESS (checked as in reg_mr). lkey and rkey stay the same, as in
   // kernel rxe. Atomic for traffic: MRs are resolved per packet under the engine lock, so once it returns no
-  // packet reaches the old memory, PD or rights through this MR. An MR invalidated by LOCAL_INV or
-  // SEND_WITH_INV is valid again (rereg = dereg + reg). EINVAL: unknown MR or PD, no or unknown flag, bad
-  // range or access; EOPNOTSUPP: ON_DEMAND/MW_BIND. On error nothing changes.
+  // packet reaches the old memory, PD or rights through this MR. EINVAL: unknown MR or PD, no or unknown
+  // flag, bad range or access; EOPNOTSUPP: ON_DEMAND; EBUSY while windows are bound to it. On error nothing
+  // changes.
   int rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, uint64_t length, uint32_t access);
 
   // CQ with at least `cqe` entries (actual count in *actual_cqe). destroy_cq: EBUSY while QPs use it.
@@ -388,7 +398,9 @@ class Engine {
 
   // Data path. On error *bad_wr points at the first WR not posted (those before it are posted).
   // post_send: EINVAL in RESET/INIT/RTR (and bad opcode/flags/SGE count/inline size for the QP type),
-  // ENOMEM when the send queue is full, EOPNOTSUPP for memory-window and TSO opcodes.
+  // ENOMEM when the send queue is full, EOPNOTSUPP for TSO. BIND_MW and LOCAL_INV (RC, UC) execute in
+  // queue order without a packet; a bind that breaks a rule completes with WC_MW_BIND_ERR, a LOCAL_INV of
+  // anything but a bound type-2 window of the QP's PD with WC_LOC_QP_OP_ERR (an MR is never invalidated).
   // post_recv: EINVAL in RESET or on a QP with an SRQ, ENOMEM when full.
   int post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr);
   int post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/mr.h"
 #include "engine/wr_table.h"
 #include "wire/packet.h"
 #include "wire/psn.h"
@@ -94,24 +95,6 @@ class AppSide {
   SpinLock* lock_;
 };
 
-struct Pd {
-  bool used = false;
-  uint32_t refs = 0;
-};
-
-struct Mr {
-  bool used = false;
-  bool valid = false;  // false after SEND_WITH_INV / LOCAL_INV
-  uint32_t pd = 0;
-  uint8_t* addr = nullptr;
-  uint64_t length = 0;
-  uint64_t iova = 0;
-  uint32_t access = 0;
-  uint8_t key = 0;
-};
-
-enum class MrError : uint8_t { ok, bad_key, bad_pd, bad_access, bad_bounds, invalidated, not_mapped };
-
 struct Cq {
   uint32_t handle = 0;
   uint32_t cqe = 0;
@@ -162,9 +145,9 @@ struct SendWqe {
   uint64_t wr_id = 0;
   WrOpcode opcode = WR_SEND;
   uint32_t send_flags = 0;
-  uint32_t imm = 0;  // wire value (load_be32 of the verbs bytes)
-  uint32_t inv_rkey = 0;
-  uint64_t remote_addr = 0;
+  uint32_t imm = 0;          // wire value (load_be32 of the verbs bytes)
+  uint32_t inv_rkey = 0;     // LOCAL_INV / SEND_WITH_INV: the key; BIND_MW: the window's current rkey
+  uint64_t remote_addr = 0;  // BIND_MW: the window's address (rkey: the key it gets)
   uint32_t rkey = 0;
   uint64_t compare_add = 0, swap = 0;
   uint32_t ah = 0, remote_qpn = 0, remote_qkey = 0;
@@ -173,6 +156,8 @@ struct SendWqe {
   uint32_t inline_base = 0;  // offset of its inline bytes in the QP's inline pool
   bool is_inline = false;
   uint64_t length = 0;
+  uint32_t bind_mr = 0, bind_access = 0;  // BIND_MW: the MR's lkey, the window's access
+  uint64_t bind_length = 0;               // BIND_MW: the window's length
   // requester / completer state (progress thread only)
   bool started = false;   // PSNs assigned
   bool sent_all = false;  // every request packet sent at least once
@@ -305,6 +290,7 @@ struct Qp {
     uint32_t res_next = 0;  // allocation counter; slot = res_next % res.size()
   } resp;
 
+  uint32_t bound_mws = 0;     // type-2 windows this QP bound (destroy_qp frees them)
   bool flush_needed = false;  // in ERR/SQE: complete what remains with WR_FLUSH_ERR
   bool flushing = false;      // the failed WQE was reported: every later one is flushed
   bool flush_gap = false;     // a WQE was flushed unfinished: later finished ones are flushed too
@@ -334,7 +320,11 @@ struct EngineImpl {
   mutable std::mutex mu;  // control verbs and progress()
 
   std::vector<Pd> pds;
-  std::vector<Mr> mrs;
+  std::vector<Mr> mrs;  // MRs (1..max_mr), then memory windows (mw_base..); index 0 unused
+  std::vector<Mw> mws;  // windows, by mrs index less mw_base
+  uint32_t mw_base = 0;
+  Mw& mw_of(const Mr& m) { return mws[static_cast<size_t>(&m - mrs.data()) - mw_base]; }
+  const Mw& mw_of(const Mr& m) const { return mws[static_cast<size_t>(&m - mrs.data()) - mw_base]; }
   std::vector<Ah> ahs;
   std::vector<wire::Gid> gids;  // GID table (Engine::set_gid), index = sgid_index; zero = unused
   std::vector<std::atomic<Cq*>> cqs;
@@ -476,9 +466,30 @@ struct EngineImpl {
   int reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, uint32_t access, MrInfo& out);
   int dereg_mr(uint32_t lkey);
   int advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge);
-  // The memory at [va, va+len) of the MR named by `key` if it belongs to `pd` and allows `access`.
+  // The memory at [va, va+len) of the MR named by lkey `key` if it belongs to `pd` and allows `access` (an
+  // lkey never names a window: err = window).
   uint8_t* mr_resolve(uint32_t key, uint32_t pd, uint32_t access, uint64_t va, uint64_t len, MrError& err);
-  int invalidate_key(uint32_t key, uint32_t pd);  // 0 or EINVAL
+  // An ON_DEMAND MR's bytes at `at`: faulted in (for writing when `access` writes) through
+  // EngineConfig::odp_fault_in; nullptr (err = not_mapped) when they cannot be.
+  uint8_t* odp_fault_in(uintptr_t at, uint64_t len, uint32_t access, MrError& err) const;
+  // The same for an rkey a request brought to q: an MR of q's PD, or a window (mw.cc). Inline, the window
+  // only where mr_resolve failed: the MR path is mr_resolve's, unchanged.
+  uint8_t* rkey_resolve(uint32_t key, const Qp& q, uint32_t access, uint64_t va, uint64_t len, MrError& err);
+  Mr* mr_slot(uint32_t key);  // the used slot `key` names (index and key byte), MR or window; else nullptr
+
+  // mw.cc: memory windows
+  int alloc_mw(uint32_t pd, MwType type, uint32_t& rkey);
+  int dealloc_mw(uint32_t handle);
+  // rkey_resolve's slow path, for the window m: its own checks, then an MR's (and its MR's ODP fault).
+  uint8_t* mw_resolve(const Mr& mw, const Qp& q, uint32_t access, uint64_t va, uint64_t len,
+                      MrError& err) const;
+  // BIND_MW, executed by the requester of q in queue order: WC_SUCCESS or WC_MW_BIND_ERR.
+  WcStatus bind_mw(Qp& q, const SendWqe& w);
+  void unbind_mw(Mr& m);
+  void free_qp_windows(const Qp& q);  // destroy_qp: the type-2 windows q bound become FREE
+  // LOCAL_INV / SEND_WITH_INV: only a bound type-2 window of `pd` named by its current key (IBTA
+  // o10-37.2.26; an ibv_reg_mr MR cannot be invalidated). 0 or EINVAL.
+  int invalidate_mw(uint32_t rkey, uint32_t pd);
   int create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah);
   int destroy_ah(uint32_t ah);
 
@@ -639,6 +650,14 @@ struct EngineImpl {
   PacketBuf cur_buf{};
   wire::FrameLayout cur_layout{};
 };
+
+inline uint8_t* EngineImpl::rkey_resolve(uint32_t key, const Qp& q, uint32_t access, uint64_t va,
+                                         uint64_t len, MrError& err) {
+  uint8_t* p = mr_resolve(key, q.pd, access, va, len, err);
+  if (!p && err == MrError::window) [[unlikely]]
+    p = mw_resolve(mrs[key >> 8], q, access, va, len, err);
+  return p;
+}
 
 // READ responses or atomic ACKs the responder still owes.
 inline bool res_pending(const Qp& q) {

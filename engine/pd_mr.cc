@@ -35,7 +35,6 @@ int check_mr_access(uint32_t access, bool odp) {
                          ACCESS_REMOTE_ATOMIC | ACCESS_MW_BIND | ACCESS_ZERO_BASED | ACCESS_ON_DEMAND |
                          ACCESS_HUGETLB | kAccessOptionalRange;
   if (access & ~known) return EINVAL;
-  if (access & ACCESS_MW_BIND) return EOPNOTSUPP;
   if ((access & ACCESS_ON_DEMAND) && !odp) return EOPNOTSUPP;
   // IBTA 10.6.3.1 / rdma-core: remote write or atomic access requires local write.
   if ((access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC)) && !(access & ACCESS_LOCAL_WRITE))
@@ -68,11 +67,18 @@ int EngineImpl::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, 
   } else if (int rc = check_mr_range(addr, length, iova, config.device.max_mr_size)) {
     return rc;
   }
-  for (uint32_t i = 1; i < mrs.size() && i < (1u << 24); i++) {
+  for (uint32_t i = 1; i < mw_base && i < (1u << 24); i++) {
     Mr& m = mrs[i];
     if (m.used) continue;
     const uint8_t key = static_cast<uint8_t>(m.key + 1);  // a new key each time the index is reused
-    m = Mr{true, true, pd, static_cast<uint8_t*>(addr), length, iova, access & ~kAccessOptionalRange, key};
+    m = Mr{};
+    m.used = true;
+    m.key = key;
+    m.pd = pd;
+    m.addr = static_cast<uint8_t*>(addr);
+    m.length = length;
+    m.iova = iova;
+    m.access = access & ~kAccessOptionalRange;
     out.lkey = out.rkey = (i << 8) | key;
     p->refs++;
     return 0;
@@ -80,13 +86,19 @@ int EngineImpl::reg_mr(uint32_t pd, void* addr, uint64_t length, uint64_t iova, 
   return ENOMEM;
 }
 
+Mr* EngineImpl::mr_slot(uint32_t key) {
+  const uint32_t i = key >> 8;
+  return (i > 0 && i < mrs.size() && mrs[i].used && mrs[i].key == (key & 0xff)) ? &mrs[i] : nullptr;
+}
+
 int EngineImpl::dereg_mr(uint32_t lkey) {
-  const uint32_t i = lkey >> 8;
-  if (i == 0 || i >= mrs.size() || !mrs[i].used || mrs[i].key != (lkey & 0xff)) return EINVAL;
-  Mr& m = mrs[i];
-  if (Pd* p = pd_get(m.pd)) p->refs--;
-  m.used = false;
-  m.valid = false;
+  Mr* m = mr_slot(lkey);
+  if (!m || m->is_mw) return EINVAL;
+  // IBA 10.6.7.2.6: deregistration fails while windows are bound to the region. EBUSY, rdma-core's errno
+  // for an object others still use (ibv_dealloc_pd, ibv_destroy_cq); kernel rxe answers EINVAL.
+  if (m->num_mw) return EBUSY;
+  if (Pd* p = pd_get(m->pd)) p->refs--;
+  m->used = false;
   return 0;
 }
 
@@ -96,11 +108,13 @@ int Engine::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, uin
                      uint32_t access) {
   EngineImpl& e = *impl_;
   std::lock_guard<std::mutex> g(e.mu);
-  const uint32_t i = lkey >> 8;
-  if (i == 0 || i >= e.mrs.size() || !e.mrs[i].used || e.mrs[i].key != (lkey & 0xff)) return EINVAL;
+  Mr* mp = e.mr_slot(lkey);
+  if (!mp || mp->is_mw) return EINVAL;
   constexpr uint32_t kAll = REREG_MR_CHANGE_TRANSLATION | REREG_MR_CHANGE_PD | REREG_MR_CHANGE_ACCESS;
   if (flags == 0 || (flags & ~kAll)) return EINVAL;
-  Mr& m = e.mrs[i];
+  Mr& m = *mp;
+  // A bound window opens part of this MR's memory: not while it may move (as dereg_mr).
+  if (m.num_mw) return EBUSY;
   // Validate everything first: a failed rereg leaves the MR as it was.
   Pd* new_pd = nullptr;
   if (flags & REREG_MR_CHANGE_PD) {
@@ -133,7 +147,6 @@ int Engine::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, uin
   m.addr = new_addr;
   m.length = new_length;
   m.iova = new_iova;
-  m.valid = true;
   return 0;
 }
 
@@ -145,8 +158,8 @@ uint8_t* EngineImpl::mr_resolve(uint32_t key, uint32_t pd, uint32_t access, uint
     return nullptr;
   }
   const Mr& m = mrs[i];
-  if (!m.valid) {
-    err = MrError::invalidated;
+  if (m.is_mw) {  // where an MR's valid bit was tested before windows existed: no new test
+    err = MrError::window;
     return nullptr;
   }
   if (m.pd != pd) {
@@ -163,18 +176,20 @@ uint8_t* EngineImpl::mr_resolve(uint32_t key, uint32_t pd, uint32_t access, uint
   }
   // ODP: the pages may not be there (an implicit MR spans the whole address space): fault them in first,
   // for writing when the access writes. In integers: an implicit MR's base is address 0.
-  if (m.access & ACCESS_ON_DEMAND) [[unlikely]] {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(m.addr) + (va - m.iova);
-    constexpr uint32_t kWrites = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
-    if (len && !config.odp_fault_in(at, len, (access & kWrites) != 0)) {
-      err = MrError::not_mapped;
-      return nullptr;
-    }
-    err = MrError::ok;
-    return reinterpret_cast<uint8_t*>(at);
-  }
+  if (m.access & ACCESS_ON_DEMAND) [[unlikely]]
+    return odp_fault_in(reinterpret_cast<uintptr_t>(m.addr) + (va - m.iova), len, access, err);
   err = MrError::ok;
   return m.addr + (va - m.iova);
+}
+
+uint8_t* EngineImpl::odp_fault_in(uintptr_t at, uint64_t len, uint32_t access, MrError& err) const {
+  constexpr uint32_t kWrites = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+  if (len && !config.odp_fault_in(at, len, (access & kWrites) != 0)) {
+    err = MrError::not_mapped;
+    return nullptr;
+  }
+  err = MrError::ok;
+  return reinterpret_cast<uint8_t*>(at);
 }
 
 int EngineImpl::advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sge* sges, uint32_t num_sge) {
@@ -200,14 +215,6 @@ int EngineImpl::advise_mr(uint32_t pd, uint32_t advice, uint32_t flags, const Sg
     MrError err;
     if (!mr_resolve(s.lkey, pd, need, s.addr, s.length, err)) return EFAULT;
   }
-  return 0;
-}
-
-int EngineImpl::invalidate_key(uint32_t key, uint32_t pd) {
-  const uint32_t i = key >> 8;
-  if (i == 0 || i >= mrs.size() || !mrs[i].used || mrs[i].key != (key & 0xff) || mrs[i].pd != pd)
-    return EINVAL;
-  mrs[i].valid = false;
   return 0;
 }
 

@@ -510,6 +510,9 @@ void EngineImpl::qp_set_path(Qp& q, const wire::Gid* dgid) {
 int EngineImpl::destroy_qp(uint32_t qpn) {
   Qp* q = qp_get(qpn);
   if (!q) return EINVAL;
+  // A type-2 window opens memory only to the QP that bound it: with that QP gone it opens nothing, and
+  // must not open it to a later QP given the same QPN.
+  if (q->bound_mws) free_qp_windows(*q);
   qps[qpn - config.qpn_base].store(nullptr, std::memory_order_release);
   for (size_t i = 0; i < qp_list.size(); i++)
     if (qp_list[i] == q) {
@@ -546,7 +549,7 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
     const uint32_t ud_max = q.type == QPT_UD ? e.active_mtu_bytes() : 0;  // the port's MTU: UD only
     for (; wr; wr = wr->next) {
       const WrInfo& info = wr_info(wr->opcode);
-      if (wr->opcode == WR_BIND_MW || wr->opcode == WR_TSO || wr->opcode == WR_FLUSH) {
+      if (wr->opcode == WR_TSO || wr->opcode == WR_FLUSH) {
         rc = EOPNOTSUPP;
         break;
       }
@@ -561,6 +564,10 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
       }
       if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q.cap.max_send_sge) {
         rc = EINVAL;
+        break;
+      }
+      if (wr->opcode == WR_BIND_MW && (wr->num_sge || (wr->send_flags & SEND_INLINE))) {
+        rc = EINVAL;  // a bind carries no data (rdma-core's rxe: no SGE, no inline)
         break;
       }
       const bool is_inline = (wr->send_flags & SEND_INLINE) && !info.is_read &&
@@ -601,6 +608,14 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
       } else {
         w.remote_addr = wr->rdma.remote_addr;
         w.rkey = wr->rdma.rkey;
+      }
+      if (wr->opcode == WR_BIND_MW) {
+        w.inv_rkey = wr->bind_mw.mw_rkey;
+        w.rkey = wr->bind_mw.rkey;
+        w.remote_addr = wr->bind_mw.addr;
+        w.bind_mr = wr->bind_mw.mr_lkey;
+        w.bind_length = wr->bind_mw.length;
+        w.bind_access = wr->bind_mw.access;
       }
       w.compare_add = wr->atomic.compare_add;
       w.swap = wr->atomic.swap;

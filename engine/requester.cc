@@ -111,16 +111,19 @@ namespace {
 // (fill_packet), then move the WQE and the QP on (update_wqe_state, update_state). File-local so that they
 // inline into the per-packet loop.
 
-// Ends a WQE that sends no packet: a LOCAL_INV executed here, or one that failed its checks (the completer
-// reports it in order, with its status).
+// Ends a WQE that sends no packet: a LOCAL_INV or BIND_MW executed here, or one that failed its checks (the
+// completer reports it in order, with its status).
 void complete_unsent(Qp& q, SendWqe& w) {
   w.started = w.sent_all = w.done = true;
   q.req.idx++;
 }
 
-// LOCAL_INV executes here, in order, and completes without a packet.
+// LOCAL_INV and BIND_MW execute here, in order, and complete without a packet (rxe_do_local_ops).
 void execute_local_op(EngineImpl& e, Qp& q, SendWqe& w) {
-  if (e.invalidate_key(w.inv_rkey, q.pd) != 0) w.status = WC_LOC_QP_OP_ERR;
+  if (w.opcode == WR_BIND_MW)
+    w.status = e.bind_mw(q, w);
+  else if (e.invalidate_mw(w.inv_rkey, q.pd) != 0)
+    w.status = WC_LOC_QP_OP_ERR;
   complete_unsent(q, w);
 }
 
@@ -360,7 +363,7 @@ bool EngineImpl::requester_run(Qp& q) {
       }
       start_wqe(*this, q, w, info);
     }
-    if (info.is_local) {  // passing an executed LOCAL_INV again after a go-back
+    if (info.is_local) {  // passing an executed local WR again after a go-back
       q.req.idx++;
       continue;
     }

@@ -173,7 +173,7 @@ struct Responder {
       std::memcpy(&imm, b, 4);  // network order, as ibv_wc.imm_data
     }
     if (info.with_inv) {
-      if (e.invalidate_key(pkt.ieth_rkey, q.pd) != 0) {
+      if (e.invalidate_mw(pkt.ieth_rkey, q.pd) != 0) {
         fatal(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
         return false;
       }
@@ -199,7 +199,7 @@ struct Responder {
       }
       const wire::Reth& r = pkt.reth;
       MrError err;
-      if (r.dma_len && !e.mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_WRITE, r.va, r.dma_len, err)) {
+      if (r.dma_len && !e.rkey_resolve(r.rkey, q, ACCESS_REMOTE_WRITE, r.va, r.dma_len, err)) {
         reject(wire::NakCode::remote_access_error, WC_SUCCESS);
         return false;
       }
@@ -218,8 +218,8 @@ struct Responder {
     if (info.with_imm && !e.pop_recv(q)) return no_recv();
     if (len) {
       MrError err;
-      uint8_t* p = e.mr_resolve(q.resp.write_rkey, q.pd, ACCESS_REMOTE_WRITE,
-                                q.resp.write_va + q.resp.msg_offset, len, err);
+      uint8_t* p = e.rkey_resolve(q.resp.write_rkey, q, ACCESS_REMOTE_WRITE,
+                                  q.resp.write_va + q.resp.msg_offset, len, err);
       if (!p) {
         reject(wire::NakCode::remote_access_error, WC_SUCCESS);
         return false;
@@ -263,7 +263,7 @@ struct Responder {
     const wire::Reth& r = pkt.reth;
     if (r.dma_len > e.config.device.max_msg_sz) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     MrError err;
-    if (r.dma_len && !e.mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_READ, r.va, r.dma_len, err))
+    if (r.dma_len && !e.rkey_resolve(r.rkey, q, ACCESS_REMOTE_READ, r.va, r.dma_len, err))
       return reject(wire::NakCode::remote_access_error, WC_SUCCESS);
     const uint32_t n = packets_for(r.dma_len, q.mtu);
     RespRes& res = alloc_res();
@@ -291,7 +291,7 @@ struct Responder {
     const wire::AtomicEth& a = pkt.atomic_eth;
     if (a.va & 7) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     MrError err;
-    uint8_t* p = e.mr_resolve(a.rkey, q.pd, ACCESS_REMOTE_ATOMIC, a.va, 8, err);
+    uint8_t* p = e.rkey_resolve(a.rkey, q, ACCESS_REMOTE_ATOMIC, a.va, 8, err);
     if (!p) return reject(wire::NakCode::remote_access_error, WC_SUCCESS);
     if (reinterpret_cast<uintptr_t>(p) & 7) return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     // The engine is the only writer of this memory on the wire side; the 8-byte aligned location is
@@ -638,7 +638,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
       }
       MrError err;
       const uint8_t* src =
-          len ? mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
+          len ? rkey_resolve(r.rkey, q, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
       if (len && !src) {
         // the MR went away while the response was being sent
         emit_ack(*this, q,

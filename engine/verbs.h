@@ -87,7 +87,7 @@ enum WrOpcode : uint32_t {
   WR_ATOMIC_CMP_AND_SWP = 5,
   WR_ATOMIC_FETCH_AND_ADD = 6,
   WR_LOCAL_INV = 7,
-  WR_BIND_MW = 8,  // refused: EOPNOTSUPP (no memory windows yet)
+  WR_BIND_MW = 8,
   WR_SEND_WITH_INV = 9,
   WR_TSO = 10,  // refused: EOPNOTSUPP
   WR_FLUSH = 14,         // refused: EOPNOTSUPP (Annex A19 FLUSH is not implemented)
@@ -130,6 +130,17 @@ struct SendWr {
     uint64_t swap = 0;
     uint32_t rkey = 0;
   } atomic;
+  // BIND_MW (ibv_send_wr.bind_mw): the window named by its current rkey, the rkey it gets (its index with
+  // the low byte of `rkey`), and what it opens: [addr, addr + length) of the MR `mr_lkey`, with `access`
+  // (ACCESS_REMOTE_* | ACCESS_ZERO_BASED). Length 0 unbinds (a type-1 window; mr_lkey may then be 0).
+  struct {
+    uint32_t mw_rkey = 0;
+    uint32_t rkey = 0;
+    uint32_t mr_lkey = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint32_t access = 0;
+  } bind_mw;
   struct {
     uint32_t ah = 0;  // handle from Engine::create_ah
     uint32_t remote_qpn = 0;
@@ -159,6 +170,9 @@ enum AccessFlags : uint32_t {
 };
 // Optional access bits (IBV_ACCESS_OPTIONAL_RANGE) a device may ignore.
 inline constexpr uint32_t kAccessOptionalRange = 0x3ffu << 20;
+// ibv_mw_type. Type 1: bound by ibv_bind_mw, to the PD only; type 2 (2B): bound by a BIND_MW WR, to the PD
+// and the QP that posted it.
+enum MwType : uint32_t { MW_TYPE_1 = 1, MW_TYPE_2 = 2 };
 // ibv_rereg_mr flags (enum ibv_rereg_mr_flags).
 enum ReregMrFlags : uint32_t {
   REREG_MR_CHANGE_TRANSLATION = 1u << 0,

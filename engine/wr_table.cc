@@ -76,16 +76,22 @@ constexpr WrInfo kWrTable[kWrRows] = {
      .wc_opcode = WC_FETCH_ADD,
      .ops = single(op::fetch_add),
      .is_atomic = true},
-    // executed by the requester in queue order, no packet
+    // executed by the requester in queue order, no packet; memory windows are bound to RC/UC QPs only
+    // (ibv_post_send(3): LOCAL_INV and BIND_MW on UC, RC, XRC)
     {.opcode = WR_LOCAL_INV,
      .valid = true,
      .rc = true,
      .uc = true,
-     .ud = true,
      .wc_opcode = WC_LOCAL_INV,
      .ops = single(kNone),
      .is_local = true},
-    {.opcode = WR_BIND_MW},  // not supported
+    {.opcode = WR_BIND_MW,
+     .valid = true,
+     .rc = true,
+     .uc = true,
+     .wc_opcode = WC_BIND_MW,
+     .ops = single(kNone),
+     .is_local = true},
     // RC only: UC and UD have no SEND_*_INV opcodes
     {.opcode = WR_SEND_WITH_INV,
      .valid = true,

@@ -105,6 +105,31 @@ TEST_F(Odp, RemoteWriteToAPageThatIsNotMappedIsARemoteAccessError) {
   EXPECT_EQ(at.qp_state, QPS_ERR);
 }
 
+// A memory window over an ON_DEMAND MR: an access through it faults its pages in as one through the MR.
+TEST_F(Odp, AccessThroughAWindowFaultsPagesInToo) {
+  MrInfo mr;
+  ASSERT_EQ(0, lb.b().eng->reg_mr(lb.b().pd, lb.b().mem.data(), lb.b().mem.size(), lb.b().addr(),
+                                  ACCESS_LOCAL_WRITE | ACCESS_MW_BIND | ACCESS_ON_DEMAND, mr));
+  uint32_t mw = 0;
+  ASSERT_EQ(0, lb.b().eng->alloc_mw(lb.b().pd, MW_TYPE_1, mw));
+  SendWr bind = make_wr(WR_BIND_MW, nullptr, 0, 9);
+  bind.bind_mw = {mw, mw + 1, mr.lkey, lb.b().addr(0x8000), 0x10000, ACCESS_REMOTE_WRITE};
+  post(lb.b(), qb, bind);
+  ASSERT_EQ(lb.poll(lb.b(), 1).size(), 1u);
+  g_odp = {};
+  g_odp.hole = lb.b().addr(0x10000);
+  g_odp.hole_len = 0x1000;
+  fill(lb.a().mem, 0, 64, 4);
+  Sge sge{lb.a().addr(0), 64, odp_a.lkey};
+  SendWr wr = make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(0x9000), mw + 1);
+  EXPECT_EQ(run(wr).status, WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 0x9000, lb.a().mem.data(), 64));
+  EXPECT_GE(g_odp.writes, 1u);  // the responder's write into the window (A's source is only read)
+  EXPECT_EQ(g_odp.last, lb.b().addr(0x9000));
+  wr.rdma.remote_addr = lb.b().addr(0x10000 + 100);  // in the window, not mapped
+  EXPECT_EQ(run(wr).status, WC_REM_ACCESS_ERR);
+}
+
 TEST_F(Odp, RemoteReadOfAPageThatIsNotMappedIsARemoteAccessError) {
   g_odp.hole = lb.b().addr(0x10000);
   g_odp.hole_len = 0x1000;

@@ -1,13 +1,12 @@
 // RC error NAKs and PSN gaps: each remote error status (access, invalid request, operational) with the
-// flush after it, the PSN-sequence NAK and go-back-N, an error NAK racing a READ response, and the errors
-// of invalidated and bad local keys.
+// flush after it, the PSN-sequence NAK and go-back-N, an error NAK racing a READ response, and the error
+// of a bad local key. (Invalidation: mw_test.cc.)
 #include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
 namespace {
 
 using RcNak = RcLoopbackTest;
-using RcInvalidate = RcLoopbackTest;
 using RcLocal = RcLoopbackTest;
 
 TEST_F(RcNak, RemoteAccessErrorBadRkey) {
@@ -172,47 +171,6 @@ TEST_F(RcNak, ErrorNakAfterLostReadResponseFailsTheReadAndFlushesTheRest) {
   ASSERT_EQ(wa.size(), 2u);
   EXPECT_EQ(wa[0].status, WC_RETRY_EXC_ERR);  // the responder (now in ERR) never answers again
   EXPECT_EQ(wa[1].status, WC_WR_FLUSH_ERR);
-}
-
-TEST_F(RcInvalidate, SendWithInvalidateInvalidatesTheRkey) {
-  connect();
-  std::vector<uint8_t> buf(64);
-  MrInfo mr;
-  ASSERT_EQ(0, reg_vec(lb.b(), lb.b().pd, buf, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, mr));
-  post_recv(lb.b(), qb, 0, 64, 1);
-  Sge sge{lb.a().addr(0), 8, lb.a().mr.lkey};
-  SendWr s = make_wr(WR_SEND_WITH_INV, &sge, 1, 1);
-  s.invalidate_rkey = mr.rkey;
-  post(lb.a(), qa, s);
-  auto wb = lb.poll(lb.b(), 1);
-  ASSERT_EQ(wb.size(), 1u);
-  EXPECT_TRUE(wb[0].wc_flags & WC_WITH_INV);
-  EXPECT_EQ(wb[0].imm_data, mr.rkey);  // invalidated_rkey
-  SendWr w = make_rdma_wr(WR_RDMA_WRITE, &sge, vaddr(buf), mr.rkey, 2);
-  ASSERT_EQ(lb.poll(lb.a(), 1).size(), 1u);
-  expect_remote_error(lb, qa, w, WC_REM_ACCESS_ERR);
-}
-
-TEST_F(RcInvalidate, LocalInvalidateCompletesLocally) {
-  connect();
-  std::vector<uint8_t> buf(64);
-  MrInfo mr;
-  ASSERT_EQ(0, reg_vec(lb.a(), lb.a().pd, buf, ACCESS_LOCAL_WRITE, mr));
-  SendWr li = make_wr(WR_LOCAL_INV, nullptr, 0, 1);
-  li.invalidate_rkey = mr.lkey;
-  const size_t before = lb.link.trace.size();
-  post(lb.a(), qa, li);
-  auto wa = lb.poll(lb.a(), 1);
-  ASSERT_EQ(wa.size(), 1u);
-  EXPECT_EQ(wa[0].status, WC_SUCCESS);
-  EXPECT_EQ(wa[0].opcode, WC_LOCAL_INV);
-  EXPECT_EQ(lb.link.trace.size(), before);  // no packet
-  // the key is now unusable: a SEND from it fails locally
-  Sge sge{vaddr(buf), 8, mr.lkey};
-  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 2));
-  wa = lb.poll(lb.a(), 1);
-  ASSERT_EQ(wa.size(), 1u);
-  EXPECT_EQ(wa[0].status, WC_LOC_PROT_ERR);
 }
 
 TEST_F(RcLocal, BadLkeyIsLocalProtectionError) {

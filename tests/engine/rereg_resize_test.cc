@@ -156,19 +156,6 @@ TEST_F(Rereg, ErrorsLeaveTheMrUnchanged) {
   EXPECT_EQ(EINVAL, b.eng->rereg_mr(k, REREG_MR_CHANGE_ACCESS, 0, nullptr, 0, ACCESS_LOCAL_WRITE));
 }
 
-TEST_F(Rereg, InvalidatedMrIsValidAgainAfterRereg) {
-  Node& b = lb.b();
-  SendWr inv = make_wr(WR_LOCAL_INV, nullptr, 0, 3);
-  inv.invalidate_rkey = b.mr.rkey;
-  post(b, qb, inv);
-  auto wc = lb.poll(b, 1);
-  ASSERT_EQ(wc.size(), 1u);
-  ASSERT_EQ(wc[0].status, WC_SUCCESS);
-  EXPECT_EQ(WC_REM_ACCESS_ERR, write(b.addr(0), b.mr.rkey, 64));
-  restate();
-  ASSERT_EQ(0, b.eng->rereg_mr(b.mr.lkey, REREG_MR_CHANGE_ACCESS, 0, nullptr, 0, kAllAccess));
-  EXPECT_EQ(WC_SUCCESS, write(b.addr(0), b.mr.rkey, 64));
-}
 
 // B's MR is zero-based (VA 0..64 KiB for any backing memory) and moves to a fresh buffer again and again
 // while A keeps 64 KiB WRITEs (64 packets each) in flight, until 200 WRITEs completed and 500 reregs
