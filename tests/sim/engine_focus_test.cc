@@ -34,7 +34,7 @@ class EngineFocusTest : public ::testing::Test {
     remote_init_.assign(arena_[1]->at(remote_), arena_[1]->at(remote_) + remote_.len);
     reg(0, src_, 0, src_mr_);
     reg(0, sink_, ACCESS_LOCAL_WRITE, sink_mr_);
-    reg(0, victim_, ACCESS_LOCAL_WRITE, victim_mr_);
+    reg(0, victim_, ACCESS_LOCAL_WRITE | ACCESS_MW_BIND, victim_mr_);
     reg(1, remote_, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC,
         remote_mr_);
     // Which frames entered the link, in order: "<from><opcode name>".
@@ -43,6 +43,19 @@ class EngineFocusTest : public ::testing::Test {
       if (wire::parse_frame(wire::ByteSpan(d, len), pkt) == wire::ParseError::ok)
         wire_.push_back(std::to_string(from) + " " + std::string(pkt.info->name));
     };
+    // What a LOCAL_INV invalidates: a type-2 window over the victim, bound by host 0's QP.
+    uint32_t mw = 0;
+    ASSERT_EQ(tb_->host[0].eng->alloc_mw(tb_->host[0].pd, MW_TYPE_2, mw), 0);
+    SendWr bind = wr(100, WR_BIND_MW, 0, nullptr);
+    victim_key_ = mw + 1;
+    bind.bind_mw = {
+        mw,          victim_key_,        victim_mr_.lkey, reinterpret_cast<uint64_t>(arena_[0]->at(victim_)),
+        victim_.len, ACCESS_REMOTE_WRITE};
+    post(bind);
+    auto wcs = complete(1);
+    ASSERT_EQ(wcs.size(), 1u);
+    ASSERT_EQ(wcs[0].status, WC_SUCCESS);
+    wire_.clear();
   }
   void reg(uint32_t h, const GuardedArena::Region& r, uint32_t acc, MrInfo& mr) {
     uint8_t* p = arena_[h]->at(r);
@@ -86,6 +99,7 @@ class EngineFocusTest : public ::testing::Test {
   std::unique_ptr<GuardedArena> arena_[2];
   GuardedArena::Region src_, sink_, victim_, remote_;
   MrInfo src_mr_{}, sink_mr_{}, victim_mr_{}, remote_mr_{};
+  uint32_t victim_key_ = 0;  // the victim window's rkey
   std::vector<uint8_t> remote_init_;
   std::vector<std::string> wire_;
 };
@@ -100,7 +114,7 @@ TEST_F(EngineFocusTest, FenceOnLocalInvHoldsLaterWritesBehindRead) {
   read.rdma = {raddr(0), remote_mr_.rkey};
   post(read);
   SendWr inv = wr(2, WR_LOCAL_INV, SEND_FENCE, nullptr);
-  inv.invalidate_rkey = victim_mr_.rkey;
+  inv.invalidate_rkey = victim_key_;
   post(inv);
   Sge wsge{reinterpret_cast<uint64_t>(arena_[0]->at(src_)), 4096, src_mr_.lkey};
   SendWr write = wr(3, WR_RDMA_WRITE, 0, &wsge);

@@ -5,7 +5,8 @@
 // the 24-bit wrap), path MTUs and engine tunables, and posts a random mix of every work request type with
 // sizes 0, 1, MTU-1, MTU, MTU+1, multi-MTU, one to three SGEs, inline, fence and solicited flags, some
 // receives posted late (RNR), IPv4 or (a quarter of the seeds) IPv6 GIDs, and in some seeds one invalid
-// request (remote access error); a third of the one-way RC pairs take their receives from an SRQ. Then it
+// request (remote access error); a third of the one-way RC pairs take their receives from an SRQ, and a
+// third of the RC/UC flows reach their remote region only through a type-2 memory window. Then it
 // checks:
 //  - every byte of both hosts' memory equals the reference model (registered regions as the model says,
 //    everything else untouched: guard bytes around every region, gaps between SGEs, receive-buffer tails);
@@ -16,7 +17,8 @@
 //    flush; both QPs end in ERR and the responder's receives are flushed;
 //  - every corrupted frame was dropped by the receiving engine; UD messages sent with a wrong Q_Key (a tenth)
 //    are dropped and counted;
-//  - after a successful SEND_WITH_INV / LOCAL_INV the invalidated MR refuses access;
+//  - after a successful SEND_WITH_INV / LOCAL_INV the invalidated type-2 window is FREE (binds again) and
+//    its old key opens nothing;
 //  - at rest the engines hold no port buffers.
 // The model applies each flow's operations in order to plain buffers; flows use disjoint memory, so their
 // interleaving does not matter. RDMA READ results are only defined if no later unfenced WR of the same QP
@@ -66,7 +68,7 @@ struct Op {
   bool consumes_recv = false;
   bool bad = false;           // deliberately invalid (remote access error expected)
   bool wrong_qkey = false;    // UD: sent with a Q_Key the receiver does not have: must be dropped
-  int victim = -1;            // SEND_WITH_INV / LOCAL_INV: index of the MR invalidated
+  int victim = -1;            // SEND_WITH_INV / LOCAL_INV: index of the window invalidated
   std::vector<uint8_t> data;  // the message bytes (gathered) for sends and writes
 };
 
@@ -84,6 +86,7 @@ struct Flow {
   uint32_t mtu = 1024;
   GuardedArena::Region src, sink, remote, recvbuf;
   MrInfo src_mr{}, sink_mr{}, remote_mr{}, recv_mr{};
+  uint32_t remote_rkey = 0;  // the remote region's rkey: remote_mr's, or a type-2 window's over it
   uint64_t remote_iova = 0;  // peer-visible address of remote region offset 0
   std::vector<Op> ops;
   std::vector<RecvWqe> recvs;
@@ -95,7 +98,8 @@ struct Flow {
 struct Victim {
   uint32_t host = 0;
   GuardedArena::Region region;
-  MrInfo mr{};
+  MrInfo mr{};        // the region's MR (MW_BIND, no remote right)
+  uint32_t rkey = 0;  // the type-2 window over it that the op invalidates
 };
 
 struct Pair {
@@ -117,6 +121,7 @@ class Scenario {
         rng_(seed ^ 0x5eed5eed5eedull),
         qkey_rng_(seed ^ 0x9e3779b97f4a7c15ull),
         srq_rng_(seed ^ 0x5a17ull),
+        mw_rng_(seed ^ 0x3a11d0ull),
         sabotage_(sabotage) {}
   // Checker self-test: after the run, damage one thing the checks must notice (1..kSabotages); applied()
   // tells whether this seed offered something to damage.
@@ -134,6 +139,9 @@ class Scenario {
   void probe_victims(std::vector<std::string>& errs);
   void plan_flow(Flow& f);
   void carve_and_register();
+  // Binds a new type-2 window on `host`'s QP of `pair` over [addr, addr + len) of `mr`; returns its rkey.
+  uint32_t bind_window(uint32_t host, const Pair& pair, const MrInfo& mr, uint64_t addr, uint64_t len,
+                       uint32_t access);
   void fill_ops(Flow& f);
   std::string post_ops(Flow& f, size_t from, size_t to);
   std::string post_recvs(Flow& f, bool late);
@@ -158,6 +166,7 @@ class Scenario {
   Rng rng_;
   Rng qkey_rng_;
   Rng srq_rng_;
+  Rng mw_rng_;
   LinkConfig link_;
   EngineConfig ecfg_;
   bool faults_ = false;
@@ -175,8 +184,9 @@ class Scenario {
   bool sabotage_applied_ = false;
 };
 
-inline uint64_t g_ipv6_runs;  // seeds run over IPv6 GIDs, for the summary
-inline uint64_t g_probes[2];  // invalidation probes run (remote, local), for the summary
+inline uint64_t g_ipv6_runs;     // seeds run over IPv6 GIDs, for the summary
+inline uint64_t g_probes[2];     // invalidation probes run (remote, local), for the summary
+inline uint64_t g_window_flows;  // flows whose remote region was reached through a memory window
 
 // Shared by the scenario, its checks and the summary.
 inline const char* opname(WrOpcode o) {

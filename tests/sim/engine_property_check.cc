@@ -9,10 +9,10 @@
 
 namespace urxe::sim::property {
 
-// An MR invalidated by a successful SEND_WITH_INV or LOCAL_INV must refuse access afterwards: a WRITE with
-// the invalidated rkey fails with REM_ACCESS_ERR, a SEND gathering through the invalidated lkey with
-// LOC_PROT_ERR. Each probe uses a fresh RC pair (the error moves it to ERR) and the first victim of each
-// kind.
+// A window invalidated by a successful SEND_WITH_INV or LOCAL_INV must be FREE afterwards: a BIND_MW of it
+// on a fresh QP of its host succeeds (a still-bound type-2 window fails with MW_BIND_ERR), and a WRITE from
+// the peer through its old key fails with REM_ACCESS_ERR. Each probe uses a fresh RC pair (the error moves
+// it to ERR) and the first victim of each kind.
 void Scenario::probe_victims(std::vector<std::string>& errs) {
   bool done_remote = false, done_local = false;
   for (auto& f : flows_) {
@@ -43,37 +43,49 @@ void Scenario::probe_victims(std::vector<std::string>& errs) {
         errs.push_back("probe connect: " + e);
         return;
       }
-      uint32_t from = f.req;
-      Sge sg;
+      const std::string what = remote ? "after SEND_WITH_INV" : "after LOCAL_INV";
+      ++g_probes[remote ? 0 : 1];
+      auto complete = [&](uint32_t host, const SendWr& wr, Wc& wc) {
+        const SendWr* bad = nullptr;
+        int rc = tb_->host[host].eng->post_send(ends.qpn[host], &wr, &bad);
+        int n = 0;
+        if (rc == 0)
+          tb_->net.run_until(
+              [&] { return (n = tb_->host[host].eng->poll_cq(ends.send_cq[host], 1, &wc)) > 0; },
+              tb_->net.now_ns() + 1'000'000'000);
+        return rc == 0 && n > 0;
+      };
+      SendWr bind;
+      bind.wr_id = 1;
+      bind.opcode = WR_BIND_MW;
+      bind.send_flags = SEND_SIGNALED;
+      const uint32_t key = (op.inv_rkey & ~0xffu) | ((op.inv_rkey + 1) & 0xff);
+      bind.bind_mw = {op.inv_rkey, key,
+                      v.mr.lkey,   reinterpret_cast<uint64_t>(arena_[v.host]->at(v.region)),
+                      64,          ACCESS_REMOTE_WRITE};
+      Wc wc{};
+      if (!complete(v.host, bind, wc) || wc.status != WC_SUCCESS) {
+        errs.push_back(what + " the window cannot be bound again: " + wc_str(wc));
+        continue;
+      }
+      // From the peer's source MR into the window through its old key.
+      const uint32_t from = 1 - v.host;
+      const Flow* src = nullptr;
+      for (auto& g : flows_)
+        if (g.req == from) src = &g;
+      if (!src) continue;  // no source region on the peer
+      Sge sg{reinterpret_cast<uint64_t>(arena_[from]->at(src->src)), 8, src->src_mr.lkey};
       SendWr wr;
-      wr.wr_id = 1;
+      wr.wr_id = 2;
       wr.send_flags = SEND_SIGNALED;
       wr.num_sge = 1;
       wr.sg_list = &sg;
-      if (remote) {
-        // From the requester's source MR into the responder's invalidated victim.
-        sg = {reinterpret_cast<uint64_t>(arena_[from]->at(f.src)), 8, f.src_mr.lkey};
-        wr.opcode = WR_RDMA_WRITE;
-        wr.rdma = {reinterpret_cast<uint64_t>(arena_[v.host]->at(v.region)), v.mr.rkey};
-      } else {
-        sg = {reinterpret_cast<uint64_t>(arena_[v.host]->at(v.region)), 8, v.mr.lkey};
-        wr.opcode = WR_SEND;
-        from = v.host;
-      }
-      const SendWr* bad = nullptr;
-      int rc = tb_->host[from].eng->post_send(ends.qpn[from], &wr, &bad);
-      Wc wc{};
-      int n = 0;
-      if (rc == 0)
-        tb_->net.run_until([&] { return (n = tb_->host[from].eng->poll_cq(ends.send_cq[from], 1, &wc)) > 0; },
-                           tb_->net.now_ns() + 1'000'000'000);
-      WcStatus want = remote ? WC_REM_ACCESS_ERR : WC_LOC_PROT_ERR;
-      ++g_probes[remote ? 0 : 1];
-      if (rc != 0 || n <= 0 || wc.status != want)
-        errs.push_back(std::string(remote ? "after SEND_WITH_INV" : "after LOCAL_INV") +
-                       " the invalidated MR still works or fails wrongly: post " + std::to_string(rc) +
-                       (n > 0 ? ", completion " + wc_str(wc) : ", no completion") + ", expected " +
-                       wc_status_str(want));
+      wr.opcode = WR_RDMA_WRITE;
+      wr.rdma = {reinterpret_cast<uint64_t>(arena_[v.host]->at(v.region)), op.inv_rkey};
+      wc = Wc{};
+      if (!complete(from, wr, wc) || wc.status != WC_REM_ACCESS_ERR)
+        errs.push_back(what + " the window's old key still works or fails wrongly: " + wc_str(wc) +
+                       ", expected " + wc_status_str(WC_REM_ACCESS_ERR));
     }
   }
 }

@@ -292,6 +292,7 @@ TEST(EnginePropertyTest, RandomWorkloadsMatchModel) {
   std::printf("  IPv6 GIDs in %" PRIu64 " seeds, IPv4 in the others\n", g_ipv6_runs);
   std::printf("  invalidation probes: %" PRIu64 " after SEND_WITH_INV, %" PRIu64 " after LOCAL_INV\n",
               g_probes[0], g_probes[1]);
+  std::printf("  flows reaching their remote region through a memory window: %" PRIu64 "\n", g_window_flows);
   uint64_t total_failed = 0;
   for (auto& [cat, t] : tally) {
     std::printf("  %-28s %6" PRIu64 " runs %6" PRIu64 " failed\n", cat.c_str(), t.runs, t.failed);

@@ -73,6 +73,7 @@ void Scenario::choose_world() {
   ecfg_.rx_burst = kBurst[rng_.below(3)];
   // Small object tables: the engine preallocates them, and a seed needs only a handful of each.
   ecfg_.device.max_mr = 256;
+  ecfg_.device.max_mw = 64;
   ecfg_.device.max_ah = 16;
   ecfg_.device.max_pd = 4;
   ecfg_.device.max_qp = 16;
@@ -231,6 +232,29 @@ void Scenario::plan_flow(Flow& f) {
   arena_need_[f.resp] += f.remote.len + f.recvbuf.len + 4 * GuardedArena::kGuard;
 }
 
+uint32_t Scenario::bind_window(uint32_t host, const Pair& pair, const MrInfo& mr, uint64_t addr, uint64_t len,
+                               uint32_t access) {
+  Engine& e = *tb_->host[host].eng;
+  uint32_t mw = 0;
+  if (e.alloc_mw(tb_->host[host].pd, MW_TYPE_2, mw)) std::abort();
+  SendWr wr;
+  wr.wr_id = ~0ull;  // completes before any op is posted; polled here
+  wr.opcode = WR_BIND_MW;
+  wr.send_flags = SEND_SIGNALED;
+  const uint32_t key = (mw & ~0xffu) | ((mw + 0x11) & 0xff);
+  wr.bind_mw = {mw, key, mr.lkey, addr, len, access};
+  const SendWr* bad = nullptr;
+  if (e.post_send(pair.ends.qpn[host], &wr, &bad)) std::abort();
+  Wc wc{};
+  tb_->net.run_until([&] { return e.poll_cq(pair.ends.send_cq[host], 1, &wc) > 0; },
+                     tb_->net.now_ns() + 1'000'000'000);
+  if (wc.wr_id != ~0ull || wc.status != WC_SUCCESS || wc.opcode != WC_BIND_MW) {
+    std::fprintf(stderr, "seed %" PRIu64 ": BIND_MW failed: %s\n", seed_, wc_status_str(wc.status));
+    std::abort();
+  }
+  return key;
+}
+
 void Scenario::carve_and_register() {
   for (uint32_t h = 0; h < 2; ++h) arena_[h] = std::make_unique<GuardedArena>(arena_need_[h] + 64 * 1024);
   auto reg = [&](uint32_t h, const GuardedArena::Region& r, uint32_t access, uint64_t iova, MrInfo& mr) {
@@ -255,6 +279,11 @@ void Scenario::carve_and_register() {
     // The peer addresses the remote region by VA (ibv_reg_mr), by an unrelated IOVA (ibv_reg_mr_iova), or
     // zero-based.
     uint64_t how = rng_.below(3);
+    // A third of the RC/UC flows with a non-zero-based MR reach their remote region only through a type-2
+    // window over all of it (a side stream: the other choices of a seed stay as they were), bound by the
+    // responder's QP; the MR itself then grants no remote right, the window all of them.
+    const bool window = f.type != QPT_UD && how != 2 && mw_rng_.chance(0.33);
+    if (window) acc = ACCESS_LOCAL_WRITE | ACCESS_MW_BIND;
     if (how == 2) {
       acc |= ACCESS_ZERO_BASED;
       f.remote_iova = 0;
@@ -266,18 +295,31 @@ void Scenario::carve_and_register() {
                                : (rng_.next() & 0x0000ffffffff0000ull) + 0x10000;
       reg(f.resp, f.remote, acc, f.remote_iova, f.remote_mr);
     }
+    if (window) {
+      const bool zero = mw_rng_.chance(0.5);
+      f.remote_rkey = bind_window(f.resp, pairs_[f.pair], f.remote_mr, f.remote_iova, f.remote.len,
+                                  ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC |
+                                      (zero ? uint32_t{ACCESS_ZERO_BASED} : 0u));
+      if (zero) f.remote_iova = 0;
+      ++g_window_flows;
+    } else {
+      f.remote_rkey = f.remote_mr.rkey;
+    }
   }
-  // One victim MR per invalidation op: SEND_WITH_INV invalidates one on the responder, LOCAL_INV one on the
-  // requester. Nobody else uses them.
+  // One victim per invalidation op, a type-2 window over 64 bytes of its own (an MR is never invalidated):
+  // SEND_WITH_INV invalidates one on the responder, LOCAL_INV one on the requester, each bound by the
+  // flow's QP on that host. Nobody else uses them.
   for (auto& f : flows_)
     for (auto& op : f.ops)
       if (op.opcode == WR_SEND_WITH_INV || op.opcode == WR_LOCAL_INV) {
         Victim v;
         v.host = op.opcode == WR_SEND_WITH_INV ? f.resp : f.req;
         v.region = arena_[v.host]->carve(64, rng_);
-        reg(v.host, v.region, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, 0, v.mr);
+        const uint64_t va = reinterpret_cast<uint64_t>(arena_[v.host]->at(v.region));
+        reg(v.host, v.region, ACCESS_LOCAL_WRITE | ACCESS_MW_BIND, 0, v.mr);
+        v.rkey = bind_window(v.host, pairs_[f.pair], v.mr, va, 64, ACCESS_REMOTE_WRITE);
         op.victim = static_cast<int>(victims_.size());
-        op.inv_rkey = v.mr.rkey;
+        op.inv_rkey = v.rkey;
         victims_.push_back(v);
       }
   for (uint32_t h = 0; h < 2; ++h) {
@@ -430,7 +472,7 @@ std::string Scenario::post_ops(Flow& f, size_t from, size_t to) {
     wr.sg_list = sg;
     wr.imm_data = op.imm;
     wr.invalidate_rkey = op.inv_rkey;
-    uint32_t rkey = f.remote_mr.rkey;
+    uint32_t rkey = f.remote_rkey;
     uint64_t roff = op.remote_off;
     if (roff & (1ull << 40)) {
       roff &= ~(1ull << 40);
