@@ -497,13 +497,19 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
     a.orig_attr.hw_ver = 0;
     a.orig_attr.max_qp = static_cast<int>(d.max_qp);
     a.orig_attr.max_qp_wr = static_cast<int>(d.max_qp_wr);
+    // Memory windows of type 1 and 2B, as rxe. Not IBV_DEVICE_MEM_MGT_EXTENSIONS: it promises fast-register
+    // MRs that LOCAL_INV / SEND_WITH_INV invalidate, which only kernel consumers have; here those two
+    // invalidate type-2 windows only (part of MEM_WINDOW_TYPE_2B).
     a.orig_attr.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
-                                   IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ;
+                                   IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
+                                   IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_WINDOW |
+                                   IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.orig_attr.max_sge = static_cast<int>(d.max_sge);
     a.orig_attr.max_sge_rd = static_cast<int>(d.max_sge_rd);
     a.orig_attr.max_cq = static_cast<int>(d.max_cq);
     a.orig_attr.max_cqe = static_cast<int>(d.max_cqe);
     a.orig_attr.max_mr = static_cast<int>(d.max_mr);
+    a.orig_attr.max_mw = static_cast<int>(d.max_mw);
     a.orig_attr.max_pd = static_cast<int>(d.max_pd);
     a.orig_attr.max_qp_rd_atom = static_cast<int>(d.max_qp_rd_atom);
     a.orig_attr.max_res_rd_atom = static_cast<int>(d.max_qp_rd_atom * d.max_qp);

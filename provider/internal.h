@@ -197,7 +197,7 @@ struct UrxeQp {
   ContextState* ctx;
   en::QpType type;
   uint32_t async_reported;
-  WrBatch* batch;  // the ibv_wr_* builder state; only for QPs created with send_ops_flags
+  WrBatch* batch;    // the ibv_wr_* builder state; only for QPs created with send_ops_flags
   ibv_pd* alloc_pd;  // as UrxeCq's
 };
 
@@ -416,6 +416,10 @@ int urxe_advise_mr(ibv_pd* ibpd, enum ibv_advise_mr_advice advice, uint32_t flag
 ibv_dm* urxe_alloc_dm(ibv_context* ibctx, ibv_alloc_dm_attr* attr);
 int urxe_free_dm(ibv_dm* ibdm);
 ibv_mr* urxe_reg_dm_mr(ibv_pd* ibpd, ibv_dm* ibdm, uint64_t dm_offset, size_t length, unsigned int access);
+// mw.cc
+ibv_mw* urxe_alloc_mw(ibv_pd* ibpd, ibv_mw_type type);
+int urxe_dealloc_mw(ibv_mw* mw);
+int urxe_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 ibv_ah* urxe_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr);
 int urxe_destroy_ah(ibv_ah* ibah);
 ibv_srq* urxe_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr);

@@ -15,9 +15,11 @@ verbs_context_ops make_ctx_ops() {
   verbs_context_ops o{};
   o.advise_mr = urxe_advise_mr;
   o.alloc_dm = urxe_alloc_dm;
+  o.alloc_mw = urxe_alloc_mw;
   o.alloc_parent_domain = urxe_alloc_parent_domain;
   o.alloc_pd = urxe_alloc_pd;
   o.alloc_td = urxe_alloc_td;
+  o.bind_mw = urxe_bind_mw;
   o.async_event = urxe_async_event;
   o.cq_event = urxe_cq_event;
   o.create_ah = urxe_create_ah;
@@ -26,6 +28,7 @@ verbs_context_ops make_ctx_ops() {
   o.create_qp = urxe_create_qp;
   o.create_qp_ex = urxe_create_qp_ex;
   o.create_srq = urxe_create_srq;
+  o.dealloc_mw = urxe_dealloc_mw;
   o.dealloc_pd = urxe_dealloc_pd;
   o.dealloc_td = urxe_dealloc_td;
   o.dereg_mr = urxe_dereg_mr;

@@ -99,6 +99,17 @@ struct WrBatch {
 
 namespace {
 
+// A BIND_MW WR for the engine: the window by its current key (ibv_mw.rkey: an app that bound a type-2
+// window stores the key it gave there, as with rdma-core's rxe), the MR by its lkey (none: 0).
+void set_bind(en::SendWr& e, const ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info& info) {
+  e.bind_mw.mw_rkey = mw ? mw->rkey : 0;
+  e.bind_mw.rkey = rkey;
+  e.bind_mw.mr_lkey = info.mr ? info.mr->lkey : 0;
+  e.bind_mw.addr = info.addr;
+  e.bind_mw.length = info.length;
+  e.bind_mw.access = info.mw_access_flags;
+}
+
 UrxeQp* qpx_qp(ibv_qp_ex* x) {
   return reinterpret_cast<UrxeQp*>(x);
 }
@@ -148,6 +159,9 @@ void wrx_send_inv(ibv_qp_ex* x, uint32_t rkey) {
 }
 void wrx_local_inv(ibv_qp_ex* x, uint32_t rkey) {
   if (en::SendWr* w = wr_new(x, en::WR_LOCAL_INV)) w->invalidate_rkey = rkey;
+}
+void wrx_bind_mw(ibv_qp_ex* x, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (en::SendWr* w = wr_new(x, en::WR_BIND_MW)) set_bind(*w, mw, rkey, *info);
 }
 void wrx_cmp_swp(ibv_qp_ex* x, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
   if (en::SendWr* w = wr_new(x, en::WR_ATOMIC_CMP_AND_SWP)) {
@@ -274,10 +288,11 @@ ibv_qp* urxe_create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* ax) {
                                   IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                   IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                                   IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
-                                  IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE;
+                                  IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE |
+                                  IBV_QP_EX_WITH_BIND_MW;
     const bool want_ex = ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if (want_ex && (ax->send_ops_flags & ~kSendOps)) {
-      errno = EOPNOTSUPP;  // memory windows, TSO, FLUSH
+      errno = EOPNOTSUPP;  // TSO, FLUSH
       return nullptr;
     }
     // ATOMIC WRITE is RC only (Annex A19); rdma-core 44 has no device capability bit for it, so an app
@@ -315,6 +330,7 @@ ibv_qp* urxe_create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* ax) {
       ibv_qp_ex& x = uq->vqp.qp_ex;
       x.comp_mask = 0;
       x.wr_atomic_cmp_swp = wrx_cmp_swp;
+      x.wr_bind_mw = wrx_bind_mw;
       x.wr_atomic_fetch_add = wrx_fetch_add;
       if (ax->send_ops_flags & IBV_QP_EX_WITH_ATOMIC_WRITE) x.wr_atomic_write = wrx_atomic_write;
       x.wr_local_inv = wrx_local_inv;
@@ -477,6 +493,8 @@ int urxe_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
           e.atomic.compare_add = w->wr.atomic.compare_add;
           e.atomic.swap = w->wr.atomic.swap;
           e.atomic.rkey = w->wr.atomic.rkey;
+        } else if (w->opcode == IBV_WR_BIND_MW) {
+          set_bind(e, w->bind_mw.mw, w->bind_mw.rkey, w->bind_mw.bind_info);
         } else {
           e.rdma.remote_addr = w->wr.rdma.remote_addr;
           e.rdma.rkey = w->wr.rdma.rkey;

@@ -335,9 +335,9 @@ static int qpex_section(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_m
   CHECK(((struct verbs_qp*)qp)->comp_mask & URXE_VERBS_QP_EX, "VERBS_QP_EX not set");
   struct ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
   REQUIRE(qpx == (struct ibv_qp_ex*)qp, "ibv_qp_to_qp_ex %p for %p", (void*)qpx, (void*)qp);
-  ia.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+  ia.send_ops_flags = IBV_QP_EX_WITH_TSO;
   errno = 0;
-  CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EOPNOTSUPP, "bind-mw send ops accepted");
+  CHECK(ibv_create_qp_ex(ctx, &ia) == NULL && errno == EOPNOTSUPP, "TSO send ops accepted");
   REQUIRE(rc_to_init(qp) == 0 && rc_to_rts(qp, qp->qp_num, gid, 1) == 0, "qpex to RTS");
 
   struct ibv_sge rs = {(uintptr_t)(mem + 6144), 64, mr->lkey};
