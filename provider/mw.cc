@@ -21,6 +21,7 @@ ibv_mw* urxe_alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
     mw->rkey = rkey;
     mw->handle = rkey >> 8;  // the window's index: its key changes with each bind
     mw->type = type;
+    pd_hold(ibpd);  // a parent domain is held by what is created through it
     return mw;
   });
 }
@@ -28,6 +29,7 @@ ibv_mw* urxe_alloc_mw(ibv_pd* ibpd, ibv_mw_type type) {
 int urxe_dealloc_mw(ibv_mw* mw) {
   return guarded(EIO, [&] {
     if (int rc = state_of(mw->context).engine->dealloc_mw(mw->handle)) return rc;
+    pd_release(mw->pd);
     zfree(mw);
     return 0;
   });

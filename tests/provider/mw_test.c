@@ -214,7 +214,16 @@ int main(int argc, char** argv) {
   struct ibv_mw* mw3 = pd2 ? ibv_alloc_mw(pd2, IBV_MW_TYPE_2) : NULL;
   REQUIRE(mw3, "pd2 window");
   CHECK(ibv_dealloc_pd(pd2) == EBUSY, "dealloc_pd with a window");
-  CHECK(ibv_dealloc_mw(mw3) == 0 && ibv_dealloc_pd(pd2) == 0, "dealloc window, then PD");
+  CHECK(ibv_dealloc_mw(mw3) == 0, "dealloc pd2's window");
+  /* Through a parent domain, which the window holds as every object created through it. */
+  struct ibv_parent_domain_init_attr pda = {.pd = pd2};
+  struct ibv_pd* par = ibv_alloc_parent_domain(ctx, &pda);
+  REQUIRE(par, "parent domain: %s", strerror(errno));
+  struct ibv_mw* mw4 = ibv_alloc_mw(par, IBV_MW_TYPE_1);
+  REQUIRE(mw4, "window through a parent domain: %s", strerror(errno));
+  CHECK(ibv_dealloc_pd(par) == EBUSY, "dealloc of a parent domain with a window");
+  CHECK(ibv_dealloc_mw(mw4) == 0 && ibv_dealloc_pd(par) == 0 && ibv_dealloc_pd(pd2) == 0,
+        "dealloc window, parent domain, then PD");
   CHECK(ibv_dealloc_mw(mw1) == 0, "dealloc type 1");
 
   /* The invalidated type-2 window opens nothing: the WRITE fails, as pyverbs expects. */
