@@ -329,7 +329,7 @@ struct Responder {
     if (r.dma_len != 8 || pkt.payload_len != 8 || pkt.bth.pad != 0)
       return reject(wire::NakCode::invalid_request, WC_SUCCESS);
     MrError err;
-    uint8_t* p = e.mr_resolve(r.rkey, q.pd, ACCESS_REMOTE_WRITE, r.va, 8, err);
+    uint8_t* p = e.rkey_resolve(r.rkey, q, ACCESS_REMOTE_WRITE, r.va, 8, err);
     if (!p) return reject(wire::NakCode::remote_access_error, WC_SUCCESS);
     // misaligned: the Invalid Request NAK of a misaligned atomic (IBTA 9.4.5; rxe's ERR_MISALIGNED_ATOMIC)
     if ((r.va & 7) || (reinterpret_cast<uintptr_t>(p) & 7))
