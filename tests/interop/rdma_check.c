@@ -222,7 +222,9 @@ static int serve_invalidation(int fd, struct ibv_qp* qp, struct ibv_mw* mw, stru
       die("SEND_WITH_INV's receive: %s, opcode %d, flags %#x, invalidated %#x (window %#x)",
           ibv_wc_status_str(wc.status), wc.opcode, wc.wc_flags, wc.invalidated_rkey, key);
   } else {
-    struct ibv_mw_bind b = {.wr_id = 601, .send_flags = IBV_SEND_SIGNALED, .bind_info = {.mr = mr}};
+    // Zero length at the MR's start: what rxe's bounds check (C10-75) takes as an unbind.
+    struct ibv_mw_bind b = {
+        .wr_id = 601, .send_flags = IBV_SEND_SIGNALED, .bind_info = {.mr = mr, .addr = (uintptr_t)mr->addr}};
     if (ibv_bind_mw(qp, mw, &b)) die("ibv_bind_mw (unbind): %s", strerror(errno));
     struct ibv_wc wc = wait_one();
     if (wc.status != IBV_WC_SUCCESS) die("unbind: %s", ibv_wc_status_str(wc.status));

@@ -373,28 +373,73 @@ static int zero_mcast(struct env* e, uint64_t v) {
   ibv_destroy_qp(qp);
   return 0;
 }
-static int zero_dm(struct env* e, uint64_t v) {
-  (void)v;
-  struct ibv_alloc_dm_attr a = {.length = 64};
+/* max_dm_size: 0, alloc_dm refused; otherwise the whole of it can be allocated at once, nothing beyond it,
+ * and its bytes round-trip through the copy calls and an MR over it registers. */
+static int lim_dm(struct env* e, uint64_t v) {
+  struct ibv_alloc_dm_attr a = {.length = v ? v : 64};
   errno = 0;
   struct ibv_dm* dm = ibv_alloc_dm(e->ctx, &a);
-  CHECK(!dm && errno == EOPNOTSUPP, "alloc_dm: errno %d", errno);
+  if (v == 0) {
+    CHECK(!dm && errno == EOPNOTSUPP, "alloc_dm: errno %d", errno);
+    return 0;
+  }
+  CHECK(dm != NULL, "alloc_dm of max_dm_size: %s", strerror(errno));
+  if (!dm) return 0;
+  struct ibv_alloc_dm_attr more = {.length = 4};
+  errno = 0;
+  struct ibv_dm* beyond = ibv_alloc_dm(e->ctx, &more);
+  CHECK(!beyond && errno == ENOMEM, "a DM beyond max_dm_size: errno %d", errno);
+  if (beyond) ibv_free_dm(beyond);
+  uint32_t in[16], out[16];
+  for (int i = 0; i < 16; i++) in[i] = 0x01010101u * (uint32_t)i;
+  CHECK(!ibv_memcpy_to_dm(dm, v - sizeof in, in, sizeof in) &&
+            !ibv_memcpy_from_dm(out, dm, v - sizeof in, sizeof out) && !memcmp(in, out, sizeof in),
+        "DM copy round trip at its end");
+  struct ibv_mr* mr = ibv_reg_dm_mr(e->pd, dm, 0, v, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
+  CHECK(mr != NULL, "reg_dm_mr over it: %s", strerror(errno));
+  if (mr) ibv_dereg_mr(mr);
+  CHECK(ibv_free_dm(dm) == 0, "free_dm");
   return 0;
 }
-static int zero_timestamp(struct env* e, uint64_t v) {
-  (void)v;
+/* completion_timestamp_mask: 0, a timestamped CQ refused; otherwise one is made, and the raw clock read by
+ * ibv_query_rt_values_ex fits the mask (hca_core_clock non-zero). */
+static int lim_timestamp(struct env* e, uint64_t v) {
   struct ibv_cq_init_attr_ex ca = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
   errno = 0;
   struct ibv_cq_ex* cq = ibv_create_cq_ex(e->ctx, &ca);
-  CHECK(!cq && errno == EOPNOTSUPP, "timestamped CQ: errno %d", errno);
+  if (v == 0) {
+    CHECK(!cq && errno == EOPNOTSUPP, "timestamped CQ: errno %d", errno);
+  } else {
+    CHECK(cq != NULL, "timestamped CQ: %s", strerror(errno));
+    struct ibv_values_ex rt = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
+    CHECK(ibv_query_rt_values_ex(e->ctx, &rt) == 0 && (rt.comp_mask & IBV_VALUES_MASK_RAW_CLOCK) &&
+              ((uint64_t)rt.raw_clock.tv_nsec & ~v) == 0 && e->dx.hca_core_clock != 0,
+          "raw clock within completion_timestamp_mask, hca_core_clock %llu",
+          (unsigned long long)e->dx.hca_core_clock);
+  }
   if (cq) ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
   return 0;
 }
-static int zero_odp(struct env* e, uint64_t v) {
-  (void)v;
+/* odp_caps.general_caps: 0, an ODP MR refused; otherwise one registers (and an implicit one when
+ * IBV_ODP_SUPPORT_IMPLICIT is set) and ibv_advise_mr prefetches it. */
+static int lim_odp(struct env* e, uint64_t v) {
   errno = 0;
   struct ibv_mr* mr = ibv_reg_mr(e->pd, e->mem, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
-  CHECK(!mr && errno == EOPNOTSUPP, "ODP MR: errno %d", errno);
+  if (v == 0) {
+    CHECK(!mr && errno == EOPNOTSUPP, "ODP MR: errno %d", errno);
+  } else {
+    CHECK(mr != NULL, "ODP MR: %s", strerror(errno));
+    if (mr) {
+      struct ibv_sge sge = {.addr = (uintptr_t)e->mem, .length = 4096, .lkey = mr->lkey};
+      CHECK(ibv_advise_mr(e->pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1) == 0,
+            "advise_mr: %s", strerror(errno));
+    }
+    if (v & IBV_ODP_SUPPORT_IMPLICIT) {
+      struct ibv_mr* imp = ibv_reg_mr(e->pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+      CHECK(imp != NULL, "implicit ODP MR: %s", strerror(errno));
+      if (imp) ibv_dereg_mr(imp);
+    }
+  }
   if (mr) ibv_dereg_mr(mr);
   return 0;
 }
@@ -576,16 +621,16 @@ const struct limit_row kLimitRows[] = {
      .zero_only = 1},
     {.name = "max_dm_size",
      .value = DEV(max_dm_size),
-     .check = zero_dm,
-     .how = "0: alloc_dm refused",
-     .zero_only = 1},
-    {"completion_timestamp_mask", DEV(completion_timestamp_mask), zero_timestamp, "0: timestamped CQ refused",
-     1},
+     .check = lim_dm,
+     .how = "all of it at once, nothing beyond; copies and a DM MR"},
+    {.name = "completion_timestamp_mask",
+     .value = DEV(completion_timestamp_mask),
+     .check = lim_timestamp,
+     .how = "a timestamped CQ; the raw clock fits the mask"},
     {.name = "odp_caps.general_caps",
      .value = DEV(odp_general_caps),
-     .check = zero_odp,
-     .how = "0: ODP MR refused",
-     .zero_only = 1},
+     .check = lim_odp,
+     .how = "ODP and implicit MRs, advise_mr"},
     {.name = "tso_caps.max_tso",
      .value = DEV(max_tso),
      .check = zero_tso,
