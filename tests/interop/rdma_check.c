@@ -217,7 +217,10 @@ static int serve_invalidation(int fd, struct ibv_qp* qp, struct ibv_mw* mw, stru
     if (ibv_post_recv(qp, &rwr, &bad)) die("post_recv: %s", strerror(errno));
     send_line(fd, "ok send-with-inv\n");
     struct ibv_wc wc = wait_one();
-    if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || !(wc.wc_flags & IBV_WC_WITH_INV) ||
+    // Kernel rxe marks it with the kernel's IB_WC_WITH_INVALIDATE (1 << 2), which libibverbs' command path
+    // hands on unconverted, where IBV_WC_IP_CSUM_OK sits; IBV_WC_WITH_INV (1 << 3) is the verbs' own bit.
+    const unsigned with_inv = IBV_WC_WITH_INV | (1u << 2);
+    if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || !(wc.wc_flags & with_inv) ||
         wc.invalidated_rkey != key)
       die("SEND_WITH_INV's receive: %s, opcode %d, flags %#x, invalidated %#x (window %#x)",
           ibv_wc_status_str(wc.status), wc.opcode, wc.wc_flags, wc.invalidated_rkey, key);
