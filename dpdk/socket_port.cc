@@ -69,8 +69,11 @@ std::string errno_msg(const char* what) {
   return std::string(what) + ": " + std::strerror(errno);
 }
 
-// Kernel-side filter: PACKET_HOST frames (or PACKET_OUTGOING ones to our own MAC) carrying IPv4 (not a
-// fragment) or IPv6 UDP to port 4791. Everything else is dropped before it is queued.
+// Kernel-side filter: PACKET_HOST frames not from our own MAC (or PACKET_OUTGOING ones to our own MAC)
+// carrying IPv4 (not a fragment) or IPv6 UDP to port 4791. Everything else is dropped before it is queued.
+// A frame to our own MAC reaches us as PACKET_OUTGOING (LoopbackSender) and also leaves on the wire; a
+// switch port that reflects frames (hairpin, VEPA) brings that copy back as PACKET_HOST from our own MAC:
+// dropped, or a UD receiver would take the message twice.
 std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns) {
   auto J = [](uint16_t code, uint32_t k, uint32_t i, uint32_t t, uint32_t f) {
     return sock_filter{code, static_cast<uint8_t>(t - i - 1), static_cast<uint8_t>(f - i - 1), k};
@@ -79,40 +82,55 @@ std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen,
   const uint32_t mac03 =
       (uint32_t{mac[0]} << 24) | (uint32_t{mac[1]} << 16) | (uint32_t{mac[2]} << 8) | mac[3];
   const uint32_t mac45 = (uint32_t{mac[4]} << 8) | mac[5];
-  enum : uint32_t { kProto = 7, kV4 = 10, kV6 = 19, kQpn = 24, kAccept = 27, kDrop = 28 };
+  enum : uint32_t {
+    kSrc = 3,
+    kDst = 7,
+    kProto = 11,
+    kV4 = 14,
+    kV6 = 23,
+    kQpn = 28,
+    kAccept = 31,
+    kDrop = 32
+  };
   return {
       /*0*/ S(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE)),
-      /*1*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_HOST, 1, kProto, 2),
-      /*2*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OUTGOING, 2, 3, kDrop),
-      /*3*/ S(BPF_LD | BPF_W | BPF_ABS, 0),
-      /*4*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac03, 4, 5, kDrop),
-      /*5*/ S(BPF_LD | BPF_H | BPF_ABS, 4),
-      /*6*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac45, 6, kProto, kDrop),
-      /*7*/ S(BPF_LD | BPF_H | BPF_ABS, 12),
-      /*8*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 8, kV4, 9),
-      /*9*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 9, kV6, kDrop),
+      /*1*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_HOST, 1, kSrc, 2),
+      /*2*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OUTGOING, 2, kDst, kDrop),
+      // PACKET_HOST: not from our own MAC (bytes 6..11)
+      /*3*/ S(BPF_LD | BPF_W | BPF_ABS, 6),
+      /*4*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac03, 4, 5, kProto),
+      /*5*/ S(BPF_LD | BPF_H | BPF_ABS, 10),
+      /*6*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac45, 6, kDrop, kProto),
+      // PACKET_OUTGOING: to our own MAC (bytes 0..5)
+      /*7*/ S(BPF_LD | BPF_W | BPF_ABS, 0),
+      /*8*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac03, 8, 9, kDrop),
+      /*9*/ S(BPF_LD | BPF_H | BPF_ABS, 4),
+      /*10*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac45, 10, kProto, kDrop),
+      /*11*/ S(BPF_LD | BPF_H | BPF_ABS, 12),
+      /*12*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 12, kV4, 13),
+      /*13*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 13, kV6, kDrop),
       // IPv4: UDP, not a fragment, destination port 4791; then the BTH word holding the destination QP.
-      /*10*/ S(BPF_LD | BPF_B | BPF_ABS, 23),
-      /*11*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 11, 12, kDrop),
-      /*12*/ S(BPF_LD | BPF_H | BPF_ABS, 20),
-      /*13*/ J(BPF_JMP | BPF_JSET | BPF_K, 0x3fff, 13, kDrop, 14),
-      /*14*/ S(BPF_LDX | BPF_B | BPF_MSH, 14),
-      /*15*/ S(BPF_LD | BPF_H | BPF_IND, 16),
-      /*16*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 16, 17, kDrop),
-      /*17*/ S(BPF_LD | BPF_W | BPF_IND, 14 + 8 + 4),
-      /*18*/ S(BPF_JMP | BPF_JA, kQpn - 18 - 1),
+      /*14*/ S(BPF_LD | BPF_B | BPF_ABS, 23),
+      /*15*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 15, 16, kDrop),
+      /*16*/ S(BPF_LD | BPF_H | BPF_ABS, 20),
+      /*17*/ J(BPF_JMP | BPF_JSET | BPF_K, 0x3fff, 17, kDrop, 18),
+      /*18*/ S(BPF_LDX | BPF_B | BPF_MSH, 14),
+      /*19*/ S(BPF_LD | BPF_H | BPF_IND, 16),
+      /*20*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 20, 21, kDrop),
+      /*21*/ S(BPF_LD | BPF_W | BPF_IND, 14 + 8 + 4),
+      /*22*/ S(BPF_JMP | BPF_JA, kQpn - 22 - 1),
       // IPv6 (no extension headers: RoCE uses none)
-      /*19*/ S(BPF_LD | BPF_B | BPF_ABS, 20),
-      /*20*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 20, 21, kDrop),
-      /*21*/ S(BPF_LD | BPF_H | BPF_ABS, 56),
-      /*22*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 22, 23, kDrop),
-      /*23*/ S(BPF_LD | BPF_W | BPF_ABS, 14 + 40 + 8 + 4),
+      /*23*/ S(BPF_LD | BPF_B | BPF_ABS, 20),
+      /*24*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 24, 25, kDrop),
+      /*25*/ S(BPF_LD | BPF_H | BPF_ABS, 56),
+      /*26*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 26, 27, kDrop),
+      /*27*/ S(BPF_LD | BPF_W | BPF_ABS, 14 + 40 + 8 + 4),
       // Destination QP (low 24 bits of BTH bytes 4..7) in [first, end).
-      /*24*/ S(BPF_ALU | BPF_AND | BPF_K, 0xffffff),
-      /*25*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.first, 25, 26, kDrop),
-      /*26*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.end, 26, kDrop, kAccept),
-      /*27*/ S(BPF_RET | BPF_K, snaplen),
-      /*28*/ S(BPF_RET | BPF_K, 0),
+      /*28*/ S(BPF_ALU | BPF_AND | BPF_K, 0xffffff),
+      /*29*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.first, 29, 30, kDrop),
+      /*30*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.end, 30, kDrop, kAccept),
+      /*31*/ S(BPF_RET | BPF_K, snaplen),
+      /*32*/ S(BPF_RET | BPF_K, 0),
   };
 }
 
