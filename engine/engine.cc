@@ -197,6 +197,12 @@ int Engine::create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah) {
 int Engine::destroy_ah(uint32_t ah) {
   LOCKED(destroy_ah(ah));
 }
+int Engine::attach_mcast(uint32_t qpn, const wire::Gid& mgid) {
+  LOCKED(attach_mcast(qpn, mgid));
+}
+int Engine::detach_mcast(uint32_t qpn, const wire::Gid& mgid) {
+  LOCKED(detach_mcast(qpn, mgid));
+}
 #undef LOCKED
 
 int Engine::qp_counters(uint32_t qpn, QpState& state, uint64_t* out) const {

@@ -42,6 +42,9 @@ struct DeviceAttr {
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 32768;
   uint32_t max_msg_sz = 0x80000000u;  // 2^31, as rxe
+  uint32_t max_mcast_grp = 8192;      // multicast groups with a member (as rxe)
+  uint32_t max_mcast_qp_attach = 56;  // QPs attached to one group
+  uint32_t max_total_mcast_qp_attach = 0x70000;  // attachments in all
 };
 
 // On-demand paging (ACCESS_ON_DEMAND MRs): the engine asks before it touches such an MR's memory. Faults
@@ -66,6 +69,21 @@ struct CqOptions {
   bool timestamps = false;
   bool single_threaded = false;
 };
+
+// UD multicast: the destination QP of a SEND to a group (IBTA 10.5.2.2, "the permissive QP"), and the
+// group addresses RoCE has (an IPv6 multicast address, or an IPv4-mapped one in 224.0.0.0/4).
+inline constexpr uint32_t kMulticastQpn = 0xffffff;
+inline bool gid_is_multicast(const wire::Gid& g) {
+  bool v4 = g[10] == 0xff && g[11] == 0xff;
+  for (int i = 0; i < 10; i++) v4 = v4 && g[i] == 0;
+  return g[0] == 0xff || (v4 && (g[12] & 0xf0) == 0xe0);
+}
+// The Ethernet address a multicast GID's frames go to: 01:00:5e + the low 23 bits of an IPv4 group
+// (RFC 1112), 33:33 + the low 32 bits of an IPv6 one (RFC 2464).
+inline wire::MacAddr multicast_mac(const wire::Gid& g) {
+  if (g[0] == 0xff) return {0x33, 0x33, g[12], g[13], g[14], g[15]};
+  return {0x01, 0x00, 0x5e, static_cast<uint8_t>(g[13] & 0x7f), g[14], g[15]};
+}
 
 struct EngineConfig {
   DeviceAttr device;
@@ -208,6 +226,7 @@ enum class Counter : uint32_t {
   tail_loss_probes,  // last packets resent early (about two round trips without an ACK), no retry spent
   sent_bytes,        // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
   rcvd_bytes,        // the same of the frames rcvd_pkts counts
+  rx_drop_mcast,     // UD multicast frame for a group no QP of this engine is attached to
   num_counters
 };
 
@@ -262,6 +281,7 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::tail_loss_probes, .name = "tail_loss_probes"},
     {.id = Counter::sent_bytes, .name = "sent_bytes"},
     {.id = Counter::rcvd_bytes, .name = "rcvd_bytes"},
+    {.id = Counter::rx_drop_mcast, .name = "rx_drop_mcast"},
 };
 static_assert(std::size(kCounterTable) == static_cast<size_t>(Counter::num_counters));
 static_assert(
@@ -388,6 +408,16 @@ class Engine {
 
   int create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah);
   int destroy_ah(uint32_t ah);
+
+  // UD multicast (ibv_attach_mcast / ibv_detach_mcast). An attached QP in RTR or later receives the UD
+  // SENDs to DestQP kMulticastQpn whose IP destination is `mgid` (IPv4 as IPv4-mapped), each with its own
+  // Q_Key check, including those this engine's own QPs send (a NIC's multicast loopback). attach: EINVAL
+  // for a non-UD QP or a GID that is not multicast; 0 if already attached; ENOMEM beyond max_mcast_grp,
+  // max_mcast_qp_attach or max_total_mcast_qp_attach; EIO if the port refuses the group's MAC (asked at a
+  // MAC's first group: Port::set_multicast_mac). detach: EINVAL when not attached. destroy_qp: EBUSY while
+  // the QP is attached (as the kernel's uverbs).
+  int attach_mcast(uint32_t qpn, const wire::Gid& mgid);
+  int detach_mcast(uint32_t qpn, const wire::Gid& mgid);
 
   // The GID table (index = sgid_index; an all-zero entry is unused): the port's at creation, then what
   // set_gid puts there when the interface's addresses change. QPs and AHs keep the source address they

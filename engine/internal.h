@@ -291,6 +291,7 @@ struct Qp {
   } resp;
 
   uint32_t bound_mws = 0;     // type-2 windows this QP bound (destroy_qp frees them)
+  uint32_t mcast_groups = 0;  // multicast groups it is attached to (destroy_qp: EBUSY while any)
   bool flush_needed = false;  // in ERR/SQE: complete what remains with WR_FLUSH_ERR
   bool flushing = false;      // the failed WQE was reported: every later one is flushed
   bool flush_gap = false;     // a WQE was flushed unfinished: later finished ones are flushed too
@@ -305,6 +306,12 @@ struct PathRate {
   wire::Gid dgid{};
   uint32_t refs = 0;  // QPs using it; 0 = free slot
   Qp::Rate rate;
+};
+
+// A multicast group with a member in this engine: its attached QPs (multicast.cc).
+struct McGroup {
+  wire::Gid mgid{};
+  std::vector<uint32_t> qpns;
 };
 
 struct EngineImpl {
@@ -604,6 +611,22 @@ struct EngineImpl {
     if (Qp::Rate* p = path_rate(qp)) rate_sent(*p, bytes);
   }
   void qp_set_path(Qp& qp, const wire::Gid* dgid);  // nullptr: leaves its path
+
+  // multicast.cc: the groups with a member, sorted by MGID; their Ethernet addresses asked of the port,
+  // with the number of groups on each; a whole-frame buffer (made at the first attach) where a frame this
+  // engine sends to one of its own groups is copied for its members.
+  std::vector<McGroup> mc_groups;
+  uint32_t mc_attached = 0;  // attachments in all
+  std::vector<std::pair<wire::MacAddr, uint32_t>> mc_macs;
+  std::vector<uint8_t> mc_loop_buf;
+  int attach_mcast(uint32_t qpn, const wire::Gid& mgid);
+  int detach_mcast(uint32_t qpn, const wire::Gid& mgid);
+  McGroup* mc_find(const wire::Gid& mgid);
+  // A frame to DestQP kMulticastQpn (rx_frame's pkt): to every attached QP of its group. `own`: a copy of
+  // one this engine sent (mc_loopback), not to be taken for its echo from the host.
+  void rx_mcast(wire::Packet& pkt, const PacketBuf& buf, bool own);
+  // After finish_frame of a UD frame to kMulticastQpn: this engine's own members of the group get it too.
+  void mc_loopback();
 
   // rx.cc: frames in
   void rx_frame(PacketBuf& buf);

@@ -107,6 +107,11 @@ class Port {
   // when the filter could not be set; a port without one takes every QPN and returns true.
   virtual bool set_rx_qpn_range(uint32_t /*first*/, uint32_t /*end*/) { return true; }
 
+  // UD multicast: the port passes frames to the multicast Ethernet address `mac` (and to DestQP
+  // 0xFFFFFF) from now on (`member`), or no longer; the engine asks at a MAC's first group and after its
+  // last. A port that passes everything returns true; false when the filter could not be changed.
+  virtual bool set_multicast_mac(const wire::MacAddr& /*mac*/, bool /*member*/) { return true; }
+
   // What the port lost on receive (see PortRxLoss). May make a system call: for a statistics thread, never
   // the per-packet path. Safe to call while another thread moves frames.
   virtual PortRxLoss rx_loss() { return {}; }

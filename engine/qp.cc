@@ -165,13 +165,15 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
   // pick the QPN
   uint32_t idx = UINT32_MAX;
   if (init.qpn) {
-    if (init.qpn < config.qpn_base || init.qpn - config.qpn_base >= qps.size()) return EINVAL;
+    if (init.qpn < config.qpn_base || init.qpn - config.qpn_base >= qps.size() || init.qpn == kMulticastQpn)
+      return EINVAL;
     idx = init.qpn - config.qpn_base;
     if (qps[idx].load(std::memory_order_relaxed)) return EBUSY;
   } else {
     const auto n = static_cast<uint32_t>(qps.size());
     for (uint32_t k = 0; k < n; k++) {
       const uint32_t i = (next_qp_index + k) % n;
+      if (config.qpn_base + i == kMulticastQpn) continue;  // a destination, never a QP's number
       if (!qps[i].load(std::memory_order_relaxed)) {
         idx = i;
         break;
@@ -510,6 +512,7 @@ void EngineImpl::qp_set_path(Qp& q, const wire::Gid* dgid) {
 int EngineImpl::destroy_qp(uint32_t qpn) {
   Qp* q = qp_get(qpn);
   if (!q) return EINVAL;
+  if (q->mcast_groups) return EBUSY;  // detach first (the kernel's uverbs_free_qp)
   // A type-2 window opens memory only to the QP that bound it: with that QP gone it opens nothing, and
   // must not open it to a later QP given the same QPN.
   if (q->bound_mws) free_qp_windows(*q);

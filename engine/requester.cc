@@ -385,6 +385,8 @@ bool EngineImpl::requester_run(Qp& q) {
     cur_buf.batch = static_cast<uint8_t>(p.batch > 1 ? p.batch : 0);
     const uint32_t bytes = wire_bytes();
     finish_frame();
+    if (q.type == QPT_UD && spec.bth.dqpn == kMulticastQpn && !mc_groups.empty() && mc_find(spec.dst_ip))
+      mc_loopback();
     rp_sent(q, bytes);
     did = true;
     budget--;

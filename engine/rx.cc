@@ -112,6 +112,7 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
                                : qp->type == QPT_UC ? wire::Transport::uc
                                                     : wire::Transport::ud;
   if (!qp || info.transport != want) {
+    if (dqpn == kMulticastQpn) return rx_mcast(pkt, buf, false);  // (no QP has that number)
     count(Counter::rx_drop_qpn);
     // another process's QPN block on the same device is not a bad frame
     if (dqpn >= config.qpn_base && dqpn - config.qpn_base < qps.size()) note(Note::drop_unknown_qpn, dqpn);
@@ -127,6 +128,36 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
     return;
   }
   deliver(*this, qp, pkt, buf);
+}
+
+void EngineImpl::rx_mcast(wire::Packet& pkt, const PacketBuf& buf, bool own) {
+  if (pkt.info->transport != wire::Transport::ud) {  // multicast is UD's alone
+    count(Counter::rx_drop_qpn);
+    return;
+  }
+  const wire::Gid src = pkt.src_gid();
+  // Our own frame back from the host (a packet socket sees what the interface sends): its members here
+  // got it as it was sent (mc_loopback). Another process on this device has other QPNs.
+  if (!own && pkt.deth.src_qp >= config.qpn_base && pkt.deth.src_qp - config.qpn_base < qps.size() &&
+      std::find(gids.begin(), gids.end(), src) != gids.end())
+    return;
+  McGroup* g = mc_groups.empty() ? nullptr : mc_find(pkt.dst_gid());
+  if (!g) {
+    count(Counter::rx_drop_mcast);
+    return;
+  }
+  if ((pkt.bth.pkey & 0x7fff) != 0x7fff) {
+    count(Counter::rx_drop_pkey);
+    note(Note::drop_bad_pkey, kMulticastQpn);
+    return;
+  }
+  // Each member as if the frame had come to it alone: its state, then its Q_Key (responder ud()).
+  for (const uint32_t qpn : g->qpns) {
+    Qp* qp = qp_get(qpn);
+    const CurQp in_qp(*this, qp);
+    activate_locked(*qp);
+    deliver(*this, qp, pkt, buf);
+  }
 }
 
 uint32_t EngineImpl::rx_drain(uint32_t limit) {

@@ -60,6 +60,7 @@ constexpr char kUsage[] =
     "  cq_overflow     a completion arrived at a full CQ\n"
     "  sent_bytes      bytes of the frames sent_pkts counts (Ethernet header to ICRC)\n"
     "  rcvd_bytes      bytes of the frames rcvd_pkts counts\n"
+    "  rx_drop_mcast   UD multicast frame to a group no QP of the process is attached to\n"
     "Counts include the processes that have the device open now and every one that had it open since\n"
     "'urxe link add' (also those that died). Each run also writes them to the sysfs tree, as the kernel has\n"
     "them: $URXE_RUN_DIR/sys/class/infiniband/NAME/ports/1/hw_counters/<counter>, and ports/1/counters/\n"
