@@ -252,6 +252,9 @@ class CapturePort final : public en::Port {
   void rx_wait_arm(bool armed) override { inner_.rx_wait_arm(armed); }
   uint64_t rx_wait_event_ns() const override { return inner_.rx_wait_event_ns(); }
   en::PortRxLoss rx_loss() override { return inner_.rx_loss(); }
+  bool set_multicast_mac(const wire::MacAddr& mac, bool member) override {
+    return inner_.set_multicast_mac(mac, member);
+  }
 
   // Frames are copied before the inner port takes them (it may free them at once); the records of frames it
   // did not take are cut off again (the engine offers them again later).

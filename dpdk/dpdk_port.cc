@@ -29,6 +29,7 @@
 
 #include "dpdk/port_factory.h"
 #include "dpdk/socket_port.h"
+#include "engine/engine.h"
 #include "hostnet/capability.h"
 #include "wire/bytes.h"
 #include "wire/opcode.h"
@@ -515,15 +516,16 @@ uint32_t DpdkPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   rte_mbuf* m[kMax];
   uint32_t total = 0;
   while (total < n) {
-    // Frames to our own MAC go through the loopback socket (see LoopbackSender), in order with the rest.
-    if (is_to_mac(bufs[total].data, bufs[total].len, attr_.mac)) {
+    // Frames to our own MAC or to a group go through the loopback socket (see LoopbackSender: the other
+    // processes on this device see them too), in order with the rest.
+    if (looped(bufs[total])) {
       if (!loop_.send(bufs[total].data, bufs[total].len)) break;
       tx_free(bufs[total]);
       ++total;
       continue;
     }
     uint32_t k = 0;
-    while (k < kMax && total + k < n && !is_to_mac(bufs[total + k].data, bufs[total + k].len, attr_.mac)) {
+    while (k < kMax && total + k < n && !looped(bufs[total + k])) {
       m[k] = static_cast<rte_mbuf*>(bufs[total + k].opaque);
       m[k]->data_len = static_cast<uint16_t>(bufs[total + k].len);
       m[k]->pkt_len = bufs[total + k].len;
@@ -556,14 +558,19 @@ uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
       continue;
     }
     // af_packet runs the interface promiscuous: keep only frames to our MAC, as the socket port and a NIC do.
+    // With a multicast group, also frames to a group's MAC and DestQP 0xFFFFFF (the engine drops groups it
+    // has no member of).
     const uint8_t* d = rte_pktmbuf_mtod(m[i], const uint8_t*);
-    if (m[i]->data_len < 14 || std::memcmp(d, attr_.mac.data(), 6) != 0) {
+    const bool to_us = m[i]->data_len >= 14 && std::memcmp(d, attr_.mac.data(), 6) == 0;
+    const bool to_group = !to_us && m[i]->data_len >= 14 && (d[0] & 1) && !mc_macs_.empty();
+    if (!to_us && !to_group) {
       ++not_ours_dropped_;
       rte_pktmbuf_free(m[i]);
       continue;
     }
     uint32_t qpn = 0;
-    if (qpn_filter_ && roce_dqpn(d, m[i]->data_len, qpn) && !qpns_.contains(qpn)) {
+    if (to_group ? !roce_dqpn(d, m[i]->data_len, qpn) || qpn != engine::kMulticastQpn
+                 : qpn_filter_ && roce_dqpn(d, m[i]->data_len, qpn) && !qpns_.contains(qpn)) {
       ++not_ours_dropped_;
       rte_pktmbuf_free(m[i]);
       continue;
@@ -593,7 +600,7 @@ void DpdkPort::rx_wait_arm(bool armed) {
   if (wait_is_socket_) {
     // Armed: frames for us are queued (1 byte each) on the wakeup socket; disarmed: dropped in the filter.
     if (armed) {
-      attach_roce_filter(wait_fd_, info_.mac, 1, qpns_, nullptr);
+      attach_roce_filter(wait_fd_, info_.mac, 1, qpns_, nullptr, !mc_macs_.empty());
     } else {
       attach_drop_filter(wait_fd_, nullptr);
       // The kernel hands a frame to the packet sockets one after the other: the wakeup socket can have it
@@ -619,7 +626,24 @@ void DpdkPort::rx_wait_arm(bool armed) {
 bool DpdkPort::set_rx_qpn_range(uint32_t first, uint32_t end) {
   qpns_ = {first, end};
   qpn_filter_ = first != 0 || end != (1u << 24);
-  if (ring_fd_ >= 0) return attach_roce_filter(ring_fd_, info_.mac, UINT32_MAX, qpns_, nullptr);
+  if (ring_fd_ >= 0)
+    return attach_roce_filter(ring_fd_, info_.mac, UINT32_MAX, qpns_, nullptr, !mc_macs_.empty());
+  return true;
+}
+
+bool DpdkPort::set_multicast_mac(const wire::MacAddr& mac, bool member) {
+  const size_t before = mc_macs_.size();
+  if (member)
+    mc_macs_.push_back(mac);
+  else
+    std::erase(mc_macs_, mac);
+  // The NIC's list; a PMD without one (af_packet: promiscuous anyway) takes all multicast.
+  std::vector<rte_ether_addr> list(mc_macs_.size());
+  for (size_t i = 0; i < mc_macs_.size(); i++) std::memcpy(list[i].addr_bytes, mc_macs_[i].data(), 6);
+  if (rte_eth_dev_set_mc_addr_list(port_id_, list.data(), static_cast<uint32_t>(list.size())) != 0 && member)
+    rte_eth_allmulticast_enable(port_id_);
+  if (ring_fd_ >= 0 && (before == 0) != mc_macs_.empty())
+    attach_roce_filter(ring_fd_, info_.mac, UINT32_MAX, qpns_, nullptr, !mc_macs_.empty());
   return true;
 }
 

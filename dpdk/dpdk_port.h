@@ -73,6 +73,8 @@ class DpdkPort final : public engine::Port {
   // Deliver only RoCE frames whose destination QP is in `qpns` (checked in rx_burst; the PMD still copies
   // them) and wake only for those.
   bool set_rx_qpn_range(uint32_t first, uint32_t end) override;
+  // The NIC's multicast list (else all multicast); frames to a group pass rx_burst's own filter.
+  bool set_multicast_mac(const wire::MacAddr& mac, bool member) override;
 
  private:
   DpdkPort() = default;
@@ -94,6 +96,10 @@ class DpdkPort final : public engine::Port {
   uint16_t stash_n_ = 0, stash_pos_ = 0;
   QpnRange qpns_;
   bool qpn_filter_ = false;
+  std::vector<wire::MacAddr> mc_macs_;  // multicast MACs asked for (set_multicast_mac)
+  bool looped(const engine::PacketBuf& b) const {
+    return is_to_mac(b.data, b.len, attr_.mac) || is_multicast(b.data, b.len);
+  }
 
   uint16_t port_id_ = 0;
   bool started_ = false;

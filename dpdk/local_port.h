@@ -58,6 +58,9 @@ class LocalPathPort final : public engine::Port {
     const uint64_t t = rx_.last_kick_ns();
     return t ? t : inner_->rx_wait_event_ns();
   }
+  bool set_multicast_mac(const wire::MacAddr& mac, bool member) override {
+    return inner_->set_multicast_mac(mac, member);
+  }
   bool set_rx_qpn_range(uint32_t first, uint32_t end) override {
     return inner_->set_rx_qpn_range(first, end);
   }

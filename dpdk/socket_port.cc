@@ -13,6 +13,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "engine/engine.h"
 #include "wire/gso.h"
 #include "wire/opcode.h"
 #include "wire/packet.h"
@@ -70,11 +71,15 @@ std::string errno_msg(const char* what) {
 }
 
 // Kernel-side filter: PACKET_HOST frames not from our own MAC (or PACKET_OUTGOING ones to our own MAC)
-// carrying IPv4 (not a fragment) or IPv6 UDP to port 4791. Everything else is dropped before it is queued.
-// A frame to our own MAC reaches us as PACKET_OUTGOING (LoopbackSender) and also leaves on the wire; a
-// switch port that reflects frames (hairpin, VEPA) brings that copy back as PACKET_HOST from our own MAC:
-// dropped, or a UD receiver would take the message twice.
-std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns) {
+// carrying IPv4 (not a fragment) or IPv6 UDP to port 4791, to a destination QP in `qpns`. Everything else is
+// dropped before it is queued. A frame to our own MAC reaches us as PACKET_OUTGOING (LoopbackSender) and also
+// leaves on the wire; a switch port that reflects frames (hairpin, VEPA) brings that copy back as PACKET_HOST
+// from our own MAC: dropped, or a UD receiver would take the message twice. With `multicast` (the process has
+// a multicast group) also frames to a multicast MAC and DestQP 0xFFFFFF: from the wire (PACKET_MULTICAST,
+// not from our own MAC, for the same reason) or sent by another socket on this interface (PACKET_OUTGOING:
+// another process on the device, through its LoopbackSender).
+std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns,
+                                     bool multicast) {
   auto J = [](uint16_t code, uint32_t k, uint32_t i, uint32_t t, uint32_t f) {
     return sock_filter{code, static_cast<uint8_t>(t - i - 1), static_cast<uint8_t>(f - i - 1), k};
   };
@@ -83,54 +88,61 @@ std::vector<sock_filter> roce_filter(const wire::MacAddr& mac, uint32_t snaplen,
       (uint32_t{mac[0]} << 24) | (uint32_t{mac[1]} << 16) | (uint32_t{mac[2]} << 8) | mac[3];
   const uint32_t mac45 = (uint32_t{mac[4]} << 8) | mac[5];
   enum : uint32_t {
-    kSrc = 3,
-    kDst = 7,
-    kProto = 11,
-    kV4 = 14,
-    kV6 = 23,
-    kQpn = 28,
-    kAccept = 31,
-    kDrop = 32
+    kSrc = 4,
+    kDst = 8,
+    kProto = 14,
+    kV4 = 17,
+    kV6 = 26,
+    kQpn = 31,
+    kAccept = 35,
+    kDrop = 36
   };
+  const uint32_t mc_src = multicast ? kSrc : kDrop;      // where a multicast frame from the wire goes
+  const uint32_t mc_proto = multicast ? kProto : kDrop;  // and one another process sent
+  const uint32_t mc_qpn = multicast ? kAccept : kQpn + 2;
   return {
       /*0*/ S(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE)),
       /*1*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_HOST, 1, kSrc, 2),
-      /*2*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OUTGOING, 2, kDst, kDrop),
-      // PACKET_HOST: not from our own MAC (bytes 6..11)
-      /*3*/ S(BPF_LD | BPF_W | BPF_ABS, 6),
-      /*4*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac03, 4, 5, kProto),
-      /*5*/ S(BPF_LD | BPF_H | BPF_ABS, 10),
-      /*6*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac45, 6, kDrop, kProto),
-      // PACKET_OUTGOING: to our own MAC (bytes 0..5)
-      /*7*/ S(BPF_LD | BPF_W | BPF_ABS, 0),
-      /*8*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac03, 8, 9, kDrop),
-      /*9*/ S(BPF_LD | BPF_H | BPF_ABS, 4),
-      /*10*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac45, 10, kProto, kDrop),
-      /*11*/ S(BPF_LD | BPF_H | BPF_ABS, 12),
-      /*12*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 12, kV4, 13),
-      /*13*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 13, kV6, kDrop),
+      /*2*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OUTGOING, 2, kDst, 3),
+      /*3*/ J(BPF_JMP | BPF_JEQ | BPF_K, PACKET_MULTICAST, 3, mc_src, kDrop),
+      // PACKET_HOST (or MULTICAST): not from our own MAC (bytes 6..11)
+      /*4*/ S(BPF_LD | BPF_W | BPF_ABS, 6),
+      /*5*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac03, 5, 6, kProto),
+      /*6*/ S(BPF_LD | BPF_H | BPF_ABS, 10),
+      /*7*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac45, 7, kDrop, kProto),
+      // PACKET_OUTGOING: to our own MAC (bytes 0..5), or to a group (its group bit)
+      /*8*/ S(BPF_LD | BPF_W | BPF_ABS, 0),
+      /*9*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac03, 9, 10, 12),
+      /*10*/ S(BPF_LD | BPF_H | BPF_ABS, 4),
+      /*11*/ J(BPF_JMP | BPF_JEQ | BPF_K, mac45, 11, kProto, kDrop),
+      /*12*/ S(BPF_LD | BPF_B | BPF_ABS, 0),
+      /*13*/ J(BPF_JMP | BPF_JSET | BPF_K, 1, 13, mc_proto, kDrop),
+      /*14*/ S(BPF_LD | BPF_H | BPF_ABS, 12),
+      /*15*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 15, kV4, 16),
+      /*16*/ J(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 16, kV6, kDrop),
       // IPv4: UDP, not a fragment, destination port 4791; then the BTH word holding the destination QP.
-      /*14*/ S(BPF_LD | BPF_B | BPF_ABS, 23),
-      /*15*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 15, 16, kDrop),
-      /*16*/ S(BPF_LD | BPF_H | BPF_ABS, 20),
-      /*17*/ J(BPF_JMP | BPF_JSET | BPF_K, 0x3fff, 17, kDrop, 18),
-      /*18*/ S(BPF_LDX | BPF_B | BPF_MSH, 14),
-      /*19*/ S(BPF_LD | BPF_H | BPF_IND, 16),
-      /*20*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 20, 21, kDrop),
-      /*21*/ S(BPF_LD | BPF_W | BPF_IND, 14 + 8 + 4),
-      /*22*/ S(BPF_JMP | BPF_JA, kQpn - 22 - 1),
+      /*17*/ S(BPF_LD | BPF_B | BPF_ABS, 23),
+      /*18*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 18, 19, kDrop),
+      /*19*/ S(BPF_LD | BPF_H | BPF_ABS, 20),
+      /*20*/ J(BPF_JMP | BPF_JSET | BPF_K, 0x3fff, 20, kDrop, 21),
+      /*21*/ S(BPF_LDX | BPF_B | BPF_MSH, 14),
+      /*22*/ S(BPF_LD | BPF_H | BPF_IND, 16),
+      /*23*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 23, 24, kDrop),
+      /*24*/ S(BPF_LD | BPF_W | BPF_IND, 14 + 8 + 4),
+      /*25*/ S(BPF_JMP | BPF_JA, kQpn - 25 - 1),
       // IPv6 (no extension headers: RoCE uses none)
-      /*23*/ S(BPF_LD | BPF_B | BPF_ABS, 20),
-      /*24*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 24, 25, kDrop),
-      /*25*/ S(BPF_LD | BPF_H | BPF_ABS, 56),
-      /*26*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 26, 27, kDrop),
-      /*27*/ S(BPF_LD | BPF_W | BPF_ABS, 14 + 40 + 8 + 4),
-      // Destination QP (low 24 bits of BTH bytes 4..7) in [first, end).
-      /*28*/ S(BPF_ALU | BPF_AND | BPF_K, 0xffffff),
-      /*29*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.first, 29, 30, kDrop),
-      /*30*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.end, 30, kDrop, kAccept),
-      /*31*/ S(BPF_RET | BPF_K, snaplen),
-      /*32*/ S(BPF_RET | BPF_K, 0),
+      /*26*/ S(BPF_LD | BPF_B | BPF_ABS, 20),
+      /*27*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kIpProtoUdp, 27, 28, kDrop),
+      /*28*/ S(BPF_LD | BPF_H | BPF_ABS, 56),
+      /*29*/ J(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 29, 30, kDrop),
+      /*30*/ S(BPF_LD | BPF_W | BPF_ABS, 14 + 40 + 8 + 4),
+      // Destination QP (low 24 bits of BTH bytes 4..7) in [first, end), or the multicast QP.
+      /*31*/ S(BPF_ALU | BPF_AND | BPF_K, 0xffffff),
+      /*32*/ J(BPF_JMP | BPF_JEQ | BPF_K, engine::kMulticastQpn, 32, mc_qpn, 33),
+      /*33*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.first, 33, 34, kDrop),
+      /*34*/ J(BPF_JMP | BPF_JGE | BPF_K, qpns.end, 34, kDrop, kAccept),
+      /*35*/ S(BPF_RET | BPF_K, snaplen),
+      /*36*/ S(BPF_RET | BPF_K, 0),
   };
 }
 
@@ -143,12 +155,23 @@ bool attach(int fd, std::vector<sock_filter> f, std::string* err) {
 
 }  // namespace
 
-bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns, std::string* err) {
-  return attach(fd, roce_filter(mac, snaplen, qpns), err);
+bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns, std::string* err,
+                        bool multicast) {
+  return attach(fd, roce_filter(mac, snaplen, qpns, multicast), err);
 }
 
 bool attach_drop_filter(int fd, std::string* err) {
   return attach(fd, {sock_filter{BPF_RET | BPF_K, 0, 0, 0}}, err);
+}
+
+bool set_packet_membership(int fd, int ifindex, const wire::MacAddr& mac, bool member) {
+  packet_mreq mr{};
+  mr.mr_ifindex = ifindex;
+  mr.mr_type = PACKET_MR_MULTICAST;
+  mr.mr_alen = 6;
+  std::memcpy(mr.mr_address, mac.data(), 6);
+  return setsockopt(fd, SOL_PACKET, member ? PACKET_ADD_MEMBERSHIP : PACKET_DROP_MEMBERSHIP, &mr,
+                    sizeof mr) == 0;
 }
 
 LoopbackSender::~LoopbackSender() {
@@ -428,7 +451,9 @@ uint32_t SocketPort::tx_burst(engine::PacketBuf* bufs, uint32_t n) {
   while (done < n) {
     engine::PacketBuf& b = bufs[done];
     uint32_t len = b.len <= max_frame_ ? b.len : max_frame_;
-    if (is_to_mac(b.data, len, attr_.mac)) {
+    // To our MAC, or to a group: through the qdisc layer, where the kernel shows it to the other packet
+    // sockets on the interface (other processes on this device) as well as sending it.
+    if (is_to_mac(b.data, len, attr_.mac) || is_multicast(b.data, len)) {
       if (b.icrc_absent) {
         wire::write_icrc(wire::MutByteSpan(b.data, b.len));
         b.icrc_absent = false;
@@ -649,7 +674,25 @@ void SocketPort::rx_free(engine::PacketBuf* bufs, uint32_t n) {
 }
 
 bool SocketPort::set_rx_qpn_range(uint32_t first, uint32_t end) {
-  return attach_roce_filter(fd_, info_.mac, kSnapAll, {first, end}, nullptr);
+  qpns_ = {first, end};
+  return attach_roce_filter(fd_, info_.mac, kSnapAll, qpns_, nullptr, !mc_macs_.empty());
+}
+
+bool SocketPort::set_multicast_mac(const wire::MacAddr& mac, bool member) {
+  if (member) {
+    if (!set_packet_membership(fd_, info_.ifindex, mac, true)) return false;
+    mc_macs_.push_back(mac);
+    if (mc_macs_.size() == 1 && !attach_roce_filter(fd_, info_.mac, kSnapAll, qpns_, nullptr, true)) {
+      set_packet_membership(fd_, info_.ifindex, mac, false);
+      mc_macs_.clear();
+      return false;
+    }
+    return true;
+  }
+  set_packet_membership(fd_, info_.ifindex, mac, false);
+  std::erase(mc_macs_, mac);
+  if (mc_macs_.empty()) attach_roce_filter(fd_, info_.mac, kSnapAll, qpns_, nullptr, false);
+  return true;
 }
 
 PortStats SocketPort::stats() {

@@ -78,7 +78,12 @@ struct QpnRange {
 
 // Classic-BPF filters on a packet socket `fd` (also used by DpdkPort's wakeup socket): pass RoCE frames for
 // this host (see above) whose destination QP is in `qpns`, truncated to `snaplen` bytes; or drop everything.
-bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns, std::string* err);
+// `multicast`: also frames to a multicast MAC and DestQP 0xFFFFFF (a process with multicast groups).
+bool attach_roce_filter(int fd, const wire::MacAddr& mac, uint32_t snaplen, QpnRange qpns, std::string* err,
+                        bool multicast = false);
+// PACKET_ADD_MEMBERSHIP / PACKET_DROP_MEMBERSHIP of a multicast MAC (PACKET_MR_MULTICAST): the interface's
+// filter passes that address while a socket holds it (no IGMP/MLD: that is an IP-level join).
+bool set_packet_membership(int fd, int ifindex, const wire::MacAddr& mac, bool member);
 bool attach_drop_filter(int fd, std::string* err);
 
 // Frames addressed to the port's own MAC (another QP on this device, in this process or another one) are
@@ -101,6 +106,10 @@ class LoopbackSender {
   int fd_ = -1;
   uint64_t sent_ = 0;
 };
+
+inline bool is_multicast(const uint8_t* frame, uint32_t len) {
+  return len >= 6 && (frame[0] & 1);
+}
 
 inline bool is_to_mac(const uint8_t* frame, uint32_t len, const wire::MacAddr& mac) {
   return len >= 6 && frame[0] == mac[0] && frame[1] == mac[1] && frame[2] == mac[2] && frame[3] == mac[3] &&
@@ -134,6 +143,9 @@ class SocketPort final : public engine::Port {
   engine::PortRxLoss rx_loss() override;
   // Deliver only RoCE frames whose destination QP is in `qpns` (in the kernel's socket filter).
   bool set_rx_qpn_range(uint32_t first, uint32_t end) override;
+  // The group's MAC joins the interface's filter (PACKET_ADD_MEMBERSHIP) and, with the first group, the
+  // socket filter passes frames to groups (DestQP 0xFFFFFF).
+  bool set_multicast_mac(const wire::MacAddr& mac, bool member) override;
 
  private:
   SocketPort() = default;
@@ -177,6 +189,8 @@ class SocketPort final : public engine::Port {
   engine::PortAttr attr_;
   hostnet::UdpPortGuard guard_;
   LoopbackSender loop_;
+  QpnRange qpns_;
+  std::vector<wire::MacAddr> mc_macs_;  // multicast MACs joined (one per engine request)
 };
 
 }  // namespace urxe::dpdk
