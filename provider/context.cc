@@ -519,6 +519,9 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
     a.orig_attr.max_srq_wr = static_cast<int>(d.max_srq_wr);
     a.orig_attr.max_srq_sge = static_cast<int>(d.max_srq_sge);
     a.orig_attr.max_ah = static_cast<int>(d.max_ah);
+    a.orig_attr.max_mcast_grp = static_cast<int>(d.max_mcast_grp);
+    a.orig_attr.max_mcast_qp_attach = static_cast<int>(d.max_mcast_qp_attach);
+    a.orig_attr.max_total_mcast_qp_attach = static_cast<int>(d.max_total_mcast_qp_attach);
     a.orig_attr.max_pkeys = 1;
     a.orig_attr.local_ca_ack_delay = 15;
     a.orig_attr.phys_port_cnt = 1;

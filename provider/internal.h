@@ -422,6 +422,8 @@ int urxe_dealloc_mw(ibv_mw* mw);
 int urxe_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 ibv_ah* urxe_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr);
 int urxe_destroy_ah(ibv_ah* ibah);
+int urxe_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid);
+int urxe_detach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid);
 ibv_srq* urxe_create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr);
 int urxe_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask);
 int urxe_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr);

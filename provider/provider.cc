@@ -19,6 +19,7 @@ verbs_context_ops make_ctx_ops() {
   o.alloc_parent_domain = urxe_alloc_parent_domain;
   o.alloc_pd = urxe_alloc_pd;
   o.alloc_td = urxe_alloc_td;
+  o.attach_mcast = urxe_attach_mcast;
   o.bind_mw = urxe_bind_mw;
   o.async_event = urxe_async_event;
   o.cq_event = urxe_cq_event;
@@ -36,6 +37,7 @@ verbs_context_ops make_ctx_ops() {
   o.destroy_cq = urxe_destroy_cq;
   o.destroy_qp = urxe_destroy_qp;
   o.destroy_srq = urxe_destroy_srq;
+  o.detach_mcast = urxe_detach_mcast;
   o.free_context = urxe_free_context;
   o.free_dm = urxe_free_dm;
   o.modify_qp = urxe_modify_qp;

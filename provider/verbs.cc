@@ -168,17 +168,34 @@ int resolve_dmac(ibv_context* ibctx, ContextState& st, ibv_ah_attr& ah, en::Addr
       return 0;
     }
   }
-  if (av.dgid[0] == 0xff) {  // IPv6 multicast → 33:33:xx:xx:xx:xx
-    av.dmac = {0x33, 0x33, av.dgid[12], av.dgid[13], av.dgid[14], av.dgid[15]};
-    return 0;
-  }
-  if (urxe::wire::gid_is_ipv4_mapped(av.dgid) && (av.dgid[12] & 0xf0) == 0xe0) {  // IPv4 multicast
-    av.dmac = {0x01, 0x00, 0x5e, static_cast<uint8_t>(av.dgid[13] & 0x7f), av.dgid[14], av.dgid[15]};
+  if (en::gid_is_multicast(av.dgid)) {  // 01:00:5e:… (IPv4) or 33:33:… (IPv6)
+    av.dmac = en::multicast_mac(av.dgid);
     return 0;
   }
   uint16_t vid = 0xffff;
   if (ibv_resolve_eth_l2_from_gid(ibctx, &ah, av.dmac.data(), &vid) != 0) return errno ? errno : EHOSTUNREACH;
   return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Multicast (UD): the engine keeps the groups (and asks the port for their MACs). The LID is ignored, as
+// the kernel does on RoCE ("multicast LID should be ignored"). A bare attach joins nothing at IP level
+// (as rxe): the RDMA CM join does (IGMP), in the CM service.
+
+int urxe_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t /*lid*/) {
+  return guarded(EIO, [&] {
+    urxe::wire::Gid g;
+    std::memcpy(g.data(), gid->raw, 16);
+    return state_of(ibqp->context).engine->attach_mcast(ibqp->qp_num, g);
+  });
+}
+
+int urxe_detach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t /*lid*/) {
+  return guarded(EIO, [&] {
+    urxe::wire::Gid g;
+    std::memcpy(g.data(), gid->raw, 16);
+    return state_of(ibqp->context).engine->detach_mcast(ibqp->qp_num, g);
+  });
 }
 
 ibv_ah* urxe_create_ah(ibv_pd* ibpd, ibv_ah_attr* attr) {
