@@ -158,7 +158,20 @@ inline const char* state_name(State s) {
 
 struct Event {
   uint32_t owner = 0;  // the id whose events_reported counts it (the listener for a CONNECT_REQUEST)
+  uint32_t mc = 0;     // a multicast group's event: its handle (its events_reported counts it too)
   rdma_ucm_event_resp resp{};
+};
+
+// A multicast join (ucma's struct ucma_multicast): its handle (what JOIN answers, LEAVE names), the app's
+// uid for its events, the id it belongs to, the group's address.
+struct Multicast {
+  uint32_t handle = 0;
+  uint64_t uid = 0;
+  uint32_t id = 0;
+  Addr addr;
+  bool send_only = false;
+  bool ip_joined = false;  // holds an IP-level membership (an IPv4 full member)
+  uint32_t events_reported = 0;
 };
 
 struct Id {
@@ -352,6 +365,16 @@ class Service final : public CmService {
   CommandResult notify(const rdma_ucm_notify& c);
 
   CommandResult init_qp_attr(const rdma_ucm_init_qp_attr& c);
+
+  // --- multicast (cm/multicast.cc) ---
+
+  CommandResult join_ip_mcast(const rdma_ucm_join_ip_mcast& c);
+  CommandResult join_mcast(const rdma_ucm_join_mcast& c);
+  CommandResult join(uint32_t id, uint64_t uid, const Addr& group, bool send_only);
+  CommandResult leave_mcast(const rdma_ucm_destroy_id& c);
+  // The group's IP-level membership and queued events go; LEAVE_MCAST and destroying the id.
+  void leave(Multicast& mc);
+  void leave_all(uint32_t id);
   void write_ip_cm(const Id& id, std::span<uint8_t> pd) const;
   Id* find_listener(uint32_t device, uint16_t ps, uint16_t port, const wire::IpCmHeader& iph);
   void send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t qkey, std::span<const uint8_t> pd);
@@ -384,6 +407,7 @@ class Service final : public CmService {
   std::vector<CmDevice> devices_;
   std::map<ChannelId, Channel> channels_;
   std::map<uint32_t, Id> ids_;
+  std::map<uint32_t, Multicast> mcs_;  // by handle (drawn from next_handle_, as ids)
   uint32_t next_handle_ = 1;
   uint32_t next_tid_hi_ = 1;
   Counters counters_;

@@ -86,8 +86,8 @@ CommandResult Service::resolve_ip(const rdma_ucm_resolve_ip& c) {
   id->addr_deadline = host_.now_ns() + uint64_t{c.timeout_ms ? c.timeout_ms : 2000} * 1'000'000;
   const bool multicast = dst.is_v4() ? (dst.ip[12] & 0xf0) == 0xe0 : dst.ip[0] == 0xff;
   if (multicast) {
-    // A group address resolves to the bound device (or the only one), as the kernel resolves it; the join
-    // that follows is then refused with EOPNOTSUPP, which says what is missing (urxe has no multicast).
+    // A group address resolves to the bound device (or the only one), as the kernel resolves it (no ARP:
+    // the MAC is the group's); an unbound source takes the device's first address of the group's family.
     const int dev = id->device >= 0 ? id->device : devices_.size() == 1 ? 0 : -1;
     if (dev < 0) {
       id->state = State::idle;
@@ -95,6 +95,13 @@ CommandResult Service::resolve_ip(const rdma_ucm_resolve_ip& c) {
       return {};
     }
     id->device = dev;
+    if (id->src.any())
+      for (const wire::Gid& g : devices_[dev].gids)
+        if (g != wire::Gid{} && wire::gid_is_ipv4_mapped(g) == dst.is_v4()) {
+          id->src.ip = g;
+          break;
+        }
+    id->sgid = id->src.ip;
     id->state = State::addr_resolved;
     queue_event(*id, UcmaEvent::addr_resolved, 0);
     return {};

@@ -78,6 +78,10 @@ class CmHost {
   virtual uint64_t random_u64();
   // A line for the service's log: a rare event an operator (or a test) may need to tell apart.
   virtual void note(const std::string& /*line*/) {}
+  // The IP-level membership of an IPv4 multicast group on interface `ifindex` (the kernel CM's
+  // ip_mc_inc_group / ip_mc_dec_group for a RoCEv2 full-member join): one more or one fewer holder; the host
+  // sends the IGMP reports. 0 or an errno.
+  virtual int ip_multicast(int /*ifindex*/, const wire::Gid& /*group*/, bool /*join*/) { return 0; }
 };
 
 // Who is on the other end of a channel (SO_PEERCRED): a process may only migrate ids between channels of

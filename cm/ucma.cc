@@ -65,9 +65,11 @@ CommandResult Service::command(ChannelId ch, std::span<const uint8_t> cmd, std::
     case RDMA_USER_CM_CMD_MIGRATE_ID:
       return migrate_id(b.as<rdma_ucm_migrate_id>());
     case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
+      return join_ip_mcast(b.as<rdma_ucm_join_ip_mcast>());
     case RDMA_USER_CM_CMD_JOIN_MCAST:
+      return join_mcast(b.as<rdma_ucm_join_mcast>());
     case RDMA_USER_CM_CMD_LEAVE_MCAST:
-      return {EOPNOTSUPP, {}};  // urxe has no multicast
+      return leave_mcast(b.as<rdma_ucm_destroy_id>());
     default:
       return {ENOSYS, {}};  // QUERY, RESOLVE_ADDR: AF_IB only
   }
@@ -170,6 +172,7 @@ void Service::destroy_id(uint32_t handle) {
   auto it = ids_.find(handle);
   if (it == ids_.end()) return;
   Id& id = it->second;
+  leave_all(handle);  // (as cma_leave_mc_groups)
   drop_events(id);
   // Children still waiting in the listener's queue go with it.
   if (id.state == State::listen) {
@@ -219,6 +222,7 @@ CommandResult Service::get_event() {
   q.pop_front();
   host_.events_dequeued(ch_, 1);
   if (auto it = ids_.find(e.owner); it != ids_.end()) ++it->second.events_reported;
+  if (auto it = mcs_.find(e.mc); e.mc && it != mcs_.end()) ++it->second.events_reported;
   return answer(e.resp);
 }
 

@@ -18,6 +18,7 @@
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "hostnet/monitor.h"
+#include "hostnet/multicast.h"
 #include "wire/mad.h"
 
 namespace urxe::cm {
@@ -39,6 +40,9 @@ class ServiceLoop final : public CmHost, public hostnet::MonitorSink {
     return devices_->lookup_route(dst, src, ifindex, trigger);
   }
   int local_address_ifindex(const wire::Gid& addr) override { return hostnet::address_ifindex(addr); }
+  int ip_multicast(int ifindex, const wire::Gid& group, bool join) override {
+    return join ? ip_groups_.join(ifindex, group) : ip_groups_.leave(ifindex, group);
+  }
 
   // MonitorSink: any link or address change may change a device's MAC, MTU, state or GIDs.
   void on_link(const hostnet::LinkChange&) override { rescan_ = true; }
@@ -58,6 +62,7 @@ class ServiceLoop final : public CmHost, public hostnet::MonitorSink {
 
   CmServiceConfig cfg_;
   CmPlatform& platform_;
+  hostnet::IpMulticast ip_groups_;  // the RDMA CM joins' IP-level memberships
   std::unique_ptr<CmService> service_;
   LoopEpoll ep_;
   int sig_ = -1, timer_ = -1, tick_ = -1;

@@ -67,6 +67,12 @@ struct Host final : cm::CmHost {
     return r;
   }
   int local_address_ifindex(const wire::Gid& a) override { return a == v4("10.77.0.11") ? 3 : 0; }
+  int64_t ip_groups = 0;  // IP-level multicast memberships held
+  int ip_multicast(int, const wire::Gid&, bool join) override {
+    ip_groups += join ? 1 : -1;
+    if (ip_groups < 0) fail("left an IP multicast group never joined");
+    return 0;
+  }
 };
 
 template <class Cmd>
@@ -188,6 +194,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             run(*svc, ch, RDMA_USER_CM_CMD_CONNECT, c, 0);
             break;
           }
+          case 6: {  // a multicast join (flags from op, 2 and 3 invalid), or a leave of the last handle
+            if (op >> 7) {
+              rdma_ucm_destroy_id l{};
+              l.id = last_id;
+              run(*svc, ch, RDMA_USER_CM_CMD_LEAVE_MCAST, l, 4);
+              break;
+            }
+            last_id = create(*svc, ch, RDMA_PS_UDP, 4);
+            rdma_ucm_bind_ip b{};
+            b.id = last_id;
+            b.addr = sin4("10.77.0.11", 0);
+            run(*svc, ch, RDMA_USER_CM_CMD_BIND_IP, b, 0);
+            rdma_ucm_join_mcast j{};
+            j.id = last_id;
+            j.join_flags = op >> 5 & 3;
+            j.addr_size = sizeof(sockaddr_in);
+            const sockaddr_in6 grp = sin4("239.1.1.1", 0);
+            std::memcpy(&j.addr, &grp, sizeof grp);
+            run(*svc, ch, RDMA_USER_CM_CMD_JOIN_MCAST, j, 4);
+            break;
+          }
           default: {
             rdma_ucm_init_qp_attr q{};
             q.id = last_id;
@@ -227,5 +254,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!svc->describe_ids().empty()) fail("ids left after the channel closed and the timers ran out");
   if (host.queued != 0) fail("eventfd count not zero after close");
+  if (host.ip_groups != 0) fail("IP multicast groups still held after the channel closed");
   return 0;
 }
