@@ -125,6 +125,12 @@ std::vector<std::string> Service::describe_ids() const {
                                : "IB",
         state_name(id.state), src, id.src.port, dst, id.dst.port, id.local_qpn, id.local_comm_id);
     out.emplace_back(line);
+    for (const auto& [mh, mc] : mcs_) {  // its multicast groups
+      if (mc.id != h) continue;
+      char group[INET6_ADDRSTRLEN] = "-";
+      text(mc.addr, group);
+      out.back() += std::string(" mcast ") + group + (mc.send_only ? " (send-only)" : "");
+    }
   }
   return out;
 }

@@ -69,6 +69,9 @@ TEST(CmService, MulticastJoinLikeMckeyThenLeave) {
   EXPECT_EQ(ud.ah_attr.dlid, 0);
   const wire::Gid g = v4("239.1.1.1");
   EXPECT_EQ(std::memcmp(ud.ah_attr.grh.dgid, g.data(), 16), 0);
+  const auto ids = m.net.nodes[0].svc->describe_ids();  // `urxe cm show`
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_NE(ids[0].find(" mcast 239.1.1.1"), std::string::npos) << ids[0];
   auto& ip = m.net.nodes[0].ip_joins;
   ASSERT_EQ(ip.size(), 1u);
   EXPECT_TRUE(ip[0].join && ip[0].ifindex == 7 && ip[0].group == g);

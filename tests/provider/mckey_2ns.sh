@@ -33,6 +33,8 @@ rb2=$pid
 check "B's interface is in the group at IP level (the CM service's IGMP join)" "$group" \
   "$(ip -n $b maddr show dev vb)"
 check "B's interface passes the group's MAC" "01:00:5e:01:02:03" "$(ip -n $b maddr show dev vb)"
+check "B's CM service shows both receivers' joins (urxe cm show)" "^2$" \
+  "$(ip netns exec $b env URXE_RUN_DIR="$tmp/run_b" "$urxe" cm show 2>&1 | grep -c "mcast $group")"
 
 netns_urxe_side_in "$tmp/run_a" $a va "$tmp/sender" "$urxe" "$so" "" mckey -m $group -b 10.89.0.1 -s "$@"
 expect_rc "sender ($*)" 0 $?
