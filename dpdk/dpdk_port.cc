@@ -562,7 +562,8 @@ uint32_t DpdkPort::rx_burst(engine::PacketBuf* bufs, uint32_t n) {
     // has no member of).
     const uint8_t* d = rte_pktmbuf_mtod(m[i], const uint8_t*);
     const bool to_us = m[i]->data_len >= 14 && std::memcmp(d, attr_.mac.data(), 6) == 0;
-    const bool to_group = !to_us && m[i]->data_len >= 14 && (d[0] & 1) && !mc_macs_.empty();
+    const bool to_group =
+        !to_us && m[i]->data_len >= 14 && (d[0] & 1) && mc_any_.load(std::memory_order_relaxed);
     if (!to_us && !to_group) {
       ++not_ours_dropped_;
       rte_pktmbuf_free(m[i]);
@@ -600,7 +601,7 @@ void DpdkPort::rx_wait_arm(bool armed) {
   if (wait_is_socket_) {
     // Armed: frames for us are queued (1 byte each) on the wakeup socket; disarmed: dropped in the filter.
     if (armed) {
-      attach_roce_filter(wait_fd_, info_.mac, 1, qpns_, nullptr, !mc_macs_.empty());
+      attach_roce_filter(wait_fd_, info_.mac, 1, qpns_, nullptr, mc_any_.load(std::memory_order_relaxed));
     } else {
       attach_drop_filter(wait_fd_, nullptr);
       // The kernel hands a frame to the packet sockets one after the other: the wakeup socket can have it
@@ -642,6 +643,7 @@ bool DpdkPort::set_multicast_mac(const wire::MacAddr& mac, bool member) {
   for (size_t i = 0; i < mc_macs_.size(); i++) std::memcpy(list[i].addr_bytes, mc_macs_[i].data(), 6);
   if (rte_eth_dev_set_mc_addr_list(port_id_, list.data(), static_cast<uint32_t>(list.size())) != 0 && member)
     rte_eth_allmulticast_enable(port_id_);
+  mc_any_.store(!mc_macs_.empty(), std::memory_order_relaxed);
   if (ring_fd_ >= 0 && (before == 0) != mc_macs_.empty())
     attach_roce_filter(ring_fd_, info_.mac, UINT32_MAX, qpns_, nullptr, !mc_macs_.empty());
   return true;

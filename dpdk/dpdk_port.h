@@ -9,6 +9,7 @@
 // nothing else. Idle sleep: the PMD's rx interrupt fd when it has one, else (af_packet) a second packet
 // socket on the interface whose filter passes RoCE frames only while armed.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -96,7 +97,8 @@ class DpdkPort final : public engine::Port {
   uint16_t stash_n_ = 0, stash_pos_ = 0;
   QpnRange qpns_;
   bool qpn_filter_ = false;
-  std::vector<wire::MacAddr> mc_macs_;  // multicast MACs asked for (set_multicast_mac)
+  std::vector<wire::MacAddr> mc_macs_;  // multicast MACs asked for (set_multicast_mac: engine lock)
+  std::atomic<bool> mc_any_{false};     // !mc_macs_.empty(), for rx_wait_arm (the thread, without the lock)
   bool looped(const engine::PacketBuf& b) const {
     return is_to_mac(b.data, b.len, attr_.mac) || is_multicast(b.data, b.len);
   }
