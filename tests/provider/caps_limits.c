@@ -363,14 +363,62 @@ static uint64_t supported(const struct env* e) {
 
 /* ---- capabilities reported as 0: the verb behind each is refused ---- */
 
-static int zero_mcast(struct env* e, uint64_t v) {
-  (void)v;
+/* UD multicast: IPv6 groups ff0e::n (any port: the loop port passes every group). */
+static union ibv_gid mc_gid(uint32_t n) {
+  union ibv_gid g = {.raw = {0xff, 0x0e}};
+  g.raw[12] = (uint8_t)(n >> 24);
+  g.raw[13] = (uint8_t)(n >> 16);
+  g.raw[14] = (uint8_t)(n >> 8);
+  g.raw[15] = (uint8_t)n;
+  return g;
+}
+/* One QP in max_mcast_grp groups, one group more: ENOMEM. */
+static int lim_mcast_grp(struct env* e, uint64_t v) {
   struct ibv_qp* qp = ud_qp(e, 1);
   REQUIRE(qp, "UD QP");
-  union ibv_gid mgid = {.raw = {0xff, 0x0e}};
-  const int rc = ibv_attach_mcast(qp, &mgid, 0);
-  CHECK(rc == EOPNOTSUPP, "attach_mcast: %d", rc);
-  ibv_destroy_qp(qp);
+  uint32_t n = 0;
+  int rc = 0;
+  for (; n < v; n++) {
+    union ibv_gid g = mc_gid(n);
+    if ((rc = ibv_attach_mcast(qp, &g, 0))) break;
+  }
+  CHECK(n == v, "attached to %u of %llu groups: %d", n, (unsigned long long)v, rc);
+  union ibv_gid extra = mc_gid(n);
+  if (n == v) CHECK((rc = ibv_attach_mcast(qp, &extra, 0)) == ENOMEM, "one group more: %d", rc);
+  for (uint32_t i = 0; i < n; i++) {
+    union ibv_gid g = mc_gid(i);
+    ibv_detach_mcast(qp, &g, 0);
+  }
+  CHECK(ibv_destroy_qp(qp) == 0, "destroy after detaching all");
+  return 0;
+}
+/* max_mcast_qp_attach QPs in one group, one QP more: ENOMEM. */
+static int lim_mcast_qp_attach(struct env* e, uint64_t v) {
+  struct ibv_qp** qps = calloc(v + 1, sizeof *qps);
+  REQUIRE(qps, "calloc");
+  union ibv_gid g = mc_gid(7);
+  uint64_t n = 0;
+  int rc = 0;
+  for (; n <= v; n++) {
+    if (!(qps[n] = ud_qp(e, 1))) break;
+    if ((rc = ibv_attach_mcast(qps[n], &g, 0))) break;
+  }
+  CHECK(n == v && rc == ENOMEM, "%llu QPs attached (of %llu), the next: %d", (unsigned long long)n,
+        (unsigned long long)v, rc);
+  for (uint64_t i = 0; i <= v && qps[i]; i++) {
+    ibv_detach_mcast(qps[i], &g, 0);
+    ibv_destroy_qp(qps[i]);
+  }
+  free(qps);
+  return 0;
+}
+/* As rxe: the product of the two limits above, so they bind first (the engine's tests check ENOMEM for a
+ * smaller total). */
+static int lim_mcast_total(struct env* e, uint64_t v) {
+  const uint64_t all =
+      (uint64_t)e->dx.orig_attr.max_mcast_grp * (uint64_t)e->dx.orig_attr.max_mcast_qp_attach;
+  CHECK(v == all, "max_total_mcast_qp_attach %llu, groups x QPs per group %llu", (unsigned long long)v,
+        (unsigned long long)all);
   return 0;
 }
 /* max_dm_size: 0, alloc_dm refused; otherwise the whole of it can be allocated at once, nothing beyond it,
@@ -529,6 +577,7 @@ DEV_FIELD(atomic_cap, e->dx.orig_attr.atomic_cap)
 DEV_FIELD(max_mw, e->dx.orig_attr.max_mw)
 DEV_FIELD(max_mcast_grp, e->dx.orig_attr.max_mcast_grp)
 DEV_FIELD(max_mcast_qp_attach, e->dx.orig_attr.max_mcast_qp_attach)
+DEV_FIELD(max_total_mcast_qp_attach, e->dx.orig_attr.max_total_mcast_qp_attach)
 DEV_FIELD(max_dm_size, e->dx.max_dm_size)
 DEV_FIELD(completion_timestamp_mask, e->dx.completion_timestamp_mask)
 DEV_FIELD(odp_general_caps, e->dx.odp_caps.general_caps)
@@ -611,14 +660,16 @@ const struct limit_row kLimitRows[] = {
     {.name = "max_mw", .value = DEV(max_mw), .check = lim_mw, .how = "0: alloc_mw refused"},
     {.name = "max_mcast_grp",
      .value = DEV(max_mcast_grp),
-     .check = zero_mcast,
-     .how = "0: attach_mcast refused",
-     .zero_only = 1},
+     .check = lim_mcast_grp,
+     .how = "one QP in every group, one more: ENOMEM"},
     {.name = "max_mcast_qp_attach",
      .value = DEV(max_mcast_qp_attach),
-     .check = zero_mcast,
-     .how = "0: attach_mcast refused",
-     .zero_only = 1},
+     .check = lim_mcast_qp_attach,
+     .how = "that many QPs in one group, one more: ENOMEM"},
+    {.name = "max_total_mcast_qp_attach",
+     .value = DEV(max_total_mcast_qp_attach),
+     .check = lim_mcast_total,
+     .how = "groups x QPs per group (as rxe): those limits bind first"},
     {.name = "max_dm_size",
      .value = DEV(max_dm_size),
      .check = lim_dm,
