@@ -70,8 +70,8 @@ struct CqOptions {
   bool single_threaded = false;
 };
 
-// UD multicast: the destination QP of a SEND to a group (IBTA 10.5.2.2, "the permissive QP"), and the
-// group addresses RoCE has (an IPv6 multicast address, or an IPv4-mapped one in 224.0.0.0/4).
+// UD multicast: the destination QP of a SEND to a group (a multicast packet's BTH DestQP is 0xFFFFFF), and
+// the group addresses RoCE has (an IPv6 multicast address, or an IPv4-mapped one in 224.0.0.0/4).
 inline constexpr uint32_t kMulticastQpn = 0xffffff;
 inline bool gid_is_multicast(const wire::Gid& g) {
   bool v4 = g[10] == 0xff && g[11] == 0xff;
