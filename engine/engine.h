@@ -41,9 +41,9 @@ struct DeviceAttr {
   uint32_t max_srq_wr = 16384;
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 32768;
-  uint32_t max_msg_sz = 0x80000000u;  // 2^31, as rxe
-  uint32_t max_mcast_grp = 8192;      // multicast groups with a member (as rxe)
-  uint32_t max_mcast_qp_attach = 56;  // QPs attached to one group
+  uint32_t max_msg_sz = 0x80000000u;             // 2^31, as rxe
+  uint32_t max_mcast_grp = 8192;                 // multicast groups with a member (as rxe)
+  uint32_t max_mcast_qp_attach = 56;             // QPs attached to one group
   uint32_t max_total_mcast_qp_attach = 0x70000;  // attachments in all
 };
 
