@@ -124,19 +124,20 @@ def stop_urxe_cm(proc):
 
 def rdmacm_commands(case):
     """The server's and the client's command lines of a librdmacm case (client: {addr} = the server's
-    address; with reconnects, a loop of that many runs that stops at the first failure)."""
-    def cmd(tool, args, dev, addr):
-        a = args.replace("{addr}", addr)
+    address; either: {self} = its own; with reconnects, a loop of that many runs that stops at the first
+    failure)."""
+    def cmd(tool, args, dev, addr, own):
+        a = args.replace("{addr}", addr).replace("{self}", own)
         if tool.startswith("ib_"):
             a = f"-d {dev} {a}"
         return f"{tool} {a}".strip()
     server, client = case["tool"], case["client_tool"]
     if case["urxe_role"] == "server":
-        peer = cmd(client, case["args"], "rxe0", URXE_IP)
-        urxe = cmd(server, case["server_args"], "urxe0", URXE_IP)
+        peer = cmd(client, case["args"], "rxe0", URXE_IP, PEER_IP)
+        urxe = cmd(server, case["server_args"], "urxe0", URXE_IP, URXE_IP)
     else:
-        peer = cmd(server, case["server_args"], "rxe0", PEER_IP)
-        urxe = cmd(client, case["args"], "urxe0", PEER_IP)
+        peer = cmd(server, case["server_args"], "rxe0", PEER_IP, PEER_IP)
+        urxe = cmd(client, case["args"], "urxe0", PEER_IP, URXE_IP)
     n = case.get("reconnects")
     loop = f"i=0; while [ $i -lt {n} ]; do %s || exit 1; i=$((i+1)); done" if n else "%s"
     if case["urxe_role"] == "server":
@@ -337,7 +338,9 @@ def run_case(case, st):
     persistent = rdmacm and " -P " in f" {case['server_args']} "
     if rdmacm:
         peer_cmd, urxe_cmd = rdmacm_commands(case)
-    cap = Capture(os.path.join(d, "capture.pcap"), case["mtu"])
+    # frames to a multicast group carry neither side's MAC as their destination
+    match = f"(ether host {URXE_MAC} or ether multicast)" if case.get("mcast_group") else f"ether host {URXE_MAC}"
+    cap = Capture(os.path.join(d, "capture.pcap"), case["mtu"], match=match)
     netem_stats = ""
     urxe = None
     peer_out, peer_rc = "", 0
@@ -346,7 +349,10 @@ def run_case(case, st):
             netem_on(case["netem"], spare_dreq=rdmacm, determ_drop=case.get("determ_drop", 0))
         if case["urxe_role"] == "server":
             urxe = UrxeProc(urxe_cmd, urxe_addr, os.path.join(d, "urxe.log"), d)
-            if rdmacm and not wait_urxe_cm_listen(urxe):
+            group = case.get("mcast_group")  # a multicast receiver: ready once joined, not listening
+            if group and not wait_until(lambda: f"mcast {group}" in urxe_cm_show(urxe).stdout, 30, urxe):
+                problems.append(f"the urxe receiver's CM service shows no join of {group}")
+            elif not group and rdmacm and not wait_urxe_cm_listen(urxe):
                 problems.append("the urxe server's CM service shows no LISTEN id")
             elif not rdmacm and not wait_urxe_listen(urxe, OOB_PORT):
                 problems.append("the urxe server did not listen on TCP 18515")
@@ -376,7 +382,13 @@ def run_case(case, st):
         else:
             r = peer_exec(f"bgrun /tmp/server.log timeout -s KILL {case['timeout'] + 30} {peer_cmd}", timeout=30)
             spid = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-            if rdmacm:
+            if case.get("mcast_group"):
+                g = case["mcast_group"]
+                r = peer_exec(f"i=0; while [ $i -lt 300 ] && ! ip maddr show | grep -q ' {g}$'; "
+                              f"do sleep 0.1; i=$((i+1)); done; ip maddr show | grep ' {g}$'", timeout=60)
+                if g not in r.stdout:
+                    problems.append(f"the rxe receiver's interface never joined {g} (ip maddr)")
+            elif rdmacm:
                 if not wait_rxe_cm_listen():
                     problems.append("the rxe server shows no LISTEN cm_id (rdma resource show cm_id)")
             else:

@@ -58,7 +58,7 @@ def rdma_check(group, size, chunk, mtu=1500, path_mtu=1024, fam="v4", netem=None
 
 
 def rdmacm(group, tool, server_args, client_args, ok_pattern, name=None, netem=None, timeout=60, cm=None,
-           server_pattern=None, reconnects=0, count=1, client_tool=None):
+           server_pattern=None, reconnects=0, count=1, client_tool=None, mcast_group=None, frames_from=None):
     """An unmodified librdmacm program (rdmacm-utils, perftest -R): no out-of-band TCP port, the connection
     is made by CM MADs on QP1. {addr} in the client's arguments becomes the server's IPv4 address; tool is the
     server's program, client_tool the client's if another. cm: the CM messages the capture must hold ("REQ" =
@@ -71,8 +71,9 @@ def rdmacm(group, tool, server_args, client_args, ok_pattern, name=None, netem=N
         out.append({"name": n, "group": group, "tool": tool, "kind": "rdmacm", "args": client_args,
                     "server_args": server_args, "urxe_role": role, "mtu": 1500, "fam": "v4", "netem": netem,
                     "timeout": timeout, "ok_pattern": ok_pattern, "server_pattern": server_pattern,
-                    "cm": cm or ("REQ", "REP", "RTU", "DREQ", "DREP"), "reconnects": reconnects,
-                    "ok_count": count, "client_tool": client_tool or tool})
+                    "cm": cm if cm is not None else ("REQ", "REP", "RTU", "DREQ", "DREP"), "reconnects": reconnects,
+                    "ok_count": count, "client_tool": client_tool or tool, "mcast_group": mcast_group,
+                    "frames_from": frames_from(role) if frames_from else ("urxe", "rxe")})
     return out
 
 
@@ -167,6 +168,13 @@ def cm_cases():
     m += rdmacm("cm", "ucmatose", "-c 2", "-s {addr} -c 2", r"test complete", name="ucmatose_c2")
     # UD: address and QPN by SIDR_REQ/SIDR_REP, no connection
     m += rdmacm("cm", "udaddy", "", "-s {addr}", r"test complete", cm=("SIDR_REQ", "SIDR_REP"))
+    # UD multicast through RDMA CM joins (no CM MADs: a RoCE join is local, plus IGMP): the "server" receives
+    # (mckey waits for 10 messages), the "client" sends them to the group once joined; the bridge forwards the
+    # group to the receiver's port because its join sent an IGMP report. The receiver is ready once its
+    # interface is in the group (mcast_group: `ip maddr` in the guest, `urxe cm show` on urxe's side).
+    m += rdmacm("cm", "mckey", "-m 239.77.0.9 -b {self}", "-m 239.77.0.9 -b {self} -s",
+                r"data transfers complete", cm=(), mcast_group="239.77.0.9",
+                frames_from=lambda role: ("urxe",) if role == "client" else ("rxe",))
     # librdmacm's own examples (rdma_getaddrinfo, rdma_create_ep, rdma_get_request)
     m += rdmacm("cm", "rdma_server", "", "-s {addr}", r"rdma_client: end 0", name="rdma_server_client",
                 client_tool="rdma_client",
