@@ -138,6 +138,10 @@ struct Ah {
   uint32_t pd = 0;
   AddressVector av;
   wire::Gid sgid{};  // gids[av.sgid_index] at create_ah: kept if that GID later goes away
+  // Counts the slot's create_ahs (0: never). A WQE keeps the one it was posted with: an AH destroyed after
+  // the post still addresses its sends, as a NIC that copied the address vector into the WQE does; its
+  // data stays until the slot is created again (round robin: after every other slot).
+  uint32_t gen = 0;
 };
 
 // One send WQE: the WR as posted plus the requester's per-WQE state.
@@ -151,6 +155,7 @@ struct SendWqe {
   uint32_t rkey = 0;
   uint64_t compare_add = 0, swap = 0;
   uint32_t ah = 0, remote_qpn = 0, remote_qkey = 0;
+  uint32_t ah_gen = 0;  // the AH's Ah::gen when posted (0: it was not in use then)
   uint32_t num_sge = 0;
   uint32_t sge_base = 0;     // first Sge in the QP's sge pool
   uint32_t inline_base = 0;  // offset of its inline bytes in the QP's inline pool
@@ -333,6 +338,7 @@ struct EngineImpl {
   Mw& mw_of(const Mr& m) { return mws[static_cast<size_t>(&m - mrs.data()) - mw_base]; }
   const Mw& mw_of(const Mr& m) const { return mws[static_cast<size_t>(&m - mrs.data()) - mw_base]; }
   std::vector<Ah> ahs;
+  uint32_t ah_next = 1;         // where create_ah looks first (round robin)
   std::vector<wire::Gid> gids;  // GID table (Engine::set_gid), index = sgid_index; zero = unused
   std::vector<std::atomic<Cq*>> cqs;
   std::vector<std::atomic<Srq*>> srqs;

@@ -223,13 +223,18 @@ int EngineImpl::create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah) {
   if (!p) return EINVAL;
   if (av.sgid_index >= gids.size() || gids[av.sgid_index] == wire::Gid{}) return EINVAL;
   if (av.port_num != 1) return EINVAL;
-  for (uint32_t i = 1; i < ahs.size(); i++) {
-    if (!ahs[i].used) {
-      ahs[i] = Ah{true, pd, av, gids[av.sgid_index]};
-      p->refs++;
-      ah = i;
-      return 0;
-    }
+  // Round robin, so that a destroyed AH's slot (which posted WQEs may still name) is the last one reused.
+  const uint32_t n = static_cast<uint32_t>(ahs.size());
+  for (uint32_t k = 0; k + 1 < n; k++) {
+    const uint32_t i = 1 + (ah_next - 1 + k) % (n - 1);
+    if (ahs[i].used) continue;
+    const uint32_t gen = ahs[i].gen + 1 ? ahs[i].gen + 1 : 1;
+    ahs[i] = Ah{true, pd, av, gids[av.sgid_index]};
+    std::atomic_ref<uint32_t>(ahs[i].gen).store(gen, std::memory_order_release);  // read by post_send
+    p->refs++;
+    ah = i;
+    ah_next = i + 1 < n ? i + 1 : 1;
+    return 0;
   }
   return ENOMEM;
 }
@@ -249,7 +254,7 @@ std::vector<wire::Gid> Engine::gid_table() const {
 int EngineImpl::destroy_ah(uint32_t ah) {
   if (ah == 0 || ah >= ahs.size() || !ahs[ah].used) return EINVAL;
   if (Pd* p = pd_get(ahs[ah].pd)) p->refs--;
-  ahs[ah].used = false;
+  std::atomic_ref<bool>(ahs[ah].used).store(false, std::memory_order_relaxed);  // read by post_send
   return 0;
 }
 

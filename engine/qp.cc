@@ -623,6 +623,12 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
       w.compare_add = wr->atomic.compare_add;
       w.swap = wr->atomic.swap;
       w.ah = wr->ud.ah;
+      if (q.type == QPT_UD) {  // the AH as it is now: destroying it later does not take the WQE's address
+        Ah& a = e.ahs[w.ah];
+        w.ah_gen = std::atomic_ref<bool>(a.used).load(std::memory_order_relaxed)
+                       ? std::atomic_ref<uint32_t>(a.gen).load(std::memory_order_acquire)
+                       : 0;
+      }
       w.remote_qpn = wr->ud.remote_qpn & wire::kPsnMask;
       w.remote_qkey = wr->ud.remote_qkey;
       w.length = len;

@@ -128,9 +128,9 @@ void execute_local_op(EngineImpl& e, Qp& q, SendWqe& w) {
 }
 
 // The checks a WQE passes before its first packet: its lkeys resolve with the access it needs (local write
-// for the data a READ or atomic brings back), and a UD WQE's AH is one of its PD. False, with w.status set,
-// when one fails. `start_src`: a WQE of one SGE, where its bytes are (nothing can change the MR before its
-// first packet is built), so that packet copies without resolving the key again.
+// for the data a READ or atomic brings back), and a UD WQE's AH, as it was when posted, is one of its PD.
+// False, with w.status set, when one fails. `start_src`: a WQE of one SGE, where its bytes are (nothing can
+// change the MR before its first packet is built), so that packet copies without resolving the key again.
 bool check_wqe(EngineImpl& e, const Qp& q, SendWqe& w, const WrInfo& info, const uint8_t*& start_src) {
   bool ok = true;
   if (!w.is_inline) {
@@ -146,7 +146,8 @@ bool check_wqe(EngineImpl& e, const Qp& q, SendWqe& w, const WrInfo& info, const
     }
   }
   if (!ok) w.status = WC_LOC_PROT_ERR;
-  if (ok && q.type == QPT_UD && (w.ah >= e.ahs.size() || !e.ahs[w.ah].used || e.ahs[w.ah].pd != q.pd)) {
+  if (ok && q.type == QPT_UD &&
+      (w.ah >= e.ahs.size() || w.ah_gen == 0 || e.ahs[w.ah].gen != w.ah_gen || e.ahs[w.ah].pd != q.pd)) {
     ok = false;
     w.status = WC_LOC_QP_OP_ERR;
   }
@@ -216,8 +217,8 @@ void atomic_request(const SendWqe& w, const WrInfo& info, uint8_t base, wire::Fr
 }
 
 // ATOMIC WRITE (Annex A19): RETH with DMA length 8, and the 8 bytes (inline or from the SGEs) as payload.
-void atomic_write_request(const SendWqe& w, const WrInfo& info, uint8_t base,
-                          wire::FrameSpec& spec, ReqPacket& p) {
+void atomic_write_request(const SendWqe& w, const WrInfo& info, uint8_t base, wire::FrameSpec& spec,
+                          ReqPacket& p) {
   spec.bth.opcode = wire::make_opcode(base, info.ops.only);
   spec.reth = wire::Reth{w.remote_addr, w.rkey, 8};
   spec.bth.ack_req = true;

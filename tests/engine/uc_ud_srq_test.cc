@@ -113,6 +113,47 @@ TEST_F(Ud, SendCarriesGrhAndSourceQpn) {
   EXPECT_EQ(p.udp.sport, 0xc000 | (((qa * 0x61C88647u) >> 18) & 0x3fff));
 }
 
+// The address is the AH's as posted: an app may destroy its AH once the send is posted (mckey destroys it
+// right after posting its unsignaled sends), as a NIC copies the address vector into the WQE. Posting with
+// an AH already destroyed fails the WQE (IBV_WC_LOC_QP_OP_ERR), as before.
+TEST_F(Ud, AhDestroyedAfterThePostStillAddressesTheSend) {
+  fill(lb.a().mem, 0, 256, 3);
+  for (uint64_t i = 0; i < 4; i++) post_recv(lb.b(), qb, 0x1000 * i, 256 + 40, 10 + i);
+  Sge sge{lb.a().addr(0), 256, lb.a().mr.lkey};
+  SendWr wr[3];
+  for (uint64_t i = 0; i < 3; i++) {
+    wr[i] = make_wr(WR_SEND, &sge, 1, i + 1);
+    wr[i].ud.ah = ah;
+    wr[i].ud.remote_qpn = qb;
+    wr[i].ud.remote_qkey = 0x11111111;
+    if (i) wr[i - 1].next = &wr[i];
+  }
+  const SendWr* bad;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &wr[0], &bad));
+  ASSERT_EQ(0, lb.a().eng->destroy_ah(ah));  // before the engine ran
+  uint32_t other = 0;
+  AddressVector av;
+  av.dgid = lb.a().gid;
+  av.dmac = lb.a().mac;
+  ASSERT_EQ(0, lb.a().eng->create_ah(lb.a().pd, av, other));
+  EXPECT_NE(other, ah);  // round robin: the destroyed slot is not the next one created
+  auto wa = lb.poll(lb.a(), 3);
+  ASSERT_EQ(wa.size(), 3u);
+  for (const Wc& w : wa) EXPECT_EQ(w.status, WC_SUCCESS);
+  auto wb = lb.poll(lb.b(), 3);
+  ASSERT_EQ(wb.size(), 3u);
+  for (const Wc& w : wb) EXPECT_EQ(w.byte_len, 256u + 40u);
+  // Posting with the destroyed AH: the WQE fails.
+  SendWr late = make_wr(WR_SEND, &sge, 1, 9);
+  late.ud.ah = ah;
+  late.ud.remote_qpn = qb;
+  late.ud.remote_qkey = 0x11111111;
+  ASSERT_EQ(0, lb.a().eng->post_send(qa, &late, &bad));
+  auto wl = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wl.size(), 1u);
+  EXPECT_EQ(wl[0].status, WC_LOC_QP_OP_ERR);
+}
+
 TEST_F(Ud, QkeyMismatchDropped) {
   post_recv(lb.b(), qb, 0, 2048, 1);
   Sge sge{lb.a().addr(0), 16, lb.a().mr.lkey};
