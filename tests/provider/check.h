@@ -44,6 +44,31 @@ static inline struct ibv_device* find_device(struct ibv_device** list, int n, co
   return NULL;
 }
 
+/* main's prologue for tests run as PROG DEVICE: the device named by argv[1] from a list kept in *list (for
+   ibv_free_device_list), or NULL after a usage or lookup message. */
+static inline struct ibv_device* device_from_args(int argc, char** argv, struct ibv_device*** list) {
+  *list = NULL;
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
+    return NULL;
+  }
+  int num = 0;
+  *list = ibv_get_device_list(&num);
+  struct ibv_device* dev = find_device(*list, num, argv[1]);
+  if (!dev) fprintf(stderr, "FAIL: no device %s\n", argv[1]);
+  return dev;
+}
+
+/* One completion from cq within ms milliseconds of busy polling: 1 (in *wc), 0 (none came), or the poll's
+   negative error. */
+static inline int poll_one(struct ibv_cq* cq, struct ibv_wc* wc, double ms) {
+  const double end = now_ms() + ms;
+  int n;
+  while ((n = ibv_poll_cq(cq, 1, wc)) == 0 && now_ms() < end) {
+  }
+  return n;
+}
+
 /* The tids of this process's threads named urxe-progress (one per open context), at most `max` of them;
    returns how many were found. */
 static inline int progress_tids(int* tids, int max) {

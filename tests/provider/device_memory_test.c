@@ -52,10 +52,7 @@ static int run_wr(struct side* s, struct side* peer, struct ibv_send_wr* wr) {
   REQUIRE(ibv_post_send(s->qp, wr, &bad) == 0, "post_send opcode %d: %s", wr->opcode, strerror(errno));
   for (struct side* x = s; x; x = (x == s && wr->opcode == IBV_WR_SEND) ? peer : NULL) {
     struct ibv_wc wc;
-    int n = 0;
-    const double end = now_ms() + 10000;
-    while ((n = ibv_poll_cq(x->cq, 1, &wc)) == 0 && now_ms() < end) {
-    }
+    const int n = poll_one(x->cq, &wc, 10000);
     REQUIRE(n == 1 && wc.status == IBV_WC_SUCCESS, "opcode %d: poll %d, status %s", wr->opcode, n,
             n == 1 ? ibv_wc_status_str(wc.status) : "-");
   }
@@ -116,14 +113,9 @@ static void check_rules(struct ibv_context* ctx, struct ibv_pd* pd, size_t max, 
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
-    return 2;
-  }
-  int num = 0;
-  struct ibv_device** list = ibv_get_device_list(&num);
-  struct ibv_device* dev = find_device(list, num, argv[1]);
-  REQUIRE(dev, "no device %s", argv[1]);
+  struct ibv_device** list;
+  struct ibv_device* dev = device_from_args(argc, argv, &list);
+  if (!dev) return argc == 2 ? 1 : 2;
   static struct side a, b;
   if (open_side(&a, dev) || open_side(&b, dev)) return 1;
   struct ibv_device_attr_ex ax;

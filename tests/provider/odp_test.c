@@ -57,10 +57,7 @@ static enum ibv_wc_status rdma(struct side* a, enum ibv_wr_opcode op, uint64_t r
   wr.wr.rdma.rkey = rkey;
   if (ibv_post_send(a->qp, &wr, &bad)) return IBV_WC_GENERAL_ERR;
   struct ibv_wc wc;
-  int n = 0;
-  const double end = now_ms() + 10000;
-  while ((n = ibv_poll_cq(a->cq, 1, &wc)) == 0 && now_ms() < end) {
-  }
+  const int n = poll_one(a->cq, &wc, 10000);
   return n == 1 ? wc.status : IBV_WC_GENERAL_ERR;
 }
 
@@ -74,14 +71,9 @@ static int reconnect(struct side* a, struct side* b) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
-    return 2;
-  }
-  int num = 0;
-  struct ibv_device** list = ibv_get_device_list(&num);
-  struct ibv_device* dev = find_device(list, num, argv[1]);
-  REQUIRE(dev, "no device %s", argv[1]);
+  struct ibv_device** list;
+  struct ibv_device* dev = device_from_args(argc, argv, &list);
+  if (!dev) return argc == 2 ? 1 : 2;
   static struct side a, b;
   if (open_side(&a, dev) || open_side(&b, dev)) return 1;
   struct ibv_device_attr_ex ax;

@@ -172,14 +172,9 @@ static int traffic(struct ibv_context* ctx, struct ibv_pd* pdom, struct Blocks* 
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
-    return 2;
-  }
-  int num = 0;
-  struct ibv_device** list = ibv_get_device_list(&num);
-  struct ibv_device* dev = find_device(list, num, argv[1]);
-  REQUIRE(dev != NULL, "%s not listed", argv[1]);
+  struct ibv_device** list;
+  struct ibv_device* dev = device_from_args(argc, argv, &list);
+  if (!dev) return argc == 2 ? 1 : 2;
   struct ibv_context* ctx = ibv_open_device(dev);
   REQUIRE(ctx != NULL, "ibv_open_device: %s", strerror(errno));
   struct ibv_pd* pd = ibv_alloc_pd(ctx);
