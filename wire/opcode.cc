@@ -6,6 +6,7 @@ namespace {
 constexpr uint8_t ext_len_of(uint16_t h) {
   uint32_t n = 0;
   if (h & kDeth) n += kDethLen;
+  if (h & kXrceth) n += kXrcethLen;
   if (h & kReth) n += kRethLen;
   if (h & kAtomicEth) n += kAtomicEthLen;
   if (h & kAeth) n += kAethLen;
@@ -15,8 +16,9 @@ constexpr uint8_t ext_len_of(uint16_t h) {
   return static_cast<uint8_t>(n);
 }
 
-// Every opcode urxe knows (IBTA 9.2, Table 35, and Annex A19's ATOMIC WRITE), one row each; opcode_table() places each at its index. RD and
-// XRC opcodes are absent (invalid). ext_len is derived from headers, except CNP's.
+// Every opcode urxe knows (IBTA 9.2, Table 35, and Annex A19's ATOMIC WRITE), one row each; opcode_table()
+// places each at its index. XRC's rows are derived from RC's (below). RD opcodes are absent (invalid).
+// ext_len is derived from headers, except CNP's.
 constexpr OpcodeInfo kRows[] = {
     {.opcode = op::kRc | op::send_first,
      .name = "RC SEND_FIRST",
@@ -325,14 +327,53 @@ constexpr OpcodeInfo kRows[] = {
      .ext_len = kCnpPayloadLen},
 };
 
+// XRC (IBTA Annex A14): the RC operations 0x00-0x17 again at 0xa0-0xb7, every request with an XRCETH
+// (the responder's XRC SRQ number) after the BTH, responses without one. Indexed by the low 5 bits; an
+// empty name is an operation XRC lacks as RC does (0x15, RESYNC, is not implemented for either).
+constexpr std::string_view kXrcNames[0x18] = {"XRC SEND_FIRST",
+                                              "XRC SEND_MIDDLE",
+                                              "XRC SEND_LAST",
+                                              "XRC SEND_LAST_WITH_IMMEDIATE",
+                                              "XRC SEND_ONLY",
+                                              "XRC SEND_ONLY_WITH_IMMEDIATE",
+                                              "XRC RDMA_WRITE_FIRST",
+                                              "XRC RDMA_WRITE_MIDDLE",
+                                              "XRC RDMA_WRITE_LAST",
+                                              "XRC RDMA_WRITE_LAST_WITH_IMMEDIATE",
+                                              "XRC RDMA_WRITE_ONLY",
+                                              "XRC RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+                                              "XRC RDMA_READ_REQUEST",
+                                              "XRC RDMA_READ_RESPONSE_FIRST",
+                                              "XRC RDMA_READ_RESPONSE_MIDDLE",
+                                              "XRC RDMA_READ_RESPONSE_LAST",
+                                              "XRC RDMA_READ_RESPONSE_ONLY",
+                                              "XRC ACKNOWLEDGE",
+                                              "XRC ATOMIC_ACKNOWLEDGE",
+                                              "XRC COMPARE_SWAP",
+                                              "XRC FETCH_ADD",
+                                              "",
+                                              "XRC SEND_LAST_WITH_INVALIDATE",
+                                              "XRC SEND_ONLY_WITH_INVALIDATE"};
+
+constexpr void place(std::array<OpcodeInfo, 256>& t, const OpcodeInfo& r) {
+  OpcodeInfo& e = t[r.opcode];
+  e = r;
+  // CNP (RoCEv2 Annex A17.9.3): its 16 reserved bytes count as a fixed header, so no payload may follow
+  if (r.transport != Transport::cnp) e.ext_len = ext_len_of(r.headers);
+}
+
 constexpr std::array<OpcodeInfo, 256> build_table() {
   std::array<OpcodeInfo, 256> t{};
   for (uint32_t i = 0; i < t.size(); ++i) t[i].opcode = static_cast<uint8_t>(i);
+  for (const OpcodeInfo& r : kRows) place(t, r);
   for (const OpcodeInfo& r : kRows) {
-    OpcodeInfo& e = t[r.opcode];
-    e = r;
-    // CNP (RoCEv2 Annex A17.9.3): its 16 reserved bytes count as a fixed header, so no payload may follow
-    if (r.transport != Transport::cnp) e.ext_len = ext_len_of(r.headers);
+    if (r.transport != Transport::rc || r.opcode >= std::size(kXrcNames)) continue;
+    OpcodeInfo x = r;
+    x.opcode = static_cast<uint8_t>(op::kXrc | r.opcode);
+    x.name = kXrcNames[r.opcode];
+    x.transport = Transport::xrc;
+    if (r.is_request) x.headers = static_cast<uint16_t>(x.headers | kXrceth);
+    place(t, x);
   }
   return t;
 }
@@ -351,9 +392,23 @@ constexpr bool rows_placed() {
                                                       : "CNP";
     if (!r.name.starts_with(prefix)) return false;
   }
+  // XRC: an RC row's twin for each named operation, and nothing else at 0xa0-0xbf
+  size_t xrc = 0;
+  for (uint32_t low = 0; low < 0x20; ++low) {
+    const OpcodeInfo& x = kTable[op::kXrc | low];
+    const bool named = low < std::size(kXrcNames) && !kXrcNames[low].empty();
+    if (x.valid() != named) return false;
+    if (!named) continue;
+    const OpcodeInfo& r = kTable[low];
+    if (!r.valid() || x.name != kXrcNames[low] || x.kind != r.kind || x.position != r.position ||
+        x.has_payload != r.has_payload || x.is_request != r.is_request ||
+        x.ext_len != r.ext_len + (r.is_request ? kXrcethLen : 0))
+      return false;
+    ++xrc;
+  }
   size_t valid = 0;
   for (const OpcodeInfo& e : kTable) valid += e.valid();
-  return valid == std::size(kRows);
+  return valid == std::size(kRows) + xrc;
 }
 static_assert(rows_placed());
 

@@ -18,6 +18,7 @@ enum ExtHeader : uint16_t {
   kAtomicAckEth = 1u << 5,
   kImmDt = 1u << 6,
   kIeth = 1u << 7,
+  kXrceth = 1u << 8,  // XRC requests (IBTA Annex A14): right after the BTH, before RETH/AtomicETH/ImmDt/IETH
 };
 
 // Where a packet sits in a message.
@@ -60,7 +61,8 @@ struct OpcodeInfo {
 // Extension header sizes (IBTA 9.3).
 inline constexpr uint32_t kEthLen = 14, kVlanLen = 4, kIpv4MinLen = 20, kIpv6Len = 40, kUdpLen = 8;
 inline constexpr uint32_t kBthLen = 12, kRethLen = 16, kAethLen = 4, kAtomicEthLen = 28, kAtomicAckEthLen = 8,
-                          kImmDtLen = 4, kIethLen = 4, kDethLen = 8, kIcrcLen = 4, kCnpPayloadLen = 16;
+                          kImmDtLen = 4, kIethLen = 4, kDethLen = 8, kXrcethLen = 4, kIcrcLen = 4,
+                          kCnpPayloadLen = 16;
 inline constexpr uint16_t kRoceV2Port = 4791;
 
 namespace op {
@@ -101,7 +103,7 @@ inline constexpr MsgOpcodes kReadResponseOpcodes{.first = op::read_response_firs
                                                  .last = op::read_response_last,
                                                  .only = op::read_response_only};
 
-// Combine a transport base (op::kRc, op::kUc, op::kUd) with a low-5-bit operation code.
+// Combine a transport base (op::kRc, op::kUc, op::kUd, op::kXrc) with a low-5-bit operation code.
 constexpr uint8_t make_opcode(uint8_t transport_base, uint8_t op_low) {
   return static_cast<uint8_t>(transport_base | op_low);
 }

@@ -38,21 +38,34 @@ uint16_t udp_sum(uint8_t ip_version, const uint8_t* ip, const uint8_t* udp, uint
 
 std::string_view to_string(ParseError e) {
   switch (e) {
-    case ParseError::ok: return "ok";
-    case ParseError::truncated: return "truncated";
-    case ParseError::not_roce: return "not RoCE";
-    case ParseError::bad_version: return "bad version";
-    case ParseError::bad_length: return "bad length";
-    case ParseError::bad_checksum: return "bad checksum";
-    case ParseError::unknown_opcode: return "unknown opcode";
-    case ParseError::bad_pad: return "bad pad";
-    case ParseError::bad_icrc: return "bad ICRC";
+    case ParseError::ok:
+      return "ok";
+    case ParseError::truncated:
+      return "truncated";
+    case ParseError::not_roce:
+      return "not RoCE";
+    case ParseError::bad_version:
+      return "bad version";
+    case ParseError::bad_length:
+      return "bad length";
+    case ParseError::bad_checksum:
+      return "bad checksum";
+    case ParseError::unknown_opcode:
+      return "unknown opcode";
+    case ParseError::bad_pad:
+      return "bad pad";
+    case ParseError::bad_icrc:
+      return "bad ICRC";
   }
   return "?";
 }
 
-Gid Packet::src_gid() const { return ip_version == 4 ? gid_from_ipv4(ip4.src) : ip6.src; }
-Gid Packet::dst_gid() const { return ip_version == 4 ? gid_from_ipv4(ip4.dst) : ip6.dst; }
+Gid Packet::src_gid() const {
+  return ip_version == 4 ? gid_from_ipv4(ip4.src) : ip6.src;
+}
+Gid Packet::dst_gid() const {
+  return ip_version == 4 ? gid_from_ipv4(ip4.dst) : ip6.dst;
+}
 
 ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
   out = Packet{};
@@ -143,6 +156,7 @@ ParseError parse_frame(ByteSpan frame, Packet& out, const ParseOptions& opt) {
   out.present = info.headers;
   const uint16_t h = info.headers;
   if (h & kDeth) out.deth = parse_deth(f + pos), pos += kDethLen;
+  if (h & kXrceth) out.xrc_srqn = load_be32(f + pos) & 0xffffffu, pos += kXrcethLen;
   if (h & kReth) out.reth = parse_reth(f + pos), pos += kRethLen;
   if (h & kAtomicEth) out.atomic_eth = parse_atomic_eth(f + pos), pos += kAtomicEthLen;
   if (h & kAeth) out.aeth = parse_aeth(f + pos), pos += kAethLen;
@@ -237,6 +251,7 @@ uint8_t* write_transport(uint8_t* p, const FrameSpec& spec, const OpcodeInfo& in
   p += kBthLen;
   const uint16_t h = info.headers;
   if (h & kDeth) write_deth(p, spec.deth), p += kDethLen;
+  if (h & kXrceth) store_be32(p, spec.xrc_srqn & 0xffffffu), p += kXrcethLen;
   if (h & kReth) write_reth(p, spec.reth), p += kRethLen;
   if (h & kAtomicEth) write_atomic_eth(p, spec.atomic_eth), p += kAtomicEthLen;
   if (h & kAeth) write_aeth(p, spec.aeth), p += kAethLen;

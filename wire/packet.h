@@ -19,7 +19,7 @@ enum class ParseError : uint8_t {
   bad_version,     // IP version field or BTH TVer not what RoCEv2 allows
   bad_length,      // IP/UDP lengths disagree with the frame or the opcode's fixed layout
   bad_checksum,    // IPv4 header checksum or non-zero UDP checksum wrong
-  unknown_opcode,  // BTH opcode not in the RC/UC/UD/CNP table
+  unknown_opcode,  // BTH opcode not in the RC/UC/UD/XRC/CNP table
   bad_pad,         // pad count larger than the payload, or pad on an opcode without payload
   bad_icrc,        // everything parsed, but the ICRC does not match
 };
@@ -41,6 +41,7 @@ struct Packet {
   Deth deth;
   uint32_t imm = 0;        // ImmDt, big-endian wire value
   uint32_t ieth_rkey = 0;  // IETH
+  uint32_t xrc_srqn = 0;   // XRCETH: the responder's XRC SRQ number (24 bits)
   uint32_t l3_offset = 0, l4_offset = 0, bth_offset = 0, payload_offset = 0;
   uint32_t payload_len = 0;  // without pad
   uint32_t frame_len = 0;    // through the ICRC; Ethernet padding after it is not counted
@@ -90,6 +91,7 @@ struct FrameSpec {
   Deth deth;
   uint32_t imm = 0;
   uint32_t ieth_rkey = 0;
+  uint32_t xrc_srqn = 0;  // XRCETH (24 bits; the reserved top byte is sent as 0)
 };
 
 struct FrameLayout {
