@@ -91,7 +91,7 @@ void fail_wqe(EngineImpl& e, Qp& q, WcStatus status, uint32_t psn = UINT32_MAX) 
     target->started = target->sent_all = target->done = true;
   }
   e.log_qp_error(q, status, psn);
-  if (q.type == QPT_RC) {
+  if (q.reliable) {
     e.qp_set_error(q, false, EVENT_QP_FATAL);
   } else {
     q.state.store(QPS_SQE, std::memory_order_release);
@@ -376,7 +376,7 @@ void do_read(EngineImpl& e, Qp& q, SendWqe& w, const WrInfo& wi, const wire::Pac
 }  // namespace
 
 void EngineImpl::completer_rx(Qp& q, const wire::Packet& pkt) {
-  if (q.type != QPT_RC) {
+  if (!q.reliable) {
     count(Counter::rx_drop_opcode);
     return;
   }
@@ -420,7 +420,7 @@ bool flush_if_pending(EngineImpl& e, Qp& q, QpState st) {
 // reports this WQE with its own status and flushes the rest.
 void send_queue_error(EngineImpl& e, Qp& q, const SendWqe& w, uint32_t cons) {
   e.log_qp_error(q, w.status, UINT32_MAX);
-  if (q.type == QPT_RC) {
+  if (q.reliable) {
     e.qp_set_error(q, false, EVENT_QP_FATAL);
   } else {
     q.state.store(QPS_SQE, std::memory_order_release);
@@ -436,7 +436,7 @@ void send_queue_error(EngineImpl& e, Qp& q, const SendWqe& w, uint32_t cons) {
 bool tail_loss_probe(EngineImpl& e, Qp& q) {
   if (!q.comp.probe_deadline || e.now < q.comp.probe_deadline) return false;
   q.comp.probe_deadline = 0;
-  if (q.comp.probed || q.type != QPT_RC || q.comp.nak_pending || q.comp.una_psn == q.req.sent_end ||
+  if (q.comp.probed || !q.reliable || q.comp.nak_pending || q.comp.una_psn == q.req.sent_end ||
       q.comp.rnr_until || q.req.next_psn != q.req.sent_end ||
       (q.comp.timer_deadline && e.now >= q.comp.timer_deadline) ||
       (e.paced_until(q) && q.req.idx != q.sq.prod.load(std::memory_order_acquire)))

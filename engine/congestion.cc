@@ -147,7 +147,7 @@ void EngineImpl::rp_timeout(Qp& q) {
   // ConnectX's DCQCN reacts to CNPs only, on fabrics made lossless by PFC. urxe's paths are lossy (a veth, a
   // switch without PFC): frames lost in an overflow are a congestion signal too, and the window the QP now
   // resends must not go out at line rate into the queue that just overflowed.
-  if (!config.dcqcn.rp_enable || q.type != QPT_RC) return;
+  if (!config.dcqcn.rp_enable || !q.reliable) return;
   // Only the QP's own rate: one QP's lost frames say little about the path all of them share, whose rate
   // follows the CNPs of all.
   count(Counter::rp_timeout_cuts);

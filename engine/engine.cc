@@ -191,6 +191,19 @@ int Engine::query_srq(uint32_t srq, SrqAttr& attr) {
 int Engine::destroy_srq(uint32_t srq) {
   LOCKED(destroy_srq(srq));
 }
+int Engine::alloc_xrcd(uint32_t& xrcd) {
+  LOCKED(alloc_xrcd(xrcd));
+}
+int Engine::dealloc_xrcd(uint32_t xrcd) {
+  LOCKED(dealloc_xrcd(xrcd));
+}
+int Engine::create_xrc_srq(uint32_t xrcd, uint32_t pd, uint32_t cq, const SrqAttr& attr, uint32_t& srq,
+                           SrqAttr* actual) {
+  LOCKED(create_xrc_srq(xrcd, pd, cq, attr, srq, actual));
+}
+int Engine::open_qp(uint32_t xrcd, uint32_t qpn) {
+  LOCKED(open_qp(xrcd, qpn));
+}
 int Engine::create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah) {
   LOCKED(create_ah(pd, av, ah));
 }

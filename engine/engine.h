@@ -40,6 +40,7 @@ struct DeviceAttr {
   uint32_t max_srq = 1024;
   uint32_t max_srq_wr = 16384;
   uint32_t max_srq_sge = 27;
+  uint32_t max_xrcds = 1024;  // XRC domains (ibv_open_xrcd)
   uint32_t max_ah = 32768;
   uint32_t max_msg_sz = 0x80000000u;             // 2^31, as rxe
   uint32_t max_mcast_grp = 8192;                 // multicast groups with a member (as rxe)
@@ -405,6 +406,16 @@ class Engine {
   int modify_srq(uint32_t srq, const SrqAttr& attr, uint32_t attr_mask);
   int query_srq(uint32_t srq, SrqAttr& attr);
   int destroy_srq(uint32_t srq);  // EBUSY while QPs use it
+
+  // XRC (IBTA Annex A14). An XRC domain holds XRC SRQs and XRC target QPs (QpInitAttr::xrcd); dealloc_xrcd:
+  // EBUSY while any. An XRC SRQ's number (ibv_get_srq_num) is its handle; its receives complete on `cq`.
+  // open_qp: one more handle on the XRC target `qpn` of `xrcd` (ibv_open_qp); each destroy_qp drops one,
+  // the last destroys it.
+  int alloc_xrcd(uint32_t& xrcd);
+  int dealloc_xrcd(uint32_t xrcd);
+  int create_xrc_srq(uint32_t xrcd, uint32_t pd, uint32_t cq, const SrqAttr& attr, uint32_t& srq,
+                     SrqAttr* actual = nullptr);
+  int open_qp(uint32_t xrcd, uint32_t qpn);
 
   int create_ah(uint32_t pd, const AddressVector& av, uint32_t& ah);
   int destroy_ah(uint32_t ah);

@@ -126,8 +126,10 @@ struct RecvQueue {
 };
 
 struct Srq {
-  uint32_t handle = 0;
+  uint32_t handle = 0;  // also its SRQ number (ibv_get_srq_num)
   uint32_t pd = 0;
+  uint32_t xrcd = 0;  // an XRC SRQ: its XRC domain (0: an ordinary SRQ)
+  Cq* cq = nullptr;   // an XRC SRQ: where its receives complete
   RecvQueue rq;
   std::atomic<uint32_t> limit{0};
   uint32_t refs = 0;
@@ -155,7 +157,8 @@ struct SendWqe {
   uint32_t rkey = 0;
   uint64_t compare_add = 0, swap = 0;
   uint32_t ah = 0, remote_qpn = 0, remote_qkey = 0;
-  uint32_t ah_gen = 0;  // the AH's Ah::gen when posted (0: it was not in use then)
+  uint32_t ah_gen = 0;    // the AH's Ah::gen when posted (0: it was not in use then)
+  uint32_t xrc_srqn = 0;  // XRC_SEND: the responder's XRC SRQ, in every request's XRCETH
   uint32_t num_sge = 0;
   uint32_t sge_base = 0;     // first Sge in the QP's sge pool
   uint32_t inline_base = 0;  // offset of its inline bytes in the QP's inline pool
@@ -202,10 +205,13 @@ struct Qp {
   uint64_t scheduled_wake = UINT64_MAX;  // the time of its entry in EngineImpl::wakes (MAX: none)
   bool wake_paced = false;               // that entry is the time its rate lets it send again
   QpType type = QPT_RC;
-  uint32_t pd = 0;
+  bool reliable = false;  // qp_type_reliable(type)
+  uint32_t pd = 0;        // XRC_RECV: the PD of the XRC SRQ the request being handled names (xrc_bind)
   Cq* scq = nullptr;
   Cq* rcq = nullptr;
-  Srq* srq = nullptr;
+  Srq* srq = nullptr;  // XRC_RECV: the XRC SRQ of the request being handled (no reference held)
+  uint32_t xrcd = 0;   // XRC_RECV: its XRC domain
+  uint32_t opens = 0;  // XRC_RECV: Engine::open_qp handles on it beside its creator's (destroy_qp drops one)
   bool sq_sig_all = false;
   std::atomic<QpState> state{QPS_RESET};
   QpAttr attr;  // last values set by modify_qp
@@ -342,6 +348,7 @@ struct EngineImpl {
   std::vector<wire::Gid> gids;  // GID table (Engine::set_gid), index = sgid_index; zero = unused
   std::vector<std::atomic<Cq*>> cqs;
   std::vector<std::atomic<Srq*>> srqs;
+  std::vector<uint32_t> xrcds;        // XRC domains by handle - 1: 0 free, else 1 + the SRQs and QPs in it
   std::vector<std::atomic<Qp*>> qps;  // index = qpn - qpn_base
   uint32_t next_qp_index = 0;         // where the cyclic QPN search starts (EngineConfig::qpn_start)
   std::vector<Qp*> qp_list;           // every live QP
@@ -521,6 +528,18 @@ struct EngineImpl {
   Srq* srq_get(uint32_t srq) const;
   void srq_check_limit(Srq& s);
   int srq_resize(Srq& s, uint32_t max_wr);
+
+  // xrc.cc: XRC domains, XRC SRQs, shared target QPs
+  int alloc_xrcd(uint32_t& xrcd);
+  int dealloc_xrcd(uint32_t xrcd);
+  bool xrcd_valid(uint32_t xrcd) const { return xrcd && xrcd <= xrcds.size() && xrcds[xrcd - 1]; }
+  int create_xrc_srq(uint32_t xrcd, uint32_t pd, uint32_t cq, const SrqAttr& attr, uint32_t& srq,
+                     SrqAttr* actual);
+  int open_qp(uint32_t xrcd, uint32_t qpn);
+  // An XRC_RECV QP's request names its XRC SRQ (pkt.xrc_srqn): q takes that SRQ's receive queue, PD and CQ
+  // for it. False when that SRQ does not exist or is not of q's XRC domain, or changes inside a message.
+  bool xrc_bind(Qp& q, const wire::Packet& pkt);
+  void xrc_srq_gone(const Srq& s);  // destroy_srq: target QPs bound to it forget it
 
   // qp.cc
   int create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap* actual);
@@ -714,7 +733,10 @@ inline uint64_t retransmit_timeout_ns(uint8_t timeout) {
 }
 
 inline uint8_t transport_base(QpType t) {
-  return t == QPT_RC ? wire::op::kRc : t == QPT_UC ? wire::op::kUc : wire::op::kUd;
+  return t == QPT_RC   ? wire::op::kRc
+         : t == QPT_UC ? wire::op::kUc
+         : t == QPT_UD ? wire::op::kUd
+                       : wire::op::kXrc;
 }
 // RoCEv2 UDP source port as rxe chooses it (entropy for ECMP): RC/UC from the QPN pair's flow label, UD
 // from a hash of the QPN (tx.cc).

@@ -10,7 +10,12 @@ namespace urxe::engine {
 
 namespace {
 const char* type_name(QpType t) {
-  return t == QPT_RC ? "RC" : t == QPT_UC ? "UC" : t == QPT_UD ? "UD" : "?";
+  return t == QPT_RC         ? "RC"
+         : t == QPT_UC       ? "UC"
+         : t == QPT_UD       ? "UD"
+         : t == QPT_XRC_SEND ? "XRC_SEND"
+         : t == QPT_XRC_RECV ? "XRC_RECV"
+                             : "?";
 }
 }  // namespace
 
@@ -69,7 +74,7 @@ void EngineImpl::log_qp_error(const Qp& q, WcStatus cause, uint32_t psn) {
       break;
   }
   char line[400];
-  const bool rc = q.type == QPT_RC;
+  const bool rc = q.reliable;
   if (psn != UINT32_MAX)
     std::snprintf(line, sizeof line, "QP 0x%06x (%s) to %s at PSN 0x%06x: %s", q.qpn, type_name(q.type),
                   rc ? "error" : "SQE", psn, why);

@@ -15,32 +15,43 @@ struct QpParams {
   uint32_t opt = 0;
 };
 
-enum QpTypeBit : uint8_t { kRc = 1, kUc = 2, kUd = 4, kAllTypes = kRc | kUc | kUd };
+enum QpTypeBit : uint8_t {
+  kRc = 1,
+  kUc = 2,
+  kUd = 4,
+  kXrcSend = 8,
+  kXrcRecv = 16,
+  kAllTypes = kRc | kUc | kUd | kXrcSend | kXrcRecv
+};
 
 // One cell of the state table, as core/verbs.c's qp_state_table[cur][next].
 struct QpTransition {
   QpState cur = QPS_RESET, next = QPS_RESET;  // its place in the table
   uint8_t types = 0;                          // QpTypeBits of the QP types that may make it; 0: invalid
-  QpParams rc, uc, ud;
+  QpParams rc, uc, ud, xrc_send, xrc_recv;
 };
 
 constexpr uint32_t kPath = QP_ALT_PATH | QP_PATH_MIG_STATE;
 
-// IBTA 11.2.4.2, as ib_modify_qp_is_ok encodes it for RC, UC and UD. Any state may also go to RESET or ERR
-// with no attributes (added by build_state_table).
+// IBTA 11.2.4.2 (XRC: Annex A14), as ib_modify_qp_is_ok encodes it for RC, UC, UD, XRC_INI and XRC_TGT. Any
+// state may also go to RESET or ERR with no attributes (added by build_state_table).
 constexpr QpTransition kTransitions[] = {
     {.cur = QPS_RESET,
      .next = QPS_INIT,
      .types = kAllTypes,
      .rc = {.req = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
      .uc = {.req = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
-     .ud = {.req = QP_PKEY_INDEX | QP_PORT | QP_QKEY}},
+     .ud = {.req = QP_PKEY_INDEX | QP_PORT | QP_QKEY},
+     .xrc_send = {.req = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
+     .xrc_recv = {.req = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS}},
     {.cur = QPS_INIT,
      .next = QPS_INIT,
      .types = kAllTypes,
      .rc = {.opt = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
      .uc = {.opt = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
-     .ud = {.opt = QP_PKEY_INDEX | QP_PORT | QP_QKEY}},
+     .ud = {.opt = QP_PKEY_INDEX | QP_PORT | QP_QKEY},
+     .xrc_send = {.opt = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS},
+     .xrc_recv = {.opt = QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS}},
     {.cur = QPS_INIT,
      .next = QPS_RTR,
      .types = kAllTypes,
@@ -48,46 +59,67 @@ constexpr QpTransition kTransitions[] = {
             .opt = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
      .uc = {.req = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN,
             .opt = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
-     .ud = {.opt = QP_PKEY_INDEX | QP_QKEY}},
+     .ud = {.opt = QP_PKEY_INDEX | QP_QKEY},
+     .xrc_send = {.req = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN,
+                  .opt = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
+     .xrc_recv = {.req = QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN | QP_MAX_DEST_RD_ATOMIC |
+                         QP_MIN_RNR_TIMER,
+                  .opt = QP_ALT_PATH | QP_ACCESS_FLAGS | QP_PKEY_INDEX}},
     {.cur = QPS_RTR,
      .next = QPS_RTS,
      .types = kAllTypes,
      .rc = {.req = QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_SQ_PSN | QP_MAX_QP_RD_ATOMIC,
             .opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER},
      .uc = {.req = QP_SQ_PSN, .opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS},
-     .ud = {.req = QP_SQ_PSN, .opt = QP_CUR_STATE | QP_QKEY}},
+     .ud = {.req = QP_SQ_PSN, .opt = QP_CUR_STATE | QP_QKEY},
+     .xrc_send = {.req = QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_SQ_PSN | QP_MAX_QP_RD_ATOMIC,
+                  .opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS},
+     .xrc_recv = {.req = QP_TIMEOUT | QP_SQ_PSN,
+                  .opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER}},
     {.cur = QPS_RTS,
      .next = QPS_RTS,
      .types = kAllTypes,
      .rc = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath | QP_MIN_RNR_TIMER},
      .uc = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath},
-     .ud = {.opt = QP_CUR_STATE | QP_QKEY}},
+     .ud = {.opt = QP_CUR_STATE | QP_QKEY},
+     .xrc_send = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath},
+     .xrc_recv = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS | kPath | QP_MIN_RNR_TIMER}},
     {.cur = QPS_RTS,
      .next = QPS_SQD,
      .types = kAllTypes,
      .rc = {.opt = QP_EN_SQD_ASYNC_NOTIFY},
      .uc = {.opt = QP_EN_SQD_ASYNC_NOTIFY},
-     .ud = {.opt = QP_EN_SQD_ASYNC_NOTIFY}},
+     .ud = {.opt = QP_EN_SQD_ASYNC_NOTIFY},
+     .xrc_send = {.opt = QP_EN_SQD_ASYNC_NOTIFY},
+     .xrc_recv = {.opt = QP_EN_SQD_ASYNC_NOTIFY}},
     {.cur = QPS_SQD,
      .next = QPS_RTS,
      .types = kAllTypes,
      .rc = {.opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER},
      .uc = {.opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS},
-     .ud = {.opt = QP_CUR_STATE | QP_QKEY}},
+     .ud = {.opt = QP_CUR_STATE | QP_QKEY},
+     .xrc_send = {.opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS},
+     .xrc_recv = {.opt = QP_CUR_STATE | kPath | QP_ACCESS_FLAGS | QP_MIN_RNR_TIMER}},
     {.cur = QPS_SQD,
      .next = QPS_SQD,
      .types = kAllTypes,
      .rc = {.opt = QP_PORT | QP_AV | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC |
                    QP_MAX_DEST_RD_ATOMIC | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX | QP_MIN_RNR_TIMER},
      .uc = {.opt = QP_AV | kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
-     .ud = {.opt = QP_PKEY_INDEX | QP_QKEY}},
-    // UC and UD only: RC send errors go to ERR, never SQE
+     .ud = {.opt = QP_PKEY_INDEX | QP_QKEY},
+     .xrc_send = {.opt = QP_PORT | QP_AV | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC |
+                         kPath | QP_ACCESS_FLAGS | QP_PKEY_INDEX},
+     .xrc_recv = {.opt = QP_PORT | QP_AV | QP_TIMEOUT | QP_MAX_DEST_RD_ATOMIC | kPath | QP_ACCESS_FLAGS |
+                         QP_PKEY_INDEX | QP_MIN_RNR_TIMER}},
+    // UC and UD only: RC and XRC send errors go to ERR, never SQE
     {.cur = QPS_SQE,
      .next = QPS_RTS,
      .types = kUc | kUd,
      .rc = {},
      .uc = {.opt = QP_CUR_STATE | QP_ACCESS_FLAGS},
-     .ud = {.opt = QP_CUR_STATE | QP_QKEY}},
+     .ud = {.opt = QP_CUR_STATE | QP_QKEY},
+     .xrc_send = {},
+     .xrc_recv = {}},
 };
 
 constexpr size_t kNumStates = QPS_ERR + 1;
@@ -123,7 +155,7 @@ constexpr bool transitions_placed() {
 static_assert(transitions_placed());
 
 constexpr uint8_t type_bit(QpType t) {
-  return t == QPT_RC ? kRc : t == QPT_UC ? kUc : kUd;
+  return t == QPT_RC ? kRc : t == QPT_UC ? kUc : t == QPT_UD ? kUd : t == QPT_XRC_SEND ? kXrcSend : kXrcRecv;
 }
 
 // The transition's attribute rules for a QP of type t, or nullptr when that QP may not make it.
@@ -131,32 +163,43 @@ const QpParams* transition_params(QpState cur, QpState next, QpType t) {
   if (cur >= kNumStates || next >= kNumStates) return nullptr;
   const QpTransition& r = kStateTable[cur][next];
   if (!(r.types & type_bit(t))) return nullptr;
-  return t == QPT_RC ? &r.rc : t == QPT_UC ? &r.uc : &r.ud;
+  return t == QPT_RC         ? &r.rc
+         : t == QPT_UC       ? &r.uc
+         : t == QPT_UD       ? &r.ud
+         : t == QPT_XRC_SEND ? &r.xrc_send
+                             : &r.xrc_recv;
 }
 
 }  // namespace
 
 int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, QpCap* actual) {
-  Pd* p = pd_get(pd);
-  if (!p) return EINVAL;
-  if (init.qp_type != QPT_RC && init.qp_type != QPT_UC && init.qp_type != QPT_UD) return EOPNOTSUPP;
-  Cq* scq = cq_get(init.send_cq);
-  Cq* rcq = cq_get(init.recv_cq);
-  if (!scq || !rcq) return EINVAL;
+  const QpType t = init.qp_type;
+  if (t != QPT_RC && t != QPT_UC && t != QPT_UD && t != QPT_XRC_SEND && t != QPT_XRC_RECV) return EOPNOTSUPP;
+  // An XRC target has no PD, CQ or queue of its own: its XRC domain's SRQs lend theirs per request.
+  const bool target = t == QPT_XRC_RECV;
+  Pd* p = target ? nullptr : pd_get(pd);
+  if (target ? !xrcd_valid(init.xrcd) : !p) return EINVAL;
+  Cq* scq = target ? nullptr : cq_get(init.send_cq);
+  Cq* rcq = target ? nullptr : t == QPT_XRC_SEND ? scq : cq_get(init.recv_cq);  // XRC_SEND: no RQ
+  if (!target && (!scq || !rcq)) return EINVAL;
   Srq* srq = nullptr;
-  if (init.srq) {
+  if (init.srq && (t == QPT_RC || t == QPT_UC || t == QPT_UD)) {
     srq = srq_get(init.srq);
-    if (!srq || srq->pd != pd) return EINVAL;
+    if (!srq || srq->pd != pd || srq->xrcd) return EINVAL;
   }
+  const bool no_rq = srq || t == QPT_XRC_SEND || target;
   const DeviceAttr& d = config.device;
   QpCap cap = init.cap;
+  if (target) cap = QpCap{};
   if (cap.max_send_wr > d.max_qp_wr || cap.max_send_sge > d.max_sge ||
       cap.max_inline_data > d.max_inline_data)
     return EINVAL;
-  if (!srq && (cap.max_recv_wr > d.max_qp_wr || cap.max_recv_sge > d.max_sge)) return EINVAL;
-  if (cap.max_send_wr < 1) cap.max_send_wr = 1;
-  if (cap.max_send_sge < 1) cap.max_send_sge = 1;
-  if (srq) {
+  if (!no_rq && (cap.max_recv_wr > d.max_qp_wr || cap.max_recv_sge > d.max_sge)) return EINVAL;
+  if (!target) {
+    if (cap.max_send_wr < 1) cap.max_send_wr = 1;
+    if (cap.max_send_sge < 1) cap.max_send_sge = 1;
+  }
+  if (no_rq) {
     cap.max_recv_wr = cap.max_recv_sge = 0;
   } else {
     if (cap.max_recv_wr < 1) cap.max_recv_wr = 1;
@@ -186,31 +229,34 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
   q->qpn = config.qpn_base + idx;
   q->index = idx;
   q->type = init.qp_type;
-  q->pd = pd;
+  q->reliable = qp_type_reliable(t);
+  q->pd = target ? 0 : pd;
+  q->xrcd = target ? init.xrcd : 0;
   q->scq = scq;
   q->rcq = rcq;
   q->srq = srq;
   q->sq_sig_all = init.sq_sig_all;
   q->cap = cap;
-  q->sq.init(cap.max_send_wr);
+  q->sq.init(cap.max_send_wr);  // (a target's one slot is never posted to)
   q->sq_sges.assign(size_t{q->sq.slots.size()} * cap.max_send_sge, Sge{});
   q->sq_inline.assign(size_t{q->sq.slots.size()} * cap.max_inline_data, 0);
   for (uint32_t i = 0; i < q->sq.slots.size(); i++) {
     q->sq.slots[i].sge_base = i * cap.max_send_sge;
     q->sq.slots[i].inline_base = i * cap.max_inline_data;
   }
-  if (!srq) q->rq.init(cap.max_recv_wr, cap.max_recv_sge);
+  if (!srq) q->rq.init(cap.max_recv_wr, cap.max_recv_sge);  // (XRC: empty, never posted to)
   q->sq.app_unlocked = q->rq.ring.app_unlocked = init.single_threaded;
-  q->resp.recv_sges.assign(srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
+  q->resp.recv_sges.assign(target ? d.max_srq_sge : srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
   q->attr.qp_state = QPS_RESET;
   q->attr.cap = cap;
   q->attr.path_mtu = active_mtu();
   q->mtu = mtu_to_bytes(q->attr.path_mtu);
   q->resp.res.resize(1);
-  p->refs++;
-  scq->refs++;
-  rcq->refs++;
+  if (p) p->refs++;
+  if (scq) scq->refs++;
+  if (rcq) rcq->refs++;
   if (srq) srq->refs++;
+  if (target) xrcds[init.xrcd - 1]++;
   qps[idx].store(q, std::memory_order_release);
   qp_list.push_back(q);
   // Room for two timer entries per QP, made here (a verb) so that schedule() never allocates: it drops the
@@ -435,7 +481,7 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
                                    : udp_sport_connected(s.ah_attr.flow_label, q.qpn, s.dest_qp_num);
     f.bth.dqpn = s.dest_qp_num;
     wire::make_prefix(f, q.prefix);
-    if (q.type == QPT_RC || q.type == QPT_UC) qp_set_path(q, &s.ah_attr.dgid);
+    if (q.type != QPT_UD) qp_set_path(q, &s.ah_attr.dgid);
   }
   if (mask & (QP_RETRY_CNT | QP_RNR_RETRY)) {
     q.comp.retry_left = s.retry_cnt;
@@ -476,9 +522,11 @@ int EngineImpl::query_qp(uint32_t qpn, QpAttr& attr, QpInitAttr* init) {
   attr.rq_psn = q->resp.epsn;
   attr.sq_draining = (attr.qp_state == QPS_SQD && q->comp.una_psn != q->req.next_psn) ? 1 : 0;
   if (init) {
-    init->send_cq = q->scq->handle;
-    init->recv_cq = q->rcq->handle;
-    init->srq = q->srq ? q->srq->handle : 0;
+    const bool target = q->type == QPT_XRC_RECV;
+    init->send_cq = target ? 0 : q->scq->handle;
+    init->recv_cq = target ? 0 : q->rcq->handle;
+    init->srq = q->srq && !target ? q->srq->handle : 0;
+    init->xrcd = q->xrcd;
     init->cap = q->cap;
     init->qp_type = q->type;
     init->sq_sig_all = q->sq_sig_all;
@@ -513,6 +561,10 @@ int EngineImpl::destroy_qp(uint32_t qpn) {
   Qp* q = qp_get(qpn);
   if (!q) return EINVAL;
   if (q->mcast_groups) return EBUSY;  // detach first (the kernel's uverbs_free_qp)
+  if (q->opens) {                     // an XRC target another handle still holds (open_qp)
+    q->opens--;
+    return 0;
+  }
   // A type-2 window opens memory only to the QP that bound it: with that QP gone it opens nothing, and
   // must not open it to a later QP given the same QPN.
   if (q->bound_mws) free_qp_windows(*q);
@@ -524,10 +576,14 @@ int EngineImpl::destroy_qp(uint32_t qpn) {
       break;
     }
   qp_set_path(*q, nullptr);
-  q->scq->refs--;
-  q->rcq->refs--;
-  if (q->srq) q->srq->refs--;
-  if (Pd* p = pd_get(q->pd)) p->refs--;
+  if (q->type == QPT_XRC_RECV) {
+    xrcds[q->xrcd - 1]--;  // its SRQ, PD and CQ are borrowed, not held
+  } else {
+    q->scq->refs--;
+    q->rcq->refs--;
+    if (q->srq) q->srq->refs--;
+    if (Pd* p = pd_get(q->pd)) p->refs--;
+  }
   delete q;
   return 0;
 }
@@ -556,7 +612,11 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
         rc = EOPNOTSUPP;
         break;
       }
-      const bool ok_type = q.type == QPT_RC ? info.rc : q.type == QPT_UC ? info.uc : info.ud;
+      // XRC_SEND takes RC's WRs (each to the XRC SRQ it names); an XRC target takes none
+      const bool ok_type = q.type == QPT_RC || q.type == QPT_XRC_SEND ? info.rc
+                           : q.type == QPT_UC                         ? info.uc
+                           : q.type == QPT_UD                         ? info.ud
+                                                                      : false;
       if (!info.valid || !ok_type) {
         rc = EINVAL;
         break;
@@ -630,6 +690,7 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
                        : 0;
       }
       w.remote_qpn = wr->ud.remote_qpn & wire::kPsnMask;
+      w.xrc_srqn = wr->xrc_remote_srqn & wire::kPsnMask;  // (24 bits, as a QPN)
       w.remote_qkey = wr->ud.remote_qkey;
       w.length = len;
       w.is_inline = is_inline;
@@ -666,7 +727,8 @@ int Engine::post_recv(uint32_t qpn, const RecvWr* wr, const RecvWr** bad_wr) {
   EngineImpl& e = *impl_;
   Qp* qp = e.qp_get(qpn);
   const QpState st = qp ? qp->state.load(std::memory_order_acquire) : QPS_RESET;
-  if (!qp || qp->srq || st == QPS_RESET) {
+  // (XRC QPs have no receive queue: an XRC SRQ takes the posts)
+  if (!qp || qp->srq || qp->type == QPT_XRC_SEND || qp->type == QPT_XRC_RECV || st == QPS_RESET) {
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }

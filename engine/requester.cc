@@ -20,12 +20,12 @@ bool EngineImpl::requester_blocked(const Qp& q) const {
   // middle of a started message: letting a 64-packet message finish past the window put up to 191 PSNs in
   // flight, and each go-back-N after a loss resent all of them. Resends (below sent_end) are not held.
   const bool window_full =
-      q.type == QPT_RC && !info.is_local && wire::psn_ge(q.req.next_psn, q.req.sent_end) &&
+      q.reliable && !info.is_local && wire::psn_ge(q.req.next_psn, q.req.sent_end) &&
       static_cast<uint32_t>(wire::psn_diff(q.req.next_psn, q.comp.una_psn)) >= config.max_unacked_psns &&
       wire::psn_diff(q.req.next_psn, q.comp.una_psn) > 0;
   if (w.started) return window_full;  // the rest of a message or a resend: its other limits were checked
   if (st == QPS_SQD) return true;     // SQD: no new WQE starts
-  if (q.type != QPT_RC) return false;
+  if (!q.reliable) return false;
   if (window_full) return true;
   // A fence holds local WRs too (LOCAL_INV behind a READ): the queue is ordered, so it also holds the WRs
   // after them.
@@ -50,7 +50,7 @@ uint32_t EngineImpl::batch_run(const Qp& q, uint32_t psn, uint64_t rest, uint32_
   // `every` packets, and the last of this turn: the batch's packets must all be plain middles). No PSN past
   // the window (RC): a batch ends where the packets sent one by one would have stopped.
   uint32_t k = std::min(batch_packets(q.req.batch_bytes, q.mtu, rest), budget - 1);
-  if (q.type == QPT_RC) {
+  if (q.reliable) {
     const uint32_t used = q.req.noack_pkts + 1;
     k = std::min(k, every > used ? every - used : 0u);
     const auto inflight = static_cast<uint32_t>(wire::psn_diff(psn, q.comp.una_psn));
@@ -247,7 +247,7 @@ void send_write_packet(EngineImpl& e, const Qp& q, const SendWqe& w, const WrInf
   // turn (the QP's next turn may be a while away when many QPs share the port): what it sent is
   // acknowledged meanwhile, instead of waiting, unanswered, for the rest of its message.
   const uint32_t every = std::min<uint32_t>(64, std::max<uint32_t>(1, e.config.max_unacked_psns / 2));
-  spec.bth.ack_req = q.type == QPT_RC && (p.last || q.req.noack_pkts + 1 >= every || budget == 1);
+  spec.bth.ack_req = q.reliable && (p.last || q.req.noack_pkts + 1 >= every || budget == 1);
   if (w.is_inline)
     p.inline_src = q.sq_inline.data() + w.inline_base + q.req.offset;
   else if (!first && !p.last && q.req.batch_bytes)
@@ -307,7 +307,7 @@ void update_wqe_state(Qp& q, SendWqe& w, const WrInfo& info, const ReqPacket& p)
   }
   if (p.last) {
     w.sent_all = true;
-    if (q.type != QPT_RC) w.done = true;  // UC/UD complete once sent
+    if (!q.reliable) w.done = true;  // UC/UD complete once sent
     q.req.idx++;
     q.req.offset = 0;
   }
@@ -321,17 +321,17 @@ void update_state(EngineImpl& e, Qp& q, SendWqe& w, const ReqPacket& p, bool ack
   // The resend of the oldest unacknowledged packet restarts the retransmit timer: pacing can hold a
   // go-back resend long after the timeout that asked for it, and the timer must not spend the next retry
   // on frames that have not been resent yet.
-  if (q.type == QPT_RC && p.psn == q.comp.una_psn && q.comp.timer_deadline &&
+  if (q.reliable && p.psn == q.comp.una_psn && q.comp.timer_deadline &&
       !wire::psn_gt(q.req.next_psn, q.req.sent_end))
     e.restart_retransmit_timer(q);
   if (wire::psn_gt(q.req.next_psn, q.req.sent_end)) {  // new PSNs, not a resend
     q.req.sent_end = q.req.next_psn;
-    if (q.type == QPT_RC) {
+    if (q.reliable) {
       if (p.last) w.sent_ns = e.now ? e.now : 1;  // 0 = not timed
       e.arm_probe(q);
     }
   }
-  if (q.type == QPT_RC && !q.comp.timer_deadline && q.attr.timeout)
+  if (q.reliable && !q.comp.timer_deadline && q.attr.timeout)
     q.comp.timer_deadline = e.now + retransmit_timeout_ns(q.attr.timeout);
 }
 
@@ -370,6 +370,7 @@ bool EngineImpl::requester_run(Qp& q) {
     }
 
     wire::FrameSpec spec = q.spec;
+    spec.xrc_srqn = w.xrc_srqn;  // (XRC requests' XRCETH; no header of other transports)
     if (q.type == QPT_UD) set_ud_destination(*this, q, w, spec);
     const ReqPacket p = next_packet(*this, q, w, info, budget, spec);
     uint8_t* dst = begin_frame(spec, p.payload, q.type == QPT_UD ? nullptr : &q.prefix);

@@ -23,7 +23,7 @@ uint64_t recv_capacity(const Qp& q) {
 void emit_ack(EngineImpl& e, Qp& q, uint8_t syndrome, uint32_t psn, uint32_t msn) {
   q.resp.pkts_since_ack = 0;
   wire::FrameSpec spec = q.spec;
-  spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::acknowledge);
+  spec.bth.opcode = wire::make_opcode(transport_base(q.type), wire::op::acknowledge);
   spec.bth.psn = psn;
   spec.aeth = wire::Aeth{syndrome, msn & wire::kPsnMask};
   if (e.begin_frame(spec, 0, &q.prefix)) e.finish_frame(/*ack_only=*/true);
@@ -80,8 +80,8 @@ struct Responder {
   // RC responder error (IBTA 9.9.3 class C/D): NAK now, report the receive WQE if one was in use, QP → ERR.
   void fatal(wire::NakCode code, WcStatus recv_status) {
     // READ responses / atomic ACKs owed for earlier requests go first: the NAK acknowledges them
-    if (q.type == QPT_RC) e.responder_tx(q, UINT32_MAX);
-    if (q.type == QPT_RC)
+    if (q.reliable) e.responder_tx(q, UINT32_MAX);
+    if (q.reliable)
       emit_ack(e, q, wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(code)), pkt.bth.psn,
                q.resp.msn);
     if (q.resp.have_recv && recv_status != WC_SUCCESS)
@@ -109,7 +109,7 @@ struct Responder {
   // No receive WQE for a SEND or WRITE with immediate: RC answers RNR NAK (the requester retries after
   // min_rnr_timer), UC drops the rest of the message. Returns false (not accepted).
   bool no_recv() {
-    if (q.type == QPT_RC) {
+    if (q.reliable) {
       e.count(Counter::send_rnr_err);
       e.note(Note::rnr_nak_sent, q.qpn);
       queue_ack(e, q, wire::make_syndrome(wire::AethType::rnr_nak, q.attr.min_rnr_timer), pkt.bth.psn);
@@ -591,11 +591,20 @@ void EngineImpl::responder_rx(Qp& q, const wire::Packet& pkt, const uint8_t* fra
     case QPT_UD:
       r.ud();
       break;
+    case QPT_XRC_RECV:
+      // the XRC SRQ its XRCETH names lends q its receive queue, PD and CQ; none such: an invalid request
+      if (xrc_bind(q, pkt))
+        r.rc();
+      else
+        r.fatal(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
+      break;
+    case QPT_XRC_SEND:  // (rx_frame gives it no requests)
+      break;
   }
 }
 
 bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
-  if (q.type != QPT_RC) return false;
+  if (!q.reliable) return false;
   const QpState st = q.state.load(std::memory_order_relaxed);
   if (st != QPS_RTR && st != QPS_RTS && st != QPS_SQD) return false;
   bool did = false;
@@ -606,7 +615,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
     if (!r.pending) continue;
     if (!r.is_read) {
       wire::FrameSpec spec = q.spec;
-      spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::op::atomic_acknowledge);
+      spec.bth.opcode = wire::make_opcode(transport_base(q.type), wire::op::atomic_acknowledge);
       spec.bth.psn = r.first_psn;
       spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       spec.atomic_ack_eth.orig_data = r.orig;
@@ -650,7 +659,8 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
         return true;
       }
       wire::FrameSpec spec = q.spec;
-      spec.bth.opcode = wire::make_opcode(wire::op::kRc, wire::kReadResponseOpcodes.pick(first, last));
+      spec.bth.opcode =
+          wire::make_opcode(transport_base(q.type), wire::kReadResponseOpcodes.pick(first, last));
       spec.bth.psn = r.cur_psn;
       spec.aeth = wire::Aeth{kAckSyndrome, r.msn & wire::kPsnMask};
       uint8_t* dst = begin_frame(spec, len, &q.prefix);

@@ -110,8 +110,11 @@ void EngineImpl::rx_frame(PacketBuf& buf) {
   const wire::Transport want = !qp                  ? wire::Transport::none
                                : qp->type == QPT_RC ? wire::Transport::rc
                                : qp->type == QPT_UC ? wire::Transport::uc
-                                                    : wire::Transport::ud;
-  if (!qp || info.transport != want) {
+                               : qp->type == QPT_UD ? wire::Transport::ud
+                                                    : wire::Transport::xrc;
+  // XRC: an initiator takes only responses, a target only requests
+  if (!qp || info.transport != want ||
+      (want == wire::Transport::xrc && (qp->type == QPT_XRC_SEND ? info.is_request : info.is_response))) {
     if (dqpn == kMulticastQpn) return rx_mcast(pkt, buf, false);  // (no QP has that number)
     count(Counter::rx_drop_qpn);
     // another process's QPN block on the same device is not a bad frame

@@ -97,6 +97,11 @@ int EngineImpl::destroy_srq(uint32_t srq) {
   if (!s) return EINVAL;
   if (s->refs) return EBUSY;
   if (Pd* p = pd_get(s->pd)) p->refs--;
+  if (s->xrcd) {
+    xrc_srq_gone(*s);
+    s->cq->refs--;
+    xrcds[s->xrcd - 1]--;
+  }
   srqs[srq].store(nullptr, std::memory_order_release);
   delete s;
   return 0;

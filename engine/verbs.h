@@ -89,7 +89,7 @@ enum WrOpcode : uint32_t {
   WR_LOCAL_INV = 7,
   WR_BIND_MW = 8,
   WR_SEND_WITH_INV = 9,
-  WR_TSO = 10,  // refused: EOPNOTSUPP
+  WR_TSO = 10,           // refused: EOPNOTSUPP
   WR_FLUSH = 14,         // refused: EOPNOTSUPP (Annex A19 FLUSH is not implemented)
   WR_ATOMIC_WRITE = 15,  // RC: 8 bytes (inline or SGEs) stored atomically at an 8-byte aligned remote VA
 };
@@ -146,6 +146,7 @@ struct SendWr {
     uint32_t remote_qpn = 0;
     uint32_t remote_qkey = 0;  // bit 31 set: use the QP's own Q_Key (IBTA "privileged" Q_Key rule)
   } ud;
+  uint32_t xrc_remote_srqn = 0;  // XRC_SEND: the responder's XRC SRQ (ibv_send_wr.qp_type.xrc.remote_srqn)
 };
 
 // Same shape as struct ibv_recv_wr.
@@ -181,7 +182,14 @@ enum ReregMrFlags : uint32_t {
 };
 
 // ---- QPs (ibv_qp_type, ibv_qp_state, ibv_mtu, ibv_mig_state, ibv_qp_attr_mask) ----
-enum QpType : uint32_t { QPT_RC = 2, QPT_UC = 3, QPT_UD = 4 };
+// XRC (IBTA Annex A14): XRC_SEND is the initiator (a send queue only; each WR names the responder's XRC
+// SRQ), XRC_RECV the target (no send or receive queue, no PD or CQ: an XRC domain's; each request goes to
+// the XRC SRQ its XRCETH names, under that SRQ's PD, completing on that SRQ's CQ).
+enum QpType : uint32_t { QPT_RC = 2, QPT_UC = 3, QPT_UD = 4, QPT_XRC_SEND = 9, QPT_XRC_RECV = 10 };
+// RC and XRC: acknowledged, with the same requester, completer and responder.
+constexpr bool qp_type_reliable(QpType t) {
+  return t == QPT_RC || t == QPT_XRC_SEND || t == QPT_XRC_RECV;
+}
 
 enum QpState : uint32_t {
   QPS_RESET = 0,
@@ -254,6 +262,7 @@ struct QpInitAttr {
   uint32_t srq = 0;  // 0 = none; else an SRQ handle (the RQ capacities are then ignored)
   QpCap cap;
   QpType qp_type = QPT_RC;
+  uint32_t xrcd = 0;  // XRC_RECV: its XRC domain (then no PD, CQs or SRQ)
   bool sq_sig_all = false;
   uint32_t qpn = 0;  // 0: the engine picks; else a wanted QPN inside the engine's range (EBUSY if taken)
   // The app posts to this QP from one thread at a time (a thread domain): posts to its send queue and own

@@ -499,11 +499,11 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
     a.orig_attr.max_qp_wr = static_cast<int>(d.max_qp_wr);
     // Memory windows of type 1 and 2B, as rxe. Not IBV_DEVICE_MEM_MGT_EXTENSIONS: it promises fast-register
     // MRs that LOCAL_INV / SEND_WITH_INV invalidate, which only kernel consumers have; here those two
-    // invalidate type-2 windows only (part of MEM_WINDOW_TYPE_2B).
+    // invalidate type-2 windows only (part of MEM_WINDOW_TYPE_2B). XRC (Annex A14), as ConnectX.
     a.orig_attr.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
                                    IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
                                    IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_WINDOW |
-                                   IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                                   IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
     a.orig_attr.max_sge = static_cast<int>(d.max_sge);
     a.orig_attr.max_sge_rd = static_cast<int>(d.max_sge_rd);
     a.orig_attr.max_cq = static_cast<int>(d.max_cq);
@@ -534,6 +534,10 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
           kRecv | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
       a.odp_caps.per_transport_caps.uc_odp_caps = kRecv | IBV_ODP_SUPPORT_WRITE;
       a.odp_caps.per_transport_caps.ud_odp_caps = kRecv;
+      // XRC: the initiator's SEND/WRITE/READ/atomic sources, the target's XRC SRQ receives and its peers'
+      // WRITE/READ/atomics (no RECV: an XRC QP has no receive queue)
+      a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_SRQ_RECV | IBV_ODP_SUPPORT_WRITE |
+                       IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
     }
     a.phys_port_cnt_ex = 1;
     a.completion_timestamp_mask = ~uint64_t{0};  // 64-bit ns: never wraps in practice

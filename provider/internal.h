@@ -12,12 +12,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -209,6 +211,14 @@ struct UrxeSrq {
   ibv_pd* alloc_pd;  // as UrxeCq's
 };
 
+struct UrxeXrcd {
+  verbs_xrcd vxrcd;
+  ContextState* ctx;
+  uint32_t handle;  // the engine's XRC domain
+  bool on_file;     // opened on a file: `file` keys ContextState::xrcd_files
+  std::pair<uint64_t, uint64_t> file;
+};
+
 struct UrxeAh {
   ibv_ah ah;
   uint32_t handle;
@@ -304,6 +314,9 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   void gid_update();  // progress.cc
 
   std::atomic<size_t> dm_bytes{0};  // device memory allocated (device_memory.cc)
+  // XRC domains opened on a file (xrc.cc), by the file's (st_dev, st_ino): {engine XRCD, ibv_xrcds open
+  // on it}. map_mu.
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint32_t, uint32_t>> xrcd_files;
 
   // Progress-thread statistics, printed at close with URXE_DEBUG=1.
   uint64_t n_sleeps = 0, n_wake_doorbell = 0, n_wake_port = 0, n_rounds = 0, n_naps = 0;
@@ -429,6 +442,13 @@ int urxe_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask);
 int urxe_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr);
 int urxe_destroy_srq(ibv_srq* ibsrq);
 int urxe_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+// xrc.cc
+ibv_xrcd* urxe_open_xrcd(ibv_context* ibctx, ibv_xrcd_init_attr* attr);
+int urxe_close_xrcd(ibv_xrcd* ibxrcd);
+ibv_srq* urxe_create_srq_ex(ibv_context* ibctx, ibv_srq_init_attr_ex* attr);
+int urxe_get_srq_num(ibv_srq* ibsrq, uint32_t* srq_num);
+ibv_qp* urxe_create_xrc_target(ibv_context* ibctx, ibv_qp_init_attr_ex* ax);
+ibv_qp* urxe_open_qp(ibv_context* ibctx, ibv_qp_open_attr* attr);
 // cq.cc
 ibv_cq* urxe_create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector);
 ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr);

@@ -29,6 +29,11 @@ verbs_context_ops make_ctx_ops() {
   o.create_qp = urxe_create_qp;
   o.create_qp_ex = urxe_create_qp_ex;
   o.create_srq = urxe_create_srq;
+  o.create_srq_ex = urxe_create_srq_ex;
+  o.close_xrcd = urxe_close_xrcd;
+  o.get_srq_num = urxe_get_srq_num;
+  o.open_qp = urxe_open_qp;
+  o.open_xrcd = urxe_open_xrcd;
   o.dealloc_mw = urxe_dealloc_mw;
   o.dealloc_pd = urxe_dealloc_pd;
   o.dealloc_td = urxe_dealloc_td;

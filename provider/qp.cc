@@ -27,9 +27,16 @@ bool our_cq(ibv_cq* c, ibv_context* ctx) {
 
 ibv_qp* create_qp_common(ibv_context* ibctx, ibv_pd* ibpd, ibv_qp_init_attr* attr) {
   ContextState& st = state_of(ibctx);
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
-    errno = EOPNOTSUPP;
+  const bool xrc_send = attr->qp_type == IBV_QPT_XRC_SEND;
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD &&
+      !xrc_send) {
+    errno = EOPNOTSUPP;  // (XRC_RECV: urxe_create_xrc_target)
     return nullptr;
+  }
+  if (xrc_send) {  // no receive queue: its receive CQ and SRQ are ignored, as by the kernel
+    attr->recv_cq = attr->send_cq;
+    attr->srq = nullptr;
+    attr->cap.max_recv_wr = attr->cap.max_recv_sge = 0;
   }
   if (!ibpd || ibpd->context != ibctx || !our_cq(attr->send_cq, ibctx) || !our_cq(attr->recv_cq, ibctx) ||
       (attr->srq && attr->srq->context != ibctx)) {
@@ -62,7 +69,7 @@ ibv_qp* create_qp_common(ibv_context* ibctx, ibv_pd* ibpd, ibv_qp_init_attr* att
   q.qp_context = attr->qp_context;
   q.pd = ibpd;
   q.send_cq = attr->send_cq;
-  q.recv_cq = attr->recv_cq;
+  q.recv_cq = xrc_send ? nullptr : attr->recv_cq;
   q.srq = attr->srq;
   q.handle = qpn;
   q.qp_num = qpn;
@@ -201,6 +208,9 @@ void wrx_set_ud_addr(ibv_qp_ex* x, ibv_ah* ah, uint32_t remote_qpn, uint32_t rem
     w->ud.remote_qkey = remote_qkey;
   }
 }
+void wrx_set_xrc_srqn(ibv_qp_ex* x, uint32_t remote_srqn) {
+  if (en::SendWr* w = wr_cur(x)) w->xrc_remote_srqn = remote_srqn;
+}
 void wrx_set_sge_list(ibv_qp_ex* x, size_t num, const ibv_sge* list) {
   WrBatch& b = *qpx_qp(x)->batch;
   en::SendWr* w = wr_cur(x);
@@ -275,21 +285,21 @@ int wrx_complete(ibv_qp_ex* x) {
 
 ibv_qp* urxe_create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* ax) {
   return guarded<ibv_qp*>(nullptr, [&]() -> ibv_qp* {
+    if (ax->qp_type == IBV_QPT_XRC_RECV) return urxe_create_xrc_target(ibctx, ax);
     if (!(ax->comp_mask & IBV_QP_INIT_ATTR_PD)) {
       errno = EINVAL;
       return nullptr;
     }
-    if (ax->comp_mask &
-        ~uint32_t(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
-      errno = EOPNOTSUPP;  // XRC, TSO, RSS: not supported
+    if (ax->comp_mask & ~uint32_t(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_XRCD)) {
+      errno = EOPNOTSUPP;  // TSO, RSS: not supported (an XRC_SEND QP needs no XRCD)
       return nullptr;
     }
-    constexpr uint64_t kSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-                                  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                                  IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
-                                  IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE |
-                                  IBV_QP_EX_WITH_BIND_MW;
+    constexpr uint64_t kSendOps =
+        IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+        IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
+        IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_BIND_MW;
     const bool want_ex = ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if (want_ex && (ax->send_ops_flags & ~kSendOps)) {
       errno = EOPNOTSUPP;  // TSO, FLUSH
@@ -341,6 +351,7 @@ ibv_qp* urxe_create_qp_ex(ibv_context* ibctx, ibv_qp_init_attr_ex* ax) {
       x.wr_send_imm = wrx_send_imm;
       x.wr_send_inv = wrx_send_inv;
       x.wr_set_ud_addr = wrx_set_ud_addr;
+      x.wr_set_xrc_srqn = wrx_set_xrc_srqn;
       x.wr_set_inline_data = wrx_set_inline_data;
       x.wr_set_inline_data_list = wrx_set_inline_data_list;
       x.wr_set_sge = wrx_set_sge;
@@ -450,7 +461,8 @@ int urxe_destroy_qp(ibv_qp* ibqp) {
     uint32_t async;
     {
       std::lock_guard g(st.map_mu);
-      st.qps.erase(ibqp->qp_num);
+      // (an XRC target's other handles, ibv_open_qp's, are not the one events go to)
+      if (auto it = st.qps.find(ibqp->qp_num); it != st.qps.end() && it->second == qp) st.qps.erase(it);
       async =
           qp->async_reported - purge_records(st.async_rd, st.async_wr, 16, reinterpret_cast<uintptr_t>(ibqp));
     }
@@ -499,6 +511,7 @@ int urxe_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
           e.rdma.remote_addr = w->wr.rdma.remote_addr;
           e.rdma.rkey = w->wr.rdma.rkey;
         }
+        if (qp->type == en::QPT_XRC_SEND) e.xrc_remote_srqn = w->qp_type.xrc.remote_srqn;
         if (n) ew[n - 1].next = &e;
       }
       const en::SendWr* bad = nullptr;
