@@ -409,6 +409,10 @@ int EngineImpl::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   Qp* qp = qp_get(qpn);
   if (!qp) return EINVAL;
   Qp& q = *qp;
+  // As the kernel's uverbs (modify_qp_mask): what an XRC QP's half of RC has no use for is ignored, not
+  // refused (perftest sets RC's attributes on both)
+  if (q.type == QPT_XRC_SEND) mask &= ~(QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER);
+  if (q.type == QPT_XRC_RECV) mask &= ~(QP_MAX_QP_RD_ATOMIC | QP_RETRY_CNT | QP_RNR_RETRY);
   const QpState cur = q.state.load(std::memory_order_relaxed);
   if ((mask & QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
   const QpState next = (mask & QP_STATE) ? a.qp_state : cur;

@@ -325,11 +325,12 @@ inline std::vector<uint32_t> psns_of(const Link& l, int side, uint8_t opcode) {
   return psns;
 }
 
-// The ACK frames `side` sent with this AETH type and value (an RNR NAK's value is its timer code).
+// The ACK frames (RC's or XRC's) `side` sent with this AETH type and value (an RNR NAK's value is its timer
+// code).
 inline int count_naks(const Link& l, int side, wire::AethType type, uint8_t value) {
   int c = 0;
   for (auto& [s, p] : l.trace)
-    if (s == side && p.bth.opcode == wire::op::acknowledge && p.aeth.type() == type &&
+    if (s == side && p.info && p.info->kind == wire::OpKind::ack && p.aeth.type() == type &&
         p.aeth.value() == value)
       c++;
   return c;
