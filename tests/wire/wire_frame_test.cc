@@ -47,6 +47,8 @@ TEST(Frame, EveryOpcodeBuildsAndParsesOverEveryL2L3Variant) {
           d.insert(d.end(), q.begin(), q.end());
           expect_at(d, "DETH");
         }
+        if (info.headers & kXrceth)
+          expect_at(Bytes{0x00, 0xfe, 0xdc, 0xba}, "XRCETH");  // reserved, SRQ number
         if (info.headers & kReth) {
           Bytes r = be(kValReth.va, 8), k = be(kValReth.rkey, 4), l = be(kValReth.dma_len, 4);
           r.insert(r.end(), k.begin(), k.end());
@@ -138,6 +140,7 @@ TEST(Frame, EveryOpcodeBuildsAndParsesOverEveryL2L3Variant) {
         if (info.headers & kIeth) {
           EXPECT_EQ(p.ieth_rkey, kIethRkey);
         }
+        EXPECT_EQ(p.xrc_srqn, (info.headers & kXrceth) ? kXrcSrqn : 0u);
         EXPECT_TRUE(p.icrc_checked);
         EXPECT_TRUE(p.icrc_ok);
         EXPECT_EQ(p.icrc, icrc);
@@ -308,7 +311,7 @@ TEST(Frame, BuildRefusesWhatDoesNotFit) {
   // Unknown opcodes and payloads beyond the 16-bit IP length.
   Bytes big(70000);
   FrameLayout l;
-  for (uint8_t op : {uint8_t{0x15}, uint8_t{0x40}, uint8_t{0x66}, uint8_t{0xa0}, uint8_t{0xff}})
+  for (uint8_t op : {uint8_t{0x15}, uint8_t{0x40}, uint8_t{0x66}, uint8_t{0xb5}, uint8_t{0xff}})
     EXPECT_FALSE(build_headers(big, make_spec(op), 0, l)) << int(op);
   EXPECT_FALSE(build_headers(big, make_spec(op::kRc | op::send_only), 65536, l));
   EXPECT_EQ(build_frame(big, make_spec(op::kRc | op::send_only), payload_of(65536)), 0u);
@@ -439,4 +442,39 @@ TEST(Frame, AtomicWriteLayoutRoundTrips) {
   EXPECT_EQ(p.reth.dma_len, 8u);
   EXPECT_EQ(p.payload_len, 8u);
   EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload);
+}
+
+// Annex A14: an XRC request's XRCETH (8 reserved bits, the 24-bit XRC SRQ number) comes right after the BTH
+// and before the RETH and ImmDt; only 24 bits of FrameSpec::xrc_srqn are sent, the reserved byte as 0, and a
+// receiver ignores that byte. Responses carry none: the AETH follows the BTH.
+TEST(Frame, XrcethLayoutRoundTrips) {
+  FrameSpec s = make_spec(op::kXrc | op::write_only_imm);
+  s.xrc_srqn = 0xff123456;
+  const Bytes payload = payload_of(8);
+  Bytes f = build(s, payload);
+  const size_t h = kBth + kBthLen;
+  ASSERT_EQ(f.size(), h + kXrcethLen + kRethLen + kImmDtLen + 8 + kIcrcLen);
+  EXPECT_EQ(f[kBth], 0xab);
+  EXPECT_EQ(slice(f, h, 4), (Bytes{0x00, 0x12, 0x34, 0x56}));
+  EXPECT_EQ(slice(f, h + kXrcethLen, 8), be(kValReth.va, 8));
+  EXPECT_EQ(slice(f, h + kXrcethLen + kRethLen, 4), be(kImm, 4));
+  Packet p;
+  ASSERT_EQ(parse(f, p), ParseError::ok);
+  EXPECT_EQ(p.info->transport, Transport::xrc);
+  EXPECT_EQ(p.xrc_srqn, 0x123456u);
+  EXPECT_EQ(p.reth.rkey, kValReth.rkey);
+  EXPECT_EQ(p.imm, kImm);
+  EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload);
+
+  f[h] = 0xa5;  // reserved: ignored on receipt
+  refresh_v4(f);
+  ASSERT_EQ(parse(f, p), ParseError::ok);
+  EXPECT_EQ(p.xrc_srqn, 0x123456u);
+
+  const Bytes ack = build(make_spec(op::kXrc | op::acknowledge), {});
+  ASSERT_EQ(ack.size(), h + kAethLen + kIcrcLen);
+  EXPECT_EQ(slice(ack, h, 4), (Bytes{0x1f, 0xab, 0xcd, 0xef}));
+  ASSERT_EQ(parse(ack, p), ParseError::ok);
+  EXPECT_EQ(p.present, kAeth);
+  EXPECT_EQ(p.xrc_srqn, 0u);
 }

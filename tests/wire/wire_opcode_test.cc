@@ -10,7 +10,8 @@ using namespace wire_test;
 
 TEST(OpcodeTable, EveryOpcodeMatchesIbtaTable35) {
   const auto expected = expected_opcodes();
-  EXPECT_EQ(expected.size(), 23u + 12u + 2u + 1u + 1u);  // RC, UC, UD, CNP, Annex A19's ATOMIC WRITE
+  // RC, UC, UD, XRC (Annex A14: RC's 23 again), CNP, Annex A19's ATOMIC WRITE
+  EXPECT_EQ(expected.size(), 23u + 12u + 2u + 23u + 1u + 1u);
   std::set<int> seen;
   for (const auto& [op, e] : expected) {
     SCOPED_TRACE(e.name);
@@ -36,9 +37,9 @@ TEST(OpcodeTable, EveryOpcodeMatchesIbtaTable35) {
     EXPECT_EQ(i.with_inv, (e.row.headers & kIeth) != 0);
     EXPECT_EQ(i.is_first(), e.row.pos == Position::first || e.row.pos == Position::only);
     EXPECT_EQ(i.is_last(), e.row.pos == Position::last || e.row.pos == Position::only);
-    // Responses are never UC/UD: those transports have no responder packets.
+    // Responses are RC's or XRC's: UC and UD have no responder packets.
     if (i.is_response) {
-      EXPECT_EQ(i.transport, Transport::rc);
+      EXPECT_TRUE(i.transport == Transport::rc || i.transport == Transport::xrc);
     }
   }
   for (int op = 0; op < 256; ++op) {
@@ -49,6 +50,38 @@ TEST(OpcodeTable, EveryOpcodeMatchesIbtaTable35) {
   }
   EXPECT_EQ(make_opcode(op::kUc, op::send_only), 0x24);
   EXPECT_EQ(make_opcode(op::kUd, op::send_only_imm), 0x65);
+  EXPECT_EQ(make_opcode(op::kXrc, op::fetch_add), 0xb4);
+}
+
+// Annex A14: an XRC opcode is its RC twin plus 0xa0; every request carries the 4-byte XRCETH right after the
+// BTH (before RETH/AtomicETH/ImmDt/IETH), no response does. RESYNC (0xb5), like RC's 0x15, and the Annex A19
+// operations (FLUSH 0xbc, ATOMIC WRITE 0xbd) are not implemented: unknown opcodes.
+TEST(OpcodeTable, XrcIsRcWithAnXrcethOnEveryRequest) {
+  int xrc = 0;
+  for (int low = 0; low < 0x20; ++low) {
+    SCOPED_TRACE(low);
+    const OpcodeInfo& r = opcode_info(static_cast<uint8_t>(op::kRc | low));
+    const OpcodeInfo& x = opcode_info(static_cast<uint8_t>(op::kXrc | low));
+    if (low >= 0x18) {
+      EXPECT_FALSE(x.valid());
+      continue;
+    }
+    ASSERT_EQ(x.valid(), r.valid());
+    if (!x.valid()) continue;
+    ++xrc;
+    EXPECT_EQ(x.transport, Transport::xrc);
+    EXPECT_EQ(x.name, "X" + std::string(r.name));
+    EXPECT_EQ(x.kind, r.kind);
+    EXPECT_EQ(x.position, r.position);
+    EXPECT_EQ(x.has_payload, r.has_payload);
+    EXPECT_EQ(x.is_request, r.is_request);
+    EXPECT_EQ(x.headers, r.is_request ? (r.headers | kXrceth) : r.headers);
+    EXPECT_EQ(x.ext_len, r.ext_len + (r.is_request ? kXrcethLen : 0u));
+  }
+  EXPECT_EQ(xrc, 23);
+  EXPECT_FALSE(opcode_info(op::kXrc | 0x15).valid());
+  EXPECT_FALSE(opcode_info(op::kXrc | op::flush).valid());
+  EXPECT_FALSE(opcode_info(op::kXrc | op::atomic_write).valid());
 }
 
 // Annex A19: ATOMIC WRITE (0x1d) is an RC request of one packet with a RETH and payload; FLUSH (0x1c) is not

@@ -100,6 +100,7 @@ constexpr AtomicEth kValAtomicEth{0x1111222233334444ull, 0x55667788, 0x99aabbccd
 constexpr AtomicAckEth kValAtomicAckEth{0xfedcba9876543210ull};
 constexpr Deth kValDeth{0x80010000, 0x000123};
 constexpr uint32_t kImm = 0xcafef00d, kIethRkey = 0x0badcafe;
+constexpr uint32_t kXrcSrqn = 0xfedcba;  // 24 bits, top bit set
 
 struct Variant {
   const char* name;
@@ -141,6 +142,7 @@ inline FrameSpec make_spec(uint8_t opcode, const Variant& v = kVariants[0]) {
   s.deth = kValDeth;
   s.imm = kImm;
   s.ieth_rkey = kIethRkey;
+  s.xrc_srqn = kXrcSrqn;
   return s;
 }
 
@@ -243,7 +245,8 @@ struct Expected {
 };
 
 // Every opcode RoCEv2 carries: RC all of the above, UC the SEND and RDMA WRITE rows (0x20-0x2b), UD SEND_ONLY
-// (+imm) with a DETH, and the CNP (Annex A17.9.3). RD (0x40) and XRC (0xa0) are not supported.
+// (+imm) with a DETH, XRC (Annex A14) all of RC's rows again at 0xa0-0xb7 with an XRCETH first in every
+// request (responses have none), and the CNP (Annex A17.9.3). RD (0x40) is not supported.
 inline std::vector<std::pair<uint8_t, Expected>> expected_opcodes() {
   std::vector<std::pair<uint8_t, Expected>> v;
   for (const SpecRow& r : kTable35) {
@@ -255,11 +258,15 @@ inline std::vector<std::pair<uint8_t, Expected>> expected_opcodes() {
       ud.headers |= kDeth;
       v.push_back({static_cast<uint8_t>(0x60 | r.op), {std::string("UD ") + r.name, Transport::ud, ud}});
     }
+    SpecRow xrc = r;
+    if (r.request) xrc.headers |= kXrceth;
+    v.push_back({static_cast<uint8_t>(0xa0 | r.op), {std::string("XRC ") + r.name, Transport::xrc, xrc}});
   }
   // IBTA Annex A19 (Memory Placement Extensions): RC ATOMIC WRITE, RETH and 8 payload bytes, single packet.
   // (FLUSH, 0x1c, is not implemented: it stays an unknown opcode.)
   v.push_back({0x1d,
-               {"RC ATOMIC_WRITE", Transport::rc,
+               {"RC ATOMIC_WRITE",
+                Transport::rc,
                 {0x1d, "ATOMIC_WRITE", kReth, true, true, Position::only, OpKind::atomic_write}}});
   v.push_back({0x81, {"CNP", Transport::cnp, {0x01, "CNP", 0, false, false, Position::only, OpKind::cnp}}});
   return v;
@@ -272,8 +279,8 @@ inline std::vector<uint8_t> valid_opcodes() {
 }
 
 inline uint32_t header_len(uint16_t h) {
-  return (h & kDeth ? 8 : 0) + (h & kReth ? 16 : 0) + (h & kAtomicEth ? 28 : 0) + (h & kAeth ? 4 : 0) +
-         (h & kAtomicAckEth ? 8 : 0) + (h & kImmDt ? 4 : 0) + (h & kIeth ? 4 : 0);
+  return (h & kDeth ? 8 : 0) + (h & kXrceth ? 4 : 0) + (h & kReth ? 16 : 0) + (h & kAtomicEth ? 28 : 0) +
+         (h & kAeth ? 4 : 0) + (h & kAtomicAckEth ? 8 : 0) + (h & kImmDt ? 4 : 0) + (h & kIeth ? 4 : 0);
 }
 
 // ---- Known-good frames for the ParseError tests ----
