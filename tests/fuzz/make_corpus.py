@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes the parse_frame seed corpus: a few frames of every opcode found in real captures, plus frames the
-captures lack (IPv6, 802.1Q, IPv4 options, UDP checksum, CNP, a UDP GSO datagram, non-RoCE). Run with Debian's python3 (scapy):
+captures lack (IPv6, 802.1Q, IPv4 options, UDP checksum, CNP, XRC, a UDP GSO datagram, non-RoCE). Run with Debian's python3 (scapy):
     /usr/bin/python3 tests/fuzz/make_corpus.py [PCAP_DIR ...]   (default pcap-fixtures/)
 Files are named by the SHA-1 of their contents, like libFuzzer names its own finds."""
 import glob
@@ -116,6 +116,16 @@ def crafted():
         out[name] = seal(f)
     # CNP as DCQCN sends it (BECN set, 16 reserved bytes).
     out["cnp"] = bytes(Ether(**mac) / IP(tos=0xC2, **v4) / UDP(sport=0, dport=4791, chksum=0) / cnp(0x11))
+    # XRC (IBTA Annex A14): requests with an XRCETH (8 reserved bits, 24-bit XRC SRQ number) right after the
+    # BTH, before RETH/AtomicETH/ImmDt/IETH; a response without one. No capture holds XRC.
+    xrceth = struct.pack(">I", 0x00ABCDEF)
+    for name, op, body in [("xrc-send-only", 0xA4, xrceth + b"xrc send"),
+                           ("xrc-write-only-imm", 0xAB, xrceth + reth + struct.pack(">I", 0xCAFEF00D) + b"12345678"),
+                           ("xrc-send-only-inv", 0xB7, xrceth + struct.pack(">I", 0x1234) + b"abcd"),
+                           ("xrc-cmp-swap", 0xB3, xrceth + struct.pack(">QIQQ", 0x7F0000001000, 0x1234, 1, 2)),
+                           ("xrc-ack", 0xB1, b"\x1f\x00\x00\x05")]:
+        out[name] = bytes(Ether(**mac) / IP(**v4) / UDP(sport=49152, dport=4791, chksum=0) /
+                          BTH(opcode=op, dqpn=0x14, psn=3, padcount=0) / Raw(body))
     # A UDP GSO datagram (wire/gso.h) of three SEND_MIDDLEs: headers once, segment i's ICRC over the
     # headers the kernel gives it (IPv4 ID 5 + i, its own lengths).
     segs = []

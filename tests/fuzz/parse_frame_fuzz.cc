@@ -58,7 +58,7 @@ std::vector<uint64_t> semantic_fields(const Packet& p) {
   v.insert(v.end(),
            {p.present, p.reth.va, p.reth.rkey, p.reth.dma_len, p.aeth.syndrome, p.aeth.msn, p.atomic_eth.va,
             p.atomic_eth.rkey, p.atomic_eth.swap_add, p.atomic_eth.compare, p.atomic_ack_eth.orig_data,
-            p.deth.qkey, p.deth.src_qp, p.imm, p.ieth_rkey, p.payload_len});
+            p.deth.qkey, p.deth.src_qp, p.imm, p.ieth_rkey, p.xrc_srqn, p.payload_len});
   for (uint8_t x : p.payload) v.push_back(x);
   return v;
 }
@@ -133,11 +133,12 @@ FrameSpec spec_from(const Packet& p) {
   s.deth = p.deth;
   s.imm = p.imm;
   s.ieth_rkey = p.ieth_rkey;
+  s.xrc_srqn = p.xrc_srqn;
   return s;
 }
 
 // What build_frame would emit byte for byte: no IPv4 options or flags other than DF, zero pad bytes, zero
-// DETH reserved byte and CNP reserved bytes (build_frame writes zeros there).
+// DETH and XRCETH reserved bytes and CNP reserved bytes (build_frame writes zeros there).
 bool canonical(const uint8_t* data, const Packet& p) {
   if (p.ip_version == 4 && (p.ip4.ihl != 5 || (p.ip4.frag & ~kIpv4FlagDf) != 0)) return false;
   const uint8_t* f = data;
@@ -145,6 +146,7 @@ bool canonical(const uint8_t* data, const Packet& p) {
     if (f[p.payload_offset + p.payload_len + i] != 0) return false;
   uint32_t ext = p.bth_offset + kBthLen;
   if ((p.present & kDeth) && f[ext + 4] != 0) return false;
+  if ((p.present & kXrceth) && f[ext + ((p.present & kDeth) ? kDethLen : 0)] != 0) return false;
   if (p.info->kind == OpKind::cnp)
     for (uint32_t i = 0; i < kCnpPayloadLen; ++i)
       if (f[ext + i] != 0) return false;
