@@ -37,19 +37,26 @@ _OPS = {
     0x16: ("SEND_LAST_WITH_INVALIDATE", ["ieth"], True),
     0x17: ("SEND_ONLY_WITH_INVALIDATE", ["ieth"], True),
 }
+# IBTA 9.2 Table 35: the responder's packets (RDMA READ responses, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE).
+RESPONSES = {0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12}
 CNP_OPCODE = 0x81  # RoCEv2 Annex A17.9: BTH + 16 reserved bytes + ICRC
+# IBTA 1.2+ Annex A14 (XRC): RC's operations at 0xA0 | low (RESYNC, 0xB5, is not implemented, as RC's 0x15);
+# every request carries an XRCETH (8 reserved bits, 24-bit XRC SRQ number) right after the BTH, before any
+# RETH/AtomicETH/ImmDt/IETH; responses carry none.
+XRC_BASE = 0xA0
 # IBTA 1.5 Annex A19 (Memory Placement Extensions), RC only: ATOMIC WRITE is BTH + RETH + 8 payload bytes.
 # (FLUSH, 0x1c, is not implemented.)
 ATOMIC_WRITE_OPCODE = 0x1D
 
 
 def ibta_opcodes():
-    """{opcode: (name, [headers], has_payload)} for RC, UC, UD and the RoCEv2 CNP."""
+    """{opcode: (name, [headers], has_payload)} for RC, UC, UD, XRC and the RoCEv2 CNP."""
     t = {}
     for low, (name, hdrs, pay) in _OPS.items():
         t[0x00 | low] = ("RC " + name, hdrs, pay)
         if low <= 0x0B:  # UC: SEND and RDMA WRITE only
             t[0x20 | low] = ("UC " + name, hdrs, pay)
+        t[XRC_BASE | low] = ("XRC " + name, hdrs if low in RESPONSES else ["xrceth"] + hdrs, pay)
     for low in (0x04, 0x05):  # UD: SEND_ONLY [WITH_IMMEDIATE], with a DETH first
         name, hdrs, pay = _OPS[low]
         t[0x60 | low] = ("UD " + name, ["deth"] + hdrs, pay)
@@ -62,6 +69,8 @@ def ext_bytes(hdr, f):
     """One extension header's bytes (IBTA 9.3) from the field dict `f`."""
     if hdr == "deth":  # Q_Key, 8 reserved bits, source QP
         return struct.pack("!IB", f["qkey"], 0) + f["srcqp"].to_bytes(3, "big")
+    if hdr == "xrceth":  # 8 reserved bits, XRC SRQ number
+        return b"\0" + f["xrc_srqn"].to_bytes(3, "big")
     if hdr == "reth":  # virtual address, R_Key, DMA length
         return struct.pack("!QII", f["reth_va"], f["reth_rkey"], f["reth_len"])
     if hdr == "atomiceth":  # virtual address, R_Key, swap (or add) data, compare data

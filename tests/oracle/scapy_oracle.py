@@ -7,8 +7,9 @@
 2. This script builds random packets with Scapy; wire_oracle check parses them and compares every decoded
    field with the values Scapy was given.
 
-Scapy's roce layer has only BTH, AETH and CNPPadding: the other extension headers are laid out here from
-IBTA 9.3 (oracle_common.ext_bytes). Scapy computes the IP/UDP lengths, IPv4 and UDP checksums and, for IPv4,
+Scapy's roce layer has only BTH, AETH and CNPPadding: the other extension headers, and XRC's XRCETH (IBTA
+Annex A14, which Scapy 2.5 lacks, as it lacks the XRC opcode names), are laid out here from IBTA 9.3 and
+A14 (oracle_common.ext_bytes). Scapy computes the IP/UDP lengths, IPv4 and UDP checksums and, for IPv4,
 the ICRC. Scapy 2.5's BTH does not set the pad count and writes ICRC 0 (with a warning) under IPv6: the pad
 count and pad bytes are set here per IBTA 9.2.5, and the IPv6 ICRC comes from oracle_common.icrc_ref, which
 must also reproduce Scapy's ICRC on every IPv4 packet. Seed: URXE_ORACLE_SEED (printed on every run).
@@ -118,7 +119,7 @@ def region(f, hdrs, off, frame_len):
         return f"icrc+{off - (frame_len - 4)}"
     parts = [("eth", 14)] + ([("vlan", 4)] if f["vlan"] else [])
     parts += [("ipv4" if f["ipv"] == 4 else "ipv6", 20 if f["ipv"] == 4 else 40), ("udp", 8), ("bth", 12)]
-    sizes = {"deth": 8, "reth": 16, "atomiceth": 28, "aeth": 4, "atomicacketh": 8, "immdt": 4, "ieth": 4}
+    sizes = {"deth": 8, "xrceth": 4, "reth": 16, "atomiceth": 28, "aeth": 4, "atomicacketh": 8, "immdt": 4, "ieth": 4}
     parts += [(h, sizes[h]) for h in hdrs] + ([("cnp_reserved", 16)] if f["op"] == CNP_OPCODE else [])
     start = 0
     for name, n in parts:
@@ -192,6 +193,7 @@ def random_fields(r, op, sweep_idx, n_ops):
     f["at_va"], f["at_rkey"], f["at_swap"], f["at_cmp"] = r.bits(64), r.bits(32), r.bits(64), r.bits(64)
     f["ack_orig"], f["imm"], f["ieth"] = r.bits(64), r.bits(32), r.bits(32)
     f["qkey"], f["srcqp"] = r.bits(32), r.bits(24)
+    f["xrc_srqn"] = r.bits(24)
     return f
 
 
@@ -209,7 +211,7 @@ def random_payload_len(r):
 
 
 # Expected decoded value of each header's fields, in wire_oracle check's key names.
-_HDR_KEYS = {"deth": ("qkey", "srcqp"), "reth": ("reth_va", "reth_rkey", "reth_len"),
+_HDR_KEYS = {"deth": ("qkey", "srcqp"), "xrceth": ("xrc_srqn",), "reth": ("reth_va", "reth_rkey", "reth_len"),
              "atomiceth": ("at_va", "at_rkey", "at_swap", "at_cmp"), "aeth": ("aeth_syn", "aeth_msn"),
              "atomicacketh": ("ack_orig",), "immdt": ("imm",), "ieth": ("ieth",)}
 

@@ -21,6 +21,13 @@ Wireshark 4.0 has no dissection for the RoCEv2 CNP (opcode 0x81): it shows "Unkn
 column, the BTH fields, and the rest of the frame (16 reserved bytes + ICRC) as "Vendor Specific or Unknown
 Header Sequence" (infiniband.vendor), with no ICRC field. That is what is asserted for CNPs. The same holds
 for Annex A19's ATOMIC WRITE (0x1d, "Unknown (29)"), whose layout the Scapy oracle checks instead.
+XRC (IBTA Annex A14, 0xa0-0xb7): Wireshark 4.0 names the opcodes ("Extended Reliable Connection (XRC) -
+...", checked against its RC names with `tshark -G values`) but has no header sequence for them: it does not
+dissect the XRCETH, nor any header after the BTH (a request's RETH/AtomicETH/ImmDt/IETH, a response's AETH),
+the payload or the ICRC. Info says "Unknown OpCode" and everything after the BTH is vendor data. What is
+asserted for XRC frames: opcode, BTH fields, lengths (Ethernet/IP/UDP) and checksums as for every frame, the
+bytes after the BTH (beginning with the XRCETH on requests) and the ICRC by oracle_common.icrc_ref. The
+XRCETH's place and every XRC header field are checked by the Scapy oracle.
 Seed: URXE_ORACLE_SEED (printed on every run).
 """
 
@@ -33,8 +40,8 @@ import subprocess
 import tempfile
 import time
 
-from oracle_common import (ATOMIC_WRITE_OPCODE, CNP_OPCODE, check_opcode_table, fail, pad_count, parse_args,
-                           run_tool, seed_from_env)
+from oracle_common import (ATOMIC_WRITE_OPCODE, CNP_OPCODE, XRC_BASE, check_opcode_table, fail, icrc_ref,
+                           pad_count, parse_args, run_tool, seed_from_env)
 
 HEURISTICS_OFF = ["rpcrdma_infiniband", "smb_direct_infiniband", "nvme_rdma", "iser_infiniband",
                   "smcr_infiniband", "lnet_ib", "sdp_infiniband", "fc_infiniband", "drbd_rdma", "mellanox_eoib",
@@ -102,6 +109,29 @@ def run_tshark(tshark, pcap, tmp):
     return rows
 
 
+def check_xrc_names(tshark, table, tmp):
+    """tshark's name of every XRC opcode is its RC twin's with the transport changed, and tshark names exactly
+    the XRC opcodes wire's table has (RESYNC, 0xb5, is in neither)."""
+    r = subprocess.run([tshark, "-G", "values"], capture_output=True, text=True, env=tshark_env(tmp))
+    if r.returncode != 0:
+        fail(f"tshark -G values failed (rc {r.returncode}): {r.stderr}")
+    names = {}
+    for line in r.stdout.splitlines():
+        p = line.split("\t")
+        if len(p) == 4 and p[0] == "V" and p[1] == "infiniband.bth.opcode":
+            names[int(p[2])] = p[3]
+    rc_prefix, xrc_prefix = "Reliable Connection (RC) - ", "Extended Reliable Connection (XRC) - "
+    ours = {op for op in table if op & 0xE0 == XRC_BASE}
+    theirs = {op for op, n in names.items() if n.startswith(xrc_prefix)}
+    if ours != theirs:
+        fail(f"XRC opcodes: wire {sorted(ours)}, tshark {sorted(theirs)}")
+    for op in sorted(ours):
+        rc = names.get(op & 0x1F, "")
+        if not rc.startswith(rc_prefix) or names[op] != xrc_prefix + rc[len(rc_prefix):]:
+            fail(f"opcode 0x{op:02x}: tshark calls it {names[op]!r}, its RC twin {rc!r}")
+    return len(ours)
+
+
 def num(v):
     if v in ("True", "False"):
         return int(v == "True")
@@ -139,7 +169,8 @@ def check_frame(c, f, row, table):
     v4 = f["ipv"] == 4
     ip_hdr = 20 if v4 else 40
     carried = payload + b"\0" * pad  # Wireshark shows pad bytes as part of the payload
-    if f["op"] == ATOMIC_WRITE_OPCODE:
+    xrc = f["op"] & 0xE0 == XRC_BASE
+    if f["op"] == ATOMIC_WRITE_OPCODE or xrc:
         carried = b""  # an unknown opcode's bytes are all "vendor" data (below)
     protos = ["eth", "ethertype"] + (["vlan", "ethertype"] if f["vlan"] else []) + \
              ["ip" if v4 else "ipv6", "udp", "infiniband"] + (["data"] if carried else [])
@@ -199,6 +230,20 @@ def check_frame(c, f, row, table):
         c.eq(f, "Info", row["_ws.col.Info"][0].startswith("Unknown OpCode"), True)
         c.eq(f, "infiniband.vendor", row["infiniband.vendor"][-1:], [frame[bth_end:].hex()])
         c.absent(f, row, "infiniband.reth.va")
+        return
+    if xrc:
+        # Annex A14: tshark 4.0 names the opcode in the BTH but dissects nothing after it (module docstring).
+        bth_end = l3 + ip_hdr + 8 + 12
+        c.eq(f, "Info", row["_ws.col.Info"][0].startswith("Unknown OpCode"), True)
+        c.eq(f, "infiniband.vendor", row["infiniband.vendor"][-1:], [frame[bth_end:].hex()])
+        if "xrceth" in hdrs:  # reserved byte 0, then the XRC SRQ number
+            c.eq(f, "XRCETH", row["infiniband.vendor"][-1][:8], "00" + f"{f['xrc_srqn']:06x}")
+        for fields in HDR_FIELDS.values():
+            for fld in fields:
+                c.absent(f, row, fld)
+        c.absent(f, row, "infiniband.invariant.crc")
+        c.absent(f, row, "data.data")
+        c.eq(f, "ICRC (icrc_ref)", frame[-4:], icrc_ref(frame[l3:-4], f["ipv"], ip_hdr))
         return
 
     for h, fields in HDR_FIELDS.items():
@@ -260,6 +305,7 @@ def main():
     t0 = time.monotonic()
     table = check_opcode_table(args.tool)
     with tempfile.TemporaryDirectory(prefix="urxe-oracle-") as tmp:
+        n_xrc = check_xrc_names(tshark, table, tmp)
         jsonl, pcap = os.path.join(tmp, "wire.jsonl"), os.path.join(tmp, "wire.pcap")
         rc, out, err = run_tool(args.tool, "gen", seed, args.count, jsonl, pcap, "--tshark-safe")
         if rc != 0:
@@ -279,8 +325,9 @@ def main():
     if c.problems:
         fail(f"seed {seed}: {len(c.problems)} differences between wire and tshark, first ones:\n  " +
              "\n  ".join(c.problems[:25]))
-    print(f"PASS: {len(frames)} frames ({len(ops)} opcodes, {ops[CNP_OPCODE]} CNPs) dissected by tshark as "
-          f"built, {c.compared} field comparisons, seed {seed}, {time.monotonic() - t0:.1f} s", flush=True)
+    xrc_frames = sum(n for op, n in ops.items() if op & 0xE0 == XRC_BASE)
+    print(f"PASS: {len(frames)} frames ({len(ops)} opcodes, {ops[CNP_OPCODE]} CNPs, {xrc_frames} XRC frames; "
+          f"tshark's names of the {n_xrc} XRC opcodes checked) dissected by tshark as built, {c.compared} field comparisons, seed {seed}, {time.monotonic() - t0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,15 @@ struct HdrName {
   uint16_t bit;
   const char* name;
 };
-constexpr HdrName kHdrNames[] = {{kRdeth, "rdeth"},         {kDeth, "deth"}, {kReth, "reth"},
-                                 {kAtomicEth, "atomiceth"}, {kAeth, "aeth"}, {kAtomicAckEth, "atomicacketh"},
-                                 {kImmDt, "immdt"},         {kIeth, "ieth"}};
+constexpr HdrName kHdrNames[] = {{kRdeth, "rdeth"},
+                                 {kDeth, "deth"},
+                                 {kXrceth, "xrceth"},
+                                 {kReth, "reth"},
+                                 {kAtomicEth, "atomiceth"},
+                                 {kAeth, "aeth"},
+                                 {kAtomicAckEth, "atomicacketh"},
+                                 {kImmDt, "immdt"},
+                                 {kIeth, "ieth"}};
 
 std::string hdr_list(uint16_t bits) {
   std::string s;
@@ -229,6 +235,7 @@ int cmd_gen(int argc, char** argv) {
     s.deth = {static_cast<uint32_t>(r.bits(32)), static_cast<uint32_t>(r.bits(24))};
     s.imm = static_cast<uint32_t>(r.bits(32));
     s.ieth_rkey = static_cast<uint32_t>(r.bits(32));
+    s.xrc_srqn = static_cast<uint32_t>(r.bits(24));
     if (tshark_safe) {
       s.src_mac[0] &= 0xfe;  // a group source address is a dissector warning; NICs never send one
       if (s.bth.dqpn < 2) s.bth.dqpn += 2;
@@ -262,14 +269,14 @@ int cmd_gen(int argc, char** argv) {
                  ",\"reth_rkey\":%u,\"reth_len\":%u,"
                  "\"aeth_syn\":%u,\"aeth_msn\":%u,\"at_va\":%" PRIu64 ",\"at_rkey\":%u,\"at_swap\":%" PRIu64
                  ",\"at_cmp\":%" PRIu64 ",\"ack_orig\":%" PRIu64
-                 ",\"imm\":%u,\"ieth\":%u,\"qkey\":%u,\"srcqp\":%u,"
+                 ",\"imm\":%u,\"ieth\":%u,\"qkey\":%u,\"srcqp\":%u,\"xrc_srqn\":%u,"
                  "\"payload\":\"%s\",\"frame\":\"%s\"}\n",
                  unsigned{s.bth.se}, unsigned{s.bth.migreq}, unsigned{s.bth.pkey}, unsigned{s.bth.fecn},
                  unsigned{s.bth.becn}, unsigned{s.bth.resv6}, s.bth.dqpn, unsigned{s.bth.ack_req},
                  unsigned{s.bth.resv7}, s.bth.psn, s.reth.va, s.reth.rkey, s.reth.dma_len,
                  unsigned{s.aeth.syndrome}, s.aeth.msn, s.atomic_eth.va, s.atomic_eth.rkey,
                  s.atomic_eth.swap_add, s.atomic_eth.compare, s.atomic_ack_eth.orig_data, s.imm, s.ieth_rkey,
-                 s.deth.qkey, s.deth.src_qp, hex(payload.data(), payload.size()).c_str(),
+                 s.deth.qkey, s.deth.src_qp, s.xrc_srqn, hex(payload.data(), payload.size()).c_str(),
                  hex(frame.data(), len).c_str());
   }
   if (std::fclose(out) != 0) return 2;
@@ -332,6 +339,7 @@ bool decoded(const Packet& p, ByteSpan frame, const std::string& key, std::strin
   if (key == "ieth") return num(p.ieth_rkey);
   if (key == "qkey") return num(p.deth.qkey);
   if (key == "srcqp") return num(p.deth.src_qp);
+  if (key == "xrc_srqn") return num(p.xrc_srqn);
   if (key == "payload_len") return num(p.payload_len);
   if (key == "payload") return out = p.payload.empty() ? "-" : hex(p.payload.data(), p.payload.size()), true;
   if (key == "payload_offset") return num(p.payload_offset);
