@@ -350,11 +350,18 @@ std::string format_text(const DecodedFrame& f, int64_t t0_sec, uint32_t t0_nsec)
     if (h.becn) s += " becn=1";
     // IBTA Annex A19 (2020): Debian's tshark 4.0 predates it and shows this opcode as "Unknown (29)"
     if (h.opcode == (wire::op::kRc | wire::op::atomic_write)) s += " (Annex A19; tshark 4.0: Unknown (29))";
+    // IBTA Annex A14: tshark 4.0 names XRC opcodes but dissects nothing after the BTH (no XRCETH, AETH...)
+    if (wire::opcode_info(h.opcode).transport == wire::Transport::xrc)
+      s += " (Annex A14; tshark 4.0: no XRCETH or later headers)";
   }
   if (ext_parsed(f)) {
     const wire::Packet& p = f.pkt;
     if (p.present & wire::kDeth) {
       std::snprintf(b, sizeof b, " deth[qkey=0x%08x src_qp=0x%06x]", p.deth.qkey, p.deth.src_qp);
+      s += b;
+    }
+    if (p.present & wire::kXrceth) {
+      std::snprintf(b, sizeof b, " xrceth[srqn=0x%06x]", p.xrc_srqn);
       s += b;
     }
     if (p.present & wire::kReth) {
@@ -474,6 +481,7 @@ std::string format_json(const DecodedFrame& f) {
     if (ext_parsed(f)) {
       if (p.present & wire::kDeth)
         j.begin_object("deth").num("qkey", p.deth.qkey).num("src_qp", p.deth.src_qp).end_object();
+      if (p.present & wire::kXrceth) j.begin_object("xrceth").num("srqn", p.xrc_srqn).end_object();
       if (p.present & wire::kReth) {
         j.begin_object("reth").num("va", p.reth.va).num("rkey", p.reth.rkey);
         j.num("dma_len", p.reth.dma_len).end_object();

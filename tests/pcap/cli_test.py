@@ -26,7 +26,7 @@ REQUIRED = ["frame", "roce", "opcode", "opcode_name", "dqpn", "psn", "ack_req", 
             "se", "migreq", "pad", "tver", "pkey", "fecn", "becn", "ip", "udp", "eth"]
 EXT_KEYS = {"reth": {"va", "rkey", "dma_len"}, "aeth": {"syndrome", "type", "value", "msn"},
             "atomic_eth": {"va", "rkey", "swap_add", "compare"}, "atomic_ack_eth": {"orig_data"},
-            "deth": {"qkey", "src_qp"}, "ieth": {"rkey"}}
+            "deth": {"qkey", "src_qp"}, "ieth": {"rkey"}, "xrceth": {"srqn"}}
 
 
 def run(*args):
@@ -158,7 +158,8 @@ class DecodeOutput(unittest.TestCase):
     def check_extension_headers(self, path, o):
         op, low, transport = o["opcode"], o["opcode"] & 0x1F, o["opcode"] & 0xE0
         want = set()
-        if transport in (0x00, 0x20):  # RC, UC
+        if transport in (0x00, 0x20, 0xA0):  # RC, UC, XRC (Annex A14: RC's headers, an XRCETH on requests)
+            want |= {"xrceth"} if transport == 0xA0 and low not in AETH_OPS | {0x0E} else set()
             want |= {"reth"} if low in RETH_OPS else set()
             want |= {"aeth"} if low in AETH_OPS else set()
             want |= {"immdt"} if low in IMM_OPS else set()
@@ -167,7 +168,8 @@ class DecodeOutput(unittest.TestCase):
             want |= {"atomic_ack_eth"} if low == 0x12 else set()
         elif transport == 0x60:  # UD
             want |= {"deth"} | ({"immdt"} if low == 0x05 else set())
-        have = {k for k in ("reth", "aeth", "immdt", "ieth", "atomic_eth", "atomic_ack_eth", "deth") if k in o}
+        have = {k for k in ("reth", "aeth", "immdt", "ieth", "atomic_eth", "atomic_ack_eth", "deth", "xrceth")
+                if k in o}
         self.assertEqual(have, want, f"{path} frame {o['frame']} opcode {op:#x}")
         for k in have - {"immdt"}:
             self.assertTrue(EXT_KEYS[k] <= set(o[k]), f"{path} frame {o['frame']}: {k} {o[k]}")

@@ -251,6 +251,7 @@ TEST(FlipBits, EveryOpcodeOverIpv4Ipv6AndVlan) {
       s.deth = {0x11111111, 0x000018};
       s.imm = 0xcafef00d;
       s.ieth_rkey = 0x8765;
+      s.xrc_srqn = 0x00abcd;
       const auto& info = wire::opcode_info(static_cast<uint8_t>(op));
       const uint32_t len =
           wire::build_frame(buf, s, info.has_payload ? wire::ByteSpan(payload) : wire::ByteSpan());
@@ -431,6 +432,45 @@ TEST(Decode, CmMadsOfRping) {
       << drep;
   // Data frames carry no MAD.
   EXPECT_FALSE(tools::decode_frame(frames[3].bytes, 4).mad);
+}
+
+// XRC (IBTA Annex A14), built by Scapy with the XRCETH laid out from the spec: a request shows its XRC SRQ
+// number and a response has none; both say where tshark 4.0 stops (it dissects nothing after the BTH).
+TEST(Decode, XrcRequestShowsItsXrcSrqNumber) {
+  auto bytes = [](std::string_view h) {
+    std::vector<uint8_t> v;
+    for (size_t i = 0; i + 1 < h.size(); i += 2)
+      v.push_back(static_cast<uint8_t>(std::stoi(std::string(h.substr(i, 2)), nullptr, 16)));
+    return v;
+  };
+  // XRC RDMA WRITE ONLY: BTH, XRCETH (reserved 0, SRQ 0x123456), RETH, 8 bytes, ICRC
+  const auto write = bytes(
+      "02000000000202000000000108004500004800014000401126a20a0000010a000002c00012b700340000aa00ffff00000012"
+      "800000050012345600007f000000100000001234000000084142434445464748ad36eff6");
+  const DecodedFrame w = tools::decode_frame(write, 1);
+  ASSERT_TRUE(w.good());
+  const std::string text = tools::format_text(w, 0, 0);
+  EXPECT_NE(
+      text.find(" XRC RDMA_WRITE_ONLY (0xaa) dqpn=0x000012 psn=5 ack_req=1 se=0 pad=0 (Annex A14; tshark "
+                "4.0: no XRCETH or later headers) xrceth[srqn=0x123456] reth[va=0x00007f0000001000 "
+                "rkey=0x00001234 dma_len=8] payload=8 icrc=ok"),
+      std::string::npos)
+      << text;
+  const std::string json = tools::format_json(w);
+  EXPECT_NE(json.find("\"xrceth\":{\"srqn\":1193046},\"reth\":"), std::string::npos) << json;
+  // XRC ACKNOWLEDGE: BTH, AETH, ICRC
+  const auto ack = bytes(
+      "02000000000202000000000108004500003000014000401126ba0a0000010a000002c00012b7001c0000b100ffff00000012"
+      "800000050000000724455a76");
+  const DecodedFrame a = tools::decode_frame(ack, 2);
+  ASSERT_TRUE(a.good());
+  const std::string ack_text = tools::format_text(a, 0, 0);
+  EXPECT_NE(ack_text.find(" XRC ACKNOWLEDGE (0xb1) "), std::string::npos) << ack_text;
+  EXPECT_NE(ack_text.find("(Annex A14; tshark 4.0: no XRCETH or later headers) aeth[ACK credit=0"),
+            std::string::npos)
+      << ack_text;
+  EXPECT_EQ(ack_text.find("xrceth"), std::string::npos) << ack_text;
+  EXPECT_EQ(tools::format_json(a).find("xrceth"), std::string::npos);
 }
 
 TEST(JsonWriter, EscapesStringsAndNests) {
