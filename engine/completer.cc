@@ -7,7 +7,7 @@ namespace urxe::engine {
 
 bool EngineImpl::send_completion(const Qp& q, const SendWqe& w, Wc& wc) const {
   const bool signaled = q.sq_sig_all || (w.send_flags & SEND_SIGNALED);
-  if (!signaled && w.status == WC_SUCCESS) return false;
+  if ((!signaled && w.status == WC_SUCCESS) || (w.send_flags & kSendTmInternal)) return false;
   wc = Wc{};
   wc.wr_id = w.wr_id;
   wc.status = w.status;
@@ -22,6 +22,8 @@ void EngineImpl::retire_send(Qp& q, SendWqe& w, uint32_t& cons) {
   // Free the slot before the completion is visible: an app that polls it may post again at once into a
   // queue it sized to exactly its outstanding WRs (ibv_rc_pingpong -e with max_send_wr 1).
   Wc wc;
+  if (w.send_flags & kSendTmInternal) [[unlikely]]
+    tm_send_retired(q, w, w.status);  // the NIC's own READ/FIN of a rendezvous (tag_matching.cc)
   const bool post = send_completion(q, w, wc);
   w.started = w.sent_all = w.done = false;
   cons++;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/port.h"
+#include "engine/tag_matching.h"
 #include "engine/verbs.h"
 
 namespace urxe::engine {
@@ -406,6 +407,12 @@ class Engine {
   int modify_srq(uint32_t srq, const SrqAttr& attr, uint32_t attr_mask);
   int query_srq(uint32_t srq, SrqAttr& attr);
   int destroy_srq(uint32_t srq);  // EBUSY while QPs use it
+  // A tag-matching SRQ (engine/tag_matching.h): EINVAL for a bad CQ or tm limits beyond kTmCaps.
+  int create_srq_tm(uint32_t pd, const SrqAttr& attr, const TmSrqAttr& tm, uint32_t& srq,
+                    SrqAttr* actual = nullptr);
+  // One ibv_post_srq_ops operation: EINVAL on a non-TM SRQ, a bad opcode, handle or SGE count; ENOMEM
+  // when the tag list is full. TAG_ADD sets op.handle.
+  int post_srq_op(uint32_t srq, OpsWr& op);
 
   // XRC (IBTA Annex A14). An XRC domain holds XRC SRQs and XRC target QPs (QpInitAttr::xrcd); dealloc_xrcd:
   // EBUSY while any. An XRC SRQ's number (ibv_get_srq_num) is its handle; its receives complete on `cq`.

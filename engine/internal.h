@@ -133,6 +133,7 @@ struct Srq {
   RecvQueue rq;
   std::atomic<uint32_t> limit{0};
   uint32_t refs = 0;
+  std::unique_ptr<TmSrq> tm;  // a tag-matching SRQ's tag list (engine/tag_matching.cc); null otherwise
 };
 
 struct Ah {
@@ -288,6 +289,7 @@ struct Qp {
     uint64_t recv_wr_id = 0;
     uint32_t recv_num_sge = 0;
     std::vector<Sge> recv_sges;
+    TmRecv tm;  // on a TM SRQ: what the SEND being received is (engine/tag_matching.cc)
     // current WRITE target
     uint64_t write_va = 0;
     uint32_t write_rkey = 0;
@@ -528,6 +530,14 @@ struct EngineImpl {
   Srq* srq_get(uint32_t srq) const;
   void srq_check_limit(Srq& s);
   int srq_resize(Srq& s, uint32_t max_wr);
+  // tag_matching.cc
+  int create_srq_tm(uint32_t pd, const SrqAttr& attr, const TmSrqAttr& tm, uint32_t& srq, SrqAttr* actual);
+  int post_srq_op(uint32_t srq, OpsWr& op);
+  void tm_srq_release(Srq& s);
+  void tm_qp_init(Qp& q);
+  int tm_recv_first(Qp& q, const wire::Packet& pkt);
+  void tm_complete_recv(Qp& q, uint32_t byte_len, uint32_t flags, uint32_t imm, bool solicited);
+  void tm_send_retired(Qp& q, const SendWqe& w, WcStatus status);
 
   // xrc.cc: XRC domains, XRC SRQs, shared target QPs
   int alloc_xrcd(uint32_t& xrcd);

@@ -186,6 +186,7 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
   if (init.srq && (t == QPT_RC || t == QPT_UC || t == QPT_UD)) {
     srq = srq_get(init.srq);
     if (!srq || srq->pd != pd || srq->xrcd) return EINVAL;
+    if (srq->tm && init.qp_type != QPT_RC) return EINVAL;  // tag matching: RC only (IBV_TM_CAP_RC)
   }
   const bool no_rq = srq || t == QPT_XRC_SEND || target;
   const DeviceAttr& d = config.device;
@@ -244,6 +245,7 @@ int EngineImpl::create_qp(uint32_t pd, const QpInitAttr& init, uint32_t& qpn, Qp
     q->sq.slots[i].sge_base = i * cap.max_send_sge;
     q->sq.slots[i].inline_base = i * cap.max_inline_data;
   }
+  if (srq && srq->tm) tm_qp_init(*q);
   if (!srq) q->rq.init(cap.max_recv_wr, cap.max_recv_sge);  // (XRC: empty, never posted to)
   q->sq.app_unlocked = q->rq.ring.app_unlocked = init.single_threaded;
   q->resp.recv_sges.assign(target ? d.max_srq_sge : srq ? srq->rq.max_sge : q->rq.max_sge, Sge{});
@@ -351,7 +353,10 @@ void EngineImpl::qp_flush(Qp& q) {
       if (!w.done) q.flush_gap = true;
       wc.opcode = wr_info(w.opcode).wc_opcode;
       wc.qp_num = q.qpn;
-      if (!cq_post(*q.scq, wc, false)) break;
+      if (w.send_flags & kSendTmInternal) [[unlikely]]
+        tm_send_retired(q, w, wc.status);
+      else if (!cq_post(*q.scq, wc, false))
+        break;
     }
     w.started = w.sent_all = w.done = false;
     cons++;

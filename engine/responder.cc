@@ -145,17 +145,24 @@ struct Responder {
       reject(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
       return false;
     }
+    uint32_t skip = 0;  // leading payload bytes not placed (a tag-matching header consumed by the NIC)
     if (info.is_first()) {
-      if (!e.pop_recv(q)) return no_recv();
+      if (q.srq && q.srq->tm) [[unlikely]] {
+        const int r = e.tm_recv_first(q, pkt);
+        if (r < 0) return no_recv();
+        skip = static_cast<uint32_t>(r);
+      } else if (!e.pop_recv(q)) {
+        return no_recv();
+      }
       q.resp.msg_offset = 0;
     }
-    const uint32_t len = pkt.payload_len;
+    const uint32_t len = pkt.payload_len - skip;
     if (q.resp.msg_offset + len > recv_capacity(q)) {
       reject(wire::NakCode::invalid_request, WC_LOC_LEN_ERR);
       return false;
     }
     if (len && !sge_copy(e, q.pd, q.resp.recv_sges.data(), q.resp.recv_num_sge, q.resp.msg_offset,
-                         const_cast<uint8_t*>(pkt.payload.data()), len, true)) {
+                         const_cast<uint8_t*>(pkt.payload.data()) + skip, len, true)) {
       reject(wire::NakCode::remote_operational_error, WC_LOC_PROT_ERR);
       return false;
     }
@@ -181,6 +188,10 @@ struct Responder {
       imm = pkt.ieth_rkey;
     }
     q.resp.msn = wire::psn_add(q.resp.msn, 1);
+    if (q.resp.tm.kind != TmKind::none) [[unlikely]] {
+      e.tm_complete_recv(q, static_cast<uint32_t>(q.resp.msg_offset), flags, imm, pkt.bth.se);
+      return true;
+    }
     complete_recv(WC_SUCCESS, WC_RECV, static_cast<uint32_t>(q.resp.msg_offset), flags, imm,
                   q.attr.dest_qp_num, pkt.bth.se);
     return true;

@@ -102,6 +102,7 @@ int EngineImpl::destroy_srq(uint32_t srq) {
     s->cq->refs--;
     xrcds[s->xrcd - 1]--;
   }
+  if (s->tm) tm_srq_release(*s);
   srqs[srq].store(nullptr, std::memory_order_release);
   delete s;
   return 0;

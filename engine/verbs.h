@@ -33,6 +33,8 @@ enum WcStatus : uint32_t {
   WC_FATAL_ERR = 19,
   WC_RESP_TIMEOUT_ERR = 20,
   WC_GENERAL_ERR = 21,
+  WC_TM_ERR = 22,              // tag matching: a TAG_DEL of a tag consumed meanwhile
+  WC_TM_RNDV_INCOMPLETE = 23,  // tag matching: a matched rendezvous the app must complete itself
 };
 const char* wc_status_str(WcStatus s);
 
@@ -47,6 +49,11 @@ enum WcOpcode : uint32_t {
   WC_ATOMIC_WRITE = 9,
   WC_RECV = 1u << 7,  // (opcode & WC_RECV) tells a receive completion
   WC_RECV_RDMA_WITH_IMM = (1u << 7) + 1,
+  WC_TM_ADD = (1u << 7) + 2,  // tag-matching SRQ operations and receives (engine/tag_matching.h)
+  WC_TM_DEL = (1u << 7) + 3,
+  WC_TM_SYNC = (1u << 7) + 4,
+  WC_TM_RECV = (1u << 7) + 5,
+  WC_TM_NO_TAG = (1u << 7) + 6,
 };
 
 enum WcFlags : uint32_t {
@@ -54,6 +61,9 @@ enum WcFlags : uint32_t {
   WC_WITH_IMM = 1u << 1,
   WC_IP_CSUM_OK = 1u << 2,
   WC_WITH_INV = 1u << 3,
+  WC_TM_SYNC_REQ = 1u << 4,
+  WC_TM_MATCH = 1u << 5,
+  WC_TM_DATA_VALID = 1u << 6,
 };
 
 // Same fields and meaning as struct ibv_wc.
@@ -74,6 +84,22 @@ struct Wc {
   uint8_t sl = 0;  // UD receives: kWcSlRoceV2Ipv4/Ipv6 (the L3 header type, as ConnectX reports it)
   uint8_t dlid_path_bits = 0;
 };
+// A WC_TM_MATCH completion (RC only) carries the message's TMH tag and app_ctx (ibv_wc_tm_info) in fields
+// that mean nothing for it (vendor_err: errors only; src_qp, pkey_index, slid: UD only), so a Wc stays the
+// size of an ibv_wc and completions without tag matching pay nothing.
+inline void wc_set_tm_info(Wc& wc, uint64_t tag, uint32_t priv) {
+  wc.vendor_err = static_cast<uint32_t>(tag >> 32);
+  wc.src_qp = static_cast<uint32_t>(tag);
+  wc.slid = static_cast<uint16_t>(priv >> 16);
+  wc.pkey_index = static_cast<uint16_t>(priv);
+}
+// Zero in a completion without WC_TM_MATCH (as mlx5 reports an unexpected message's).
+inline uint64_t wc_tm_tag(const Wc& wc) {
+  return (wc.wc_flags & WC_TM_MATCH) ? uint64_t{wc.vendor_err} << 32 | wc.src_qp : 0;
+}
+inline uint32_t wc_tm_priv(const Wc& wc) {
+  return (wc.wc_flags & WC_TM_MATCH) ? uint32_t{wc.slid} << 16 | wc.pkey_index : 0;
+}
 inline constexpr uint8_t kWcSlRoceV2Ipv6 = 0x9;
 inline constexpr uint8_t kWcSlRoceV2Ipv4 = 0xa;
 

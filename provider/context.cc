@@ -539,6 +539,7 @@ int urxe_query_device_ex(ibv_context* ibctx, const ibv_query_device_ex_input* in
       a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_SRQ_RECV | IBV_ODP_SUPPORT_WRITE |
                        IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
     }
+    fill_tm_caps(a.tm_caps);  // tag matching: RC (provider/tag_matching.cc)
     a.phys_port_cnt_ex = 1;
     a.completion_timestamp_mask = ~uint64_t{0};  // 64-bit ns: never wraps in practice
     a.hca_core_clock = kHcaCoreClockKhz;

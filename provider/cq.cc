@@ -179,14 +179,14 @@ ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
   return guarded<ibv_cq_ex*>(nullptr, [&]() -> ibv_cq_ex* {
     constexpr uint64_t kTimestamps =
         IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
-    constexpr uint64_t kWcFlags = IBV_WC_STANDARD_FLAGS | kTimestamps;
+    constexpr uint64_t kWcFlags = IBV_WC_STANDARD_FLAGS | kTimestamps | IBV_WC_EX_WITH_TM_INFO;
     if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
       errno = EOPNOTSUPP;
       return nullptr;
     }
     if ((attr->wc_flags & ~kWcFlags) || ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
                                          (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))) {
-      errno = EOPNOTSUPP;  // CVLAN, flow tag, tag matching, ignore-overrun: not supported
+      errno = EOPNOTSUPP;  // CVLAN, flow tag, ignore-overrun: not supported
       return nullptr;
     }
     // A parent domain (not a PD) of this context; under a thread domain, or SINGLE_THREADED, polls take no
@@ -224,6 +224,7 @@ ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
     if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) x.read_completion_ts = cqx_read_completion_ts;
     if (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
       x.read_completion_wallclock_ns = cqx_read_completion_wallclock_ns;
+    if (attr->wc_flags & IBV_WC_EX_WITH_TM_INFO) x.read_tm_info = urxe_cq_read_tm_info;  // tag_matching.cc
     return &x;
   });
 }

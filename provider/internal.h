@@ -449,6 +449,12 @@ ibv_srq* urxe_create_srq_ex(ibv_context* ibctx, ibv_srq_init_attr_ex* attr);
 int urxe_get_srq_num(ibv_srq* ibsrq, uint32_t* srq_num);
 ibv_qp* urxe_create_xrc_target(ibv_context* ibctx, ibv_qp_init_attr_ex* ax);
 ibv_qp* urxe_open_qp(ibv_context* ibctx, ibv_qp_open_attr* attr);
+// tag_matching.cc
+ibv_srq* urxe_create_tm_srq(ibv_context* ibctx,
+                            ibv_srq_init_attr_ex* attr);  // (urxe_create_srq_ex's IBV_SRQT_TM)
+int urxe_post_srq_ops(ibv_srq* ibsrq, ibv_ops_wr* wr, ibv_ops_wr** bad_wr);
+void urxe_cq_read_tm_info(ibv_cq_ex* c, ibv_wc_tm_info* info);
+void fill_tm_caps(ibv_tm_caps& caps);
 // cq.cc
 ibv_cq* urxe_create_cq(ibv_context* ibctx, int cqe, ibv_comp_channel* channel, int comp_vector);
 ibv_cq_ex* urxe_create_cq_ex(ibv_context* ibctx, ibv_cq_init_attr_ex* attr);

@@ -50,6 +50,7 @@ verbs_context_ops make_ctx_ops() {
   o.poll_cq = urxe_poll_cq;
   o.post_recv = urxe_post_recv;
   o.post_send = urxe_post_send;
+  o.post_srq_ops = urxe_post_srq_ops;
   o.post_srq_recv = urxe_post_srq_recv;
   o.query_device_ex = urxe_query_device_ex;
   o.query_port = urxe_query_port;

@@ -1,4 +1,5 @@
-// XRC verbs: ibv_open_xrcd / ibv_close_xrcd, XRC SRQs (ibv_create_srq_ex, ibv_get_srq_num), XRC target QPs
+// XRC verbs: ibv_open_xrcd / ibv_close_xrcd, XRC SRQs (ibv_create_srq_ex, which also makes basic SRQs and
+// hands tag-matching ones to tag_matching.cc; ibv_get_srq_num), XRC target QPs
 // (ibv_create_qp_ex with IBV_QPT_XRC_RECV) and ibv_open_qp. XRC_SEND QPs are created by qp.cc as RC QPs are.
 //
 // An XRC domain opened on a file follows the file's inode, as the kernel's: every ibv_open_xrcd of that
@@ -128,8 +129,9 @@ ibv_srq* urxe_create_srq_ex(ibv_context* ibctx, ibv_srq_init_attr_ex* attr) {
     constexpr uint32_t kKnown =
         IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
     const ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
+    if (type == IBV_SRQT_TM) return urxe_create_tm_srq(ibctx, attr);
     if ((attr->comp_mask & ~kKnown) || (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC)) {
-      errno = EOPNOTSUPP;  // tag matching and anything newer
+      errno = EOPNOTSUPP;  // anything newer
       return nullptr;
     }
     const bool xrc = type == IBV_SRQT_XRC;
