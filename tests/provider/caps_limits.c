@@ -524,8 +524,9 @@ static int zero_wq(struct env* e, uint64_t v) {
   CHECK(!wq && errno == EOPNOTSUPP, "create_wq: errno %d", errno);
   return 0;
 }
-static int zero_tm(struct env* e, uint64_t v) {
-  (void)v;
+/* A tag-matching SRQ with max_num_tags tags (v + 1: EINVAL) holds that many, one more: ENOMEM; a tag of
+ * tm_caps.max_sge + 1 SGEs: EINVAL. */
+static struct ibv_srq* tm_srq(struct env* e, uint32_t tags) {
   struct ibv_srq_init_attr_ex sa;
   memset(&sa, 0, sizeof sa);
   sa.attr.max_wr = 1;
@@ -534,11 +535,34 @@ static int zero_tm(struct env* e, uint64_t v) {
   sa.srq_type = IBV_SRQT_TM;
   sa.pd = e->pd;
   sa.cq = e->cq;
-  sa.tm_cap.max_num_tags = 1;
+  sa.tm_cap.max_num_tags = tags;
   sa.tm_cap.max_ops = 1;
   errno = 0;
-  struct ibv_srq* srq = ibv_create_srq_ex(e->ctx, &sa);
-  CHECK(!srq && errno == EOPNOTSUPP, "tag-matching SRQ: errno %d", errno);
+  return ibv_create_srq_ex(e->ctx, &sa);
+}
+static int lim_tm_tags(struct env* e, uint64_t v) {
+  CHECK(e->dx.tm_caps.flags == IBV_TM_CAP_RC, "tm_caps.flags %u", e->dx.tm_caps.flags);
+  struct ibv_srq* srq = tm_srq(e, (uint32_t)v + 1);
+  CHECK(!srq && errno == EINVAL, "max_num_tags + 1: %s, errno %d", srq ? "created" : "refused", errno);
+  srq = tm_srq(e, (uint32_t)v);
+  CHECK(srq != NULL, "TM SRQ of max_num_tags: %s", strerror(errno));
+  struct ibv_sge sge[2] = {{(uintptr_t)e->mem, 8, e->mr->lkey}, {(uintptr_t)e->mem + 8, 8, e->mr->lkey}};
+  struct ibv_ops_wr op, *bad = NULL;
+  memset(&op, 0, sizeof op);
+  op.opcode = IBV_WR_TAG_ADD;
+  op.tm.add.sg_list = sge;
+  op.tm.add.num_sge = (int)e->dx.tm_caps.max_sge + 1;
+  int rc = ibv_post_srq_ops(srq, &op, &bad);
+  CHECK(rc == EINVAL && bad == &op, "a tag of max_sge + 1 SGEs: %d", rc);
+  op.tm.add.num_sge = 1;
+  for (uint64_t i = 0; i < v; i++) {
+    op.tm.add.tag = i;
+    rc = ibv_post_srq_ops(srq, &op, &bad);
+    CHECK(rc == 0, "tag %llu of %llu: %d", (unsigned long long)i, (unsigned long long)v, rc);
+  }
+  rc = ibv_post_srq_ops(srq, &op, &bad);
+  CHECK(rc == ENOMEM, "one tag more: %d", rc);
+  CHECK(ibv_destroy_srq(srq) == 0, "destroy TM SRQ");
   return 0;
 }
 static int zero_cq_moderation(struct env* e, uint64_t v) {
@@ -699,9 +723,8 @@ const struct limit_row kLimitRows[] = {
      .zero_only = 1},
     {.name = "tm_caps.max_num_tags",
      .value = DEV(max_num_tags),
-     .check = zero_tm,
-     .how = "0: tag-matching SRQ refused",
-     .zero_only = 1},
+     .check = lim_tm_tags,
+     .how = "a TM SRQ holds that many tags, one more: ENOMEM"},
     {.name = "cq_mod_caps.max_cq_count",
      .value = DEV(max_cq_count),
      .check = zero_cq_moderation,
