@@ -127,13 +127,14 @@ int Engine::post_srq_op(uint32_t srq, OpsWr& op) {
   return impl_->post_srq_op(srq, op);
 }
 
-// A QP on a TM SRQ gets kTmSqSlots SQ slots beyond the app's (which post_send still limits to its
-// max_send_wr), with inline room for a FIN's TMH in each.
+// A QP on a TM SRQ gets kTmSqSlots SQ slots beyond the app's, with inline room for a FIN's TMH in each. The
+// NIC's own WQEs take at most kTmSqSlots, so the app can always post its max_send_wr (more while the NIC
+// holds fewer: post_send's bound counts both).
 void EngineImpl::tm_qp_init(Qp& q) {
   const QpCap& cap = q.cap;
   const uint32_t stride = cap.max_inline_data > kTmhSize ? cap.max_inline_data : kTmhSize;
   q.sq.init(cap.max_send_wr + kTmSqSlots);
-  q.sq.capacity = cap.max_send_wr;
+  q.sq.capacity = cap.max_send_wr + kTmSqSlots;
   q.sq_sges.assign(size_t{q.sq.slots.size()} * cap.max_send_sge, Sge{});
   q.sq_inline.assign(size_t{q.sq.slots.size()} * stride, 0);
   for (uint32_t i = 0; i < q.sq.slots.size(); i++) {
@@ -149,11 +150,21 @@ uint32_t free_sq_slots(const Qp& q) {
   return static_cast<uint32_t>(q.sq.slots.size()) - used;
 }
 
+// The NIC's own WQEs in the SQ (published slots only: the app writes nothing below prod).
+uint32_t internal_wqes(const Qp& q) {
+  uint32_t n = 0;
+  const uint32_t prod = q.sq.prod.load(std::memory_order_acquire);
+  for (uint32_t i = q.sq.cons.load(std::memory_order_relaxed); i != prod; i++)
+    n += (q.sq.at(i).send_flags & kSendTmInternal) != 0;
+  return n;
+}
+
 // Whether the NIC can serve a matched rendezvous itself: the data fits the tag's buffer, the QP can send,
-// and two SQ slots are free (the app is held to its max_send_wr, so its posts leave them).
+// and two SQ slots are free within the NIC's share (kTmSqSlots).
 bool rndv_servable(const Qp& q, const TmTag& g, uint32_t len) {
   const uint64_t room = g.num_sge ? g.sge.length : 0;
-  return len <= room && q.state.load(std::memory_order_relaxed) == QPS_RTS && free_sq_slots(q) >= 2;
+  return len <= room && q.state.load(std::memory_order_relaxed) == QPS_RTS && free_sq_slots(q) >= 2 &&
+         internal_wqes(q) + 2 <= kTmSqSlots;
 }
 
 SendWqe& fresh_wqe(Qp& q, uint32_t i) {

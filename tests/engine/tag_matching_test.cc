@@ -44,6 +44,7 @@ static_assert(kTmhSize == sizeof(ibv_tmh) && kRvhSize == sizeof(ibv_rvh));
 #undef SAME
 
 constexpr uint64_t kMask = 0xffff;
+constexpr uint32_t kTags = 16;  // the SRQ's max_num_tags
 
 class TagMatching : public ::testing::Test {
  protected:
@@ -51,7 +52,7 @@ class TagMatching : public ::testing::Test {
   uint32_t srq = 0, qa = 0, qb = 0;
   void SetUp() override {
     SrqAttr sa{64, 1, 0};
-    TmSrqAttr tm{8, 16, lb.b().cq};
+    TmSrqAttr tm{kTags, 16, lb.b().cq};
     ASSERT_EQ(0, lb.b().eng->create_srq_tm(lb.b().pd, sa, tm, srq));
     qa = lb.create_qp(lb.a(), QPT_RC);
     qb = lb.create_qp(lb.b(), QPT_RC, srq, QpCap{0, 0, 0, 0, 0});
@@ -223,8 +224,8 @@ TEST_F(TagMatching, DelSyncAndBadOperations) {
   wc = poll_b();
   EXPECT_EQ(wc.opcode, WC_TM_DEL);
   EXPECT_EQ(wc.status, WC_TM_ERR);
-  // the list holds max_num_tags (8)
-  for (uint32_t i = 0; i < 8; i++) ASSERT_EQ(0, add(100 + i, i, 0x1000, 64, nullptr, 0)) << i;
+  // the list holds max_num_tags
+  for (uint32_t i = 0; i < kTags; i++) ASSERT_EQ(0, add(100 + i, i, 0x1000, 64, nullptr, 0)) << i;
   EXPECT_EQ(ENOMEM, add(200, 9, 0x1000, 64, nullptr, 0));
   OpsWr op;
   op.opcode = WR_TAG_ADD;
@@ -300,6 +301,69 @@ TEST_F(TagMatching, RendezvousIsReadByTheNicThenFinishedWithAFin) {
   lb.settle();
   Wc extra[4];
   EXPECT_EQ(0, lb.b().eng->poll_cq(lb.b().cq, 4, extra));  // the NIC's READ and FIN complete to nobody
+}
+
+// More rendezvous at once than the NIC's share of the SQ (kTmSqSlots: a READ and a FIN each): the excess is
+// left to the app (WC_TM_RNDV_INCOMPLETE, headers in the tag's buffer); every one served gets its data and
+// its FIN; nothing is lost and the QP stays usable.
+TEST_F(TagMatching, RendezvousBeyondTheNicsShareIsLeftToTheApp) {
+  constexpr uint32_t kN = kTags, kLen = 8192;
+  for (uint32_t t = 0; t < kN; t++) {
+    ASSERT_EQ(0, add(t, t, 0x40000 + uint64_t{t} * kLen, kLen, nullptr, 0));
+    post_recv(lb.a(), qa, 0x30000 + uint64_t{t} * 64, 64, 900 + t);  // for the FINs
+  }
+  std::vector<uint8_t>& m = lb.a().mem;
+  fill(m, 0x80000, size_t{kN} * kLen, 0x33);
+  for (uint32_t t = 0; t < kN; t++) {  // all posted before any runs: they arrive together
+    uint8_t* h = m.data() + uint64_t{t} * 64;
+    std::memset(h, 0, 32);
+    h[0] = TMH_RNDV;
+    wire::store_be64(h + 8, t);
+    wire::store_be64(h + kTmhSize, lb.a().addr(0x80000 + uint64_t{t} * kLen));
+    wire::store_be32(h + kTmhSize + 8, lb.a().mr.rkey);
+    wire::store_be32(h + kTmhSize + 12, kLen);
+    Sge sge{lb.a().addr(uint64_t{t} * 64), 32, lb.a().mr.lkey};
+    post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, t, 0));
+  }
+  lb.settle();
+  Wc wc[64];
+  std::vector<int> match(kN), incomplete(kN), data(kN);
+  int n = 0, total = 0;
+  while ((n = lb.b().eng->poll_cq(lb.b().cq, 64, wc)) > 0) {
+    for (int i = 0; i < n; i++) {
+      const Wc& w = wc[i];
+      ASSERT_EQ(w.opcode, WC_TM_RECV);
+      ASSERT_LT(w.wr_id, kN);
+      total++;
+      if (w.wc_flags == WC_TM_MATCH && w.status == WC_SUCCESS) match[w.wr_id]++;
+      if (w.wc_flags == WC_TM_MATCH && w.status == WC_TM_RNDV_INCOMPLETE) incomplete[w.wr_id]++;
+      if (w.wc_flags == WC_TM_DATA_VALID && w.status == WC_SUCCESS) data[w.wr_id]++;
+    }
+  }
+  int served = 0, left = 0;
+  for (uint32_t t = 0; t < kN; t++) {
+    EXPECT_EQ(match[t] + incomplete[t], 1) << t;
+    EXPECT_EQ(data[t], match[t]) << t;
+    const uint64_t buf = 0x40000 + uint64_t{t} * kLen;
+    if (match[t]) {
+      EXPECT_TRUE(same(buf, 0x80000 + uint64_t{t} * kLen, kLen)) << t;
+    } else {
+      EXPECT_TRUE(same(buf, uint64_t{t} * 64, 32)) << t;
+    }
+    served += match[t];
+    left += incomplete[t];
+  }
+  EXPECT_EQ(total, 2 * served + left);
+  EXPECT_GE(served, 1);
+  EXPECT_GE(left, 1);  // 16 at once need 32 slots: the NIC has 16
+  // one FIN per served rendezvous
+  auto fins = lb.poll(lb.a(), static_cast<size_t>(served) + 1, 100'000'000);
+  EXPECT_EQ(fins.size(), static_cast<size_t>(served));
+  for (const Wc& w : fins) EXPECT_EQ(w.opcode, WC_RECV);
+  // the QP still works
+  post_srq(70, 0x8000, 4096);
+  send(TMH_EAGER, 0x777, 100);
+  EXPECT_EQ(poll_b().wr_id, 70u);
 }
 
 TEST_F(TagMatching, RendezvousTooBigForTheTagIsLeftToTheApp) {
