@@ -6,6 +6,8 @@
 //   while the app had not handled every unexpected message (its OPS_TM_SYNC count differs) is not armed
 //   (it might belong to one of those messages): its ADD completion carries WC_TM_SYNC_REQ, and it arms when
 //   an operation brings the app's count level with the NIC's.
+// - Every completion of a TM SRQ goes to its CQ, receives included (not the QP's recv_cq): as XRC SRQs, and
+//   as mlx5, where a TM SRQ is an XRQ with its own CQ.
 // - A SEND on a QP of a TM SRQ starts with a TMH. EAGER: the first armed tag in posting order with
 //   (TMH.tag & mask) == tag takes the data after the TMH: one WC_TM_RECV with TM_MATCH | TM_DATA_VALID.
 //   RNDV (a one-packet message, TMH + RVH): on a match the NIC READs the sender's buffer into the tag's
@@ -299,7 +301,7 @@ void EngineImpl::tm_complete_recv(Qp& q, uint32_t byte_len, uint32_t flags, uint
       break;
   }
   q.resp.have_recv = false;
-  cq_post(*q.rcq, wc, solicited);
+  cq_post(*q.srq->tm->cq, wc, solicited);
   count(Counter::rdma_recvs);
 }
 
@@ -314,7 +316,7 @@ void EngineImpl::tm_send_retired(Qp& q, const SendWqe& w, WcStatus status) {
   wc.byte_len = static_cast<uint32_t>(w.length);
   wc.wc_flags = status == WC_SUCCESS ? uint32_t{WC_TM_DATA_VALID} : 0u;
   wc.qp_num = q.qpn;
-  cq_post(*q.rcq, wc, false);
+  cq_post(*q.srq->tm->cq, wc, false);
 }
 
 }  // namespace urxe::engine

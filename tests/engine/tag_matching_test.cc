@@ -50,15 +50,25 @@ class TagMatching : public ::testing::Test {
  protected:
   Loopback lb;
   uint32_t srq = 0, qa = 0, qb = 0;
+  uint32_t qp_cq = 0;  // B's QP's own CQs: a TM SRQ's completions all go to the SRQ's CQ (B's main one)
   void SetUp() override {
     SrqAttr sa{64, 1, 0};
     TmSrqAttr tm{kTags, 16, lb.b().cq};
     ASSERT_EQ(0, lb.b().eng->create_srq_tm(lb.b().pd, sa, tm, srq));
+    ASSERT_EQ(0, lb.b().eng->create_cq(64, qp_cq));
     qa = lb.create_qp(lb.a(), QPT_RC);
-    qb = lb.create_qp(lb.b(), QPT_RC, srq, QpCap{0, 0, 0, 0, 0});
+    QpInitAttr init;
+    init.send_cq = init.recv_cq = qp_cq;
+    init.srq = srq;
+    init.qp_type = QPT_RC;  // max_send_wr 0, as the pyverbs test's server
+    ASSERT_EQ(0, lb.b().eng->create_qp(lb.b().pd, init, qb));
     ConnOpts o;
     lb.bring_up(lb.a(), qa, QPT_RC, lb.b(), qb, 1, 1, o);
     lb.bring_up(lb.b(), qb, QPT_RC, lb.a(), qa, 1, 1, o);
+  }
+  void TearDown() override {
+    Wc wc[4];
+    EXPECT_EQ(0, eb().poll_cq(qp_cq, 4, wc));  // nothing ever on the QP's own CQs
   }
   Engine& eb() { return *lb.b().eng; }
   // TAG_ADD of B's buffer [off, off+len); returns post_srq_op's result, the handle in `handle`.
