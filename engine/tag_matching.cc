@@ -14,9 +14,9 @@
 //   over the same QP (WQEs of its own, in kTmSqSlots extra SQ slots, completing to nobody) and then SENDs
 //   the sender a FIN (a TMH with TMH_FIN, the RNDV's app_ctx and tag) that the sender's receive reports:
 //   WC_TM_RECV with TM_MATCH at once, WC_TM_RECV with TM_DATA_VALID when the data is in. When the NIC
-//   cannot (buffer too small, QP not RTS, no slot) the message goes whole into the tag's buffer and
-//   completes with WC_TM_RNDV_INCOMPLETE: the app reads and sends the FIN itself, as on mlx5.
-//   Unexpected (no match, or a malformed RNDV): the whole message, TMH kept, into an ordinary SRQ WQE
+//   cannot (buffer too small, QP not RTS or in a thread domain, no slot) the message goes whole into the
+//   tag's buffer and completes with WC_TM_RNDV_INCOMPLETE: the app reads and sends the FIN itself, as on
+//   mlx5. Unexpected (no match, or a malformed RNDV): the whole message, TMH kept, into an ordinary SRQ WQE
 //   (WC_TM_RECV, no flags). NO_TAG, FIN, other opcodes or a message shorter than a TMH: an ordinary
 //   receive, TMH kept (WC_TM_NO_TAG).
 // The ordinary receive path pays one branch (the SRQ has a tag list); QPs without a TM SRQ nothing more.
@@ -162,11 +162,12 @@ uint32_t internal_wqes(const Qp& q) {
 }
 
 // Whether the NIC can serve a matched rendezvous itself: the data fits the tag's buffer, the QP can send,
-// and two SQ slots are free within the NIC's share (kTmSqSlots).
+// two SQ slots are free within the NIC's share (kTmSqSlots), and the app's posts take the SQ's lock (a QP
+// of a thread domain posts without it: the NIC could not add WQEs safely).
 bool rndv_servable(const Qp& q, const TmTag& g, uint32_t len) {
   const uint64_t room = g.num_sge ? g.sge.length : 0;
-  return len <= room && q.state.load(std::memory_order_relaxed) == QPS_RTS && free_sq_slots(q) >= 2 &&
-         internal_wqes(q) + 2 <= kTmSqSlots;
+  return len <= room && !q.sq.app_unlocked && q.state.load(std::memory_order_relaxed) == QPS_RTS &&
+         free_sq_slots(q) >= 2 && internal_wqes(q) + 2 <= kTmSqSlots;
 }
 
 SendWqe& fresh_wqe(Qp& q, uint32_t i) {
