@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
@@ -326,6 +327,105 @@ static int mw_type2_works(struct env* e) {
   return 0;
 }
 
+/* XRC: a domain on a file (a second open reaches the same one, O_EXCL refuses it, closing is EBUSY while an
+ * SRQ is in it), an XRC SRQ with its number, a target QP and an initiator connected to it; a SEND and a
+ * WRITE through the SRQ's number complete on the SRQ's CQ (the SEND) and land; a shared target through
+ * ibv_open_qp; an unknown SRQ number is an invalid request. */
+static int xrc_works(struct env* e) {
+  char path[] = "/tmp/urxe-caps-xrc.XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0, "mkstemp");
+  unlink(path);
+  struct ibv_xrcd_init_attr xa = {
+      .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = fd, .oflags = O_CREAT};
+  struct ibv_xrcd* x = ibv_open_xrcd(e->ctx, &xa);
+  REQUIRE(x, "open_xrcd: %s", strerror(errno));
+  xa.oflags = 0;
+  struct ibv_xrcd* x2 = ibv_open_xrcd(e->ctx, &xa); /* the file's domain exists: no O_CREAT needed */
+  CHECK(x2, "second open_xrcd: %s", strerror(errno));
+  xa.oflags = O_CREAT | O_EXCL;
+  CHECK(!ibv_open_xrcd(e->ctx, &xa) && errno == EEXIST, "O_EXCL on an existing domain: %s", strerror(errno));
+  struct ibv_cq* scq = ibv_create_cq(e->ctx, 16, NULL, NULL, 0);
+  REQUIRE(scq, "srq cq");
+  struct ibv_srq_init_attr_ex sa = {.attr = {.max_wr = 8, .max_sge = 1},
+                                    .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD |
+                                                 IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD,
+                                    .srq_type = IBV_SRQT_XRC,
+                                    .pd = e->pd,
+                                    .xrcd = x2 ? x2 : x,
+                                    .cq = scq};
+  struct ibv_srq* srq = ibv_create_srq_ex(e->ctx, &sa);
+  REQUIRE(srq, "XRC SRQ: %s", strerror(errno));
+  uint32_t srqn = 0;
+  CHECK(ibv_get_srq_num(srq, &srqn) == 0 && srqn, "get_srq_num");
+  if (x2) CHECK(ibv_close_xrcd(x2) == 0, "close of one of two handles");
+  CHECK(ibv_close_xrcd(x) == EBUSY, "close while an SRQ is in the domain");
+  struct ibv_qp_init_attr_ex ta = {
+      .qp_type = IBV_QPT_XRC_RECV, .comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = x};
+  struct ibv_qp* tgt = ibv_create_qp_ex(e->ctx, &ta);
+  REQUIRE(tgt, "XRC target: %s", strerror(errno));
+  struct ibv_qp_init_attr_ex ia = {.qp_type = IBV_QPT_XRC_SEND,
+                                   .send_cq = e->cq,
+                                   .cap = {.max_send_wr = 4, .max_send_sge = 1},
+                                   .comp_mask = IBV_QP_INIT_ATTR_PD,
+                                   .pd = e->pd};
+  struct ibv_qp* ini = ibv_create_qp_ex(e->ctx, &ia);
+  REQUIRE(ini, "XRC initiator: %s", strerror(errno));
+  /* RC's transitions: each XRC half ignores what it has no use for, as the kernel does */
+  REQUIRE(rc_to_init(ini) == 0 && rc_to_init(tgt) == 0, "INIT");
+  REQUIRE(rc_to_rts(ini, tgt->qp_num, &e->gid, kGid) == 0 && rc_to_rts(tgt, ini->qp_num, &e->gid, kGid) == 0,
+          "RTS");
+  struct ibv_qp_open_attr oa = {
+      .comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE,
+      .qp_num = tgt->qp_num,
+      .xrcd = x,
+      .qp_type = IBV_QPT_XRC_RECV};
+  struct ibv_qp* opened = ibv_open_qp(e->ctx, &oa);
+  CHECK(opened && opened->qp_num == tgt->qp_num, "open_qp: %s", strerror(errno));
+  struct ibv_sge rs = {(uintptr_t)(e->mem + 4096), 64, e->mr->lkey};
+  struct ibv_recv_wr rw = {.wr_id = 42, .sg_list = &rs, .num_sge = 1}, *rbad;
+  REQUIRE(ibv_post_srq_recv(srq, &rw, &rbad) == 0, "post_srq_recv");
+  strcpy(e->mem, "xrc send");
+  strcpy(e->mem + 64, "xrc write");
+  struct ibv_sge ss = {(uintptr_t)e->mem, 9, e->mr->lkey}, ws = {(uintptr_t)(e->mem + 64), 10, e->mr->lkey};
+  struct ibv_send_wr w1 = {.wr_id = 1,
+                           .sg_list = &ss,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     w2 = {.wr_id = 2,
+                           .sg_list = &ws,
+                           .num_sge = 1,
+                           .opcode = IBV_WR_RDMA_WRITE,
+                           .send_flags = IBV_SEND_SIGNALED},
+                     *sbad;
+  w1.qp_type.xrc.remote_srqn = w2.qp_type.xrc.remote_srqn = srqn;
+  w2.wr.rdma.remote_addr = (uintptr_t)(e->mem + 8192);
+  w2.wr.rdma.rkey = e->mr->rkey;
+  w1.next = &w2;
+  REQUIRE(ibv_post_send(ini, &w1, &sbad) == 0, "post_send");
+  struct ibv_wc wc;
+  for (int k = 0; k < 2; k++)
+    CHECK(wait_wc(e->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "initiator completion %d: %s", k,
+          ibv_wc_status_str(wc.status));
+  CHECK(wait_wc(scq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 42 && wc.byte_len == 9 &&
+            wc.qp_num == tgt->qp_num && !strcmp(e->mem + 4096, "xrc send"),
+        "receive on the SRQ's CQ");
+  CHECK(!strcmp(e->mem + 8192, "xrc write"), "WRITE through the XRC target");
+  w1.qp_type.xrc.remote_srqn = srqn + 1000; /* no such SRQ */
+  w1.next = NULL;
+  REQUIRE(ibv_post_send(ini, &w1, &sbad) == 0, "post_send");
+  CHECK(wait_wc(e->cq, &wc) == 1 && wc.status == IBV_WC_REM_INV_REQ_ERR, "unknown SRQ: %s",
+        ibv_wc_status_str(wc.status));
+  if (opened) CHECK(ibv_destroy_qp(opened) == 0, "destroy the opened handle");
+  CHECK(ibv_destroy_qp(tgt) == 0 && ibv_destroy_qp(ini) == 0, "destroy QPs");
+  CHECK(ibv_destroy_srq(srq) == 0, "destroy SRQ");
+  CHECK(ibv_close_xrcd(x) == 0, "close_xrcd");
+  ibv_destroy_cq(scq);
+  close(fd);
+  return 0;
+}
+
 struct flag_row {
   const char* name;
   uint64_t flag;
@@ -341,6 +441,7 @@ static const struct flag_row kFlagRows[] = {
     {.name = "MEM_WINDOW", .flag = IBV_DEVICE_MEM_WINDOW, .when_set = mw_works, .when_clear = mw_refused},
     {.name = "MEM_WINDOW_TYPE_2A", .flag = IBV_DEVICE_MEM_WINDOW_TYPE_2A, .when_set = mw_type2_works},
     {.name = "MEM_WINDOW_TYPE_2B", .flag = IBV_DEVICE_MEM_WINDOW_TYPE_2B, .when_set = mw_type2_works},
+    {.name = "XRC", .flag = IBV_DEVICE_XRC, .when_set = xrc_works},
 };
 
 int main(int argc, char** argv) {
