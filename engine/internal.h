@@ -54,7 +54,7 @@ struct Srq {
   uint32_t handle = 0;  // also its SRQ number (ibv_get_srq_num)
   uint32_t pd = 0;
   uint32_t xrcd = 0;  // an XRC SRQ: its XRC domain (0: an ordinary SRQ)
-  Cq* cq = nullptr;   // an XRC SRQ: where its receives complete
+  Cq* cq = nullptr;   // an XRC or tag-matching SRQ's own CQ: where its receives (and TM operations) complete
   RecvQueue rq;
   std::atomic<uint32_t> limit{0};
   uint32_t refs = 0;

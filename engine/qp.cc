@@ -372,7 +372,8 @@ void EngineImpl::qp_flush(Qp& q) {
     wc.status = WC_WR_FLUSH_ERR;
     wc.opcode = WC_RECV;
     wc.qp_num = q.qpn;
-    if (cq_post(*q.rcq, wc, false)) q.resp.have_recv = false;
+    // an SRQ with a CQ of its own (XRC, tag matching) reports its receives there
+    if (cq_post(q.srq && q.srq->cq ? *q.srq->cq : *q.rcq, wc, false)) q.resp.have_recv = false;
   }
   if (q.srq) {
     if (q.flush_needed) async_event(EVENT_QP_LAST_WQE_REACHED, q.qpn);

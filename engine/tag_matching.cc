@@ -36,19 +36,20 @@ int EngineImpl::create_srq_tm(uint32_t pd, const SrqAttr& attr, const TmSrqAttr&
     return EINVAL;
   if (int rc = create_srq(pd, attr, srq, actual)) return rc;
   auto t = std::make_unique<TmSrq>();
-  t->cq = cq;
   t->max_ops = tm.max_ops;
   t->tags.resize(tm.max_num_tags);
   t->order.reserve(tm.max_num_tags);
   t->free.reserve(tm.max_num_tags);
   for (uint32_t h = tm.max_num_tags; h-- > 0;) t->free.push_back(h);  // handle 0 first
   cq->refs++;
-  srq_get(srq)->tm = std::move(t);
+  Srq* s = srq_get(srq);
+  s->cq = cq;
+  s->tm = std::move(t);
   return 0;
 }
 
 void EngineImpl::tm_srq_release(Srq& s) {
-  s.tm->cq->refs--;
+  s.cq->refs--;
 }
 
 namespace {
@@ -114,7 +115,7 @@ int EngineImpl::post_srq_op(uint32_t srq, OpsWr& op) {
     default:
       return EINVAL;
   }
-  if (post) cq_post(*t.cq, wc, false);
+  if (post) cq_post(*s->cq, wc, false);
   return 0;
 }
 
@@ -302,7 +303,7 @@ void EngineImpl::tm_complete_recv(Qp& q, uint32_t byte_len, uint32_t flags, uint
       break;
   }
   q.resp.have_recv = false;
-  cq_post(*q.srq->tm->cq, wc, solicited);
+  cq_post(*q.srq->cq, wc, solicited);
   count(Counter::rdma_recvs);
 }
 
@@ -317,7 +318,7 @@ void EngineImpl::tm_send_retired(Qp& q, const SendWqe& w, WcStatus status) {
   wc.byte_len = static_cast<uint32_t>(w.length);
   wc.wc_flags = status == WC_SUCCESS ? uint32_t{WC_TM_DATA_VALID} : 0u;
   wc.qp_num = q.qpn;
-  cq_post(*q.srq->tm->cq, wc, false);
+  cq_post(*q.srq->cq, wc, false);
 }
 
 }  // namespace urxe::engine

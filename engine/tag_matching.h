@@ -66,8 +66,7 @@ struct TmTag {
   uint32_t num_sge = 0;
 };
 
-struct TmSrq {
-  Cq* cq = nullptr;  // the SRQ's CQ: operation completions
+struct TmSrq {  // (its CQ, for operation and receive completions: Srq::cq)
   uint32_t max_ops = 0;
   std::vector<TmTag> tags;      // by handle
   std::vector<uint32_t> order;  // live handles in posting order: the matching order
