@@ -87,7 +87,9 @@ void EngineImpl::log_qp_error(const Qp& q, WcStatus cause, uint32_t psn) {
 // The responder NAKed a request it cannot take and moved the QP to ERR (IBTA 9.9.3 class C/D errors).
 void EngineImpl::log_responder_error(const Qp& q, uint8_t nak_code, const wire::Packet& pkt) {
   if (!sink) return;
-  const char* what = nak_code == static_cast<uint8_t>(wire::NakCode::invalid_request)
+  const bool xrc_srq_bad = q.type == QPT_XRC_RECV && !q.srq;  // xrc_bind refused the XRCETH's SRQ
+  const char* what = xrc_srq_bad ? "invalid request (the XRCETH names no XRC SRQ of the target's XRC domain)"
+                     : nak_code == static_cast<uint8_t>(wire::NakCode::invalid_request)
                          ? "invalid request (opcode out of sequence, bad length, or a message larger than "
                            "the receive buffer)"
                      : nak_code == static_cast<uint8_t>(wire::NakCode::remote_access_error)

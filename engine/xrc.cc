@@ -51,10 +51,14 @@ int EngineImpl::open_qp(uint32_t xrcd, uint32_t qpn) {
 
 bool EngineImpl::xrc_bind(Qp& q, const wire::Packet& pkt) {
   if (q.srq && q.srq->handle == pkt.xrc_srqn) return true;  // the same SRQ as the last request
-  // A message's packets all name one SRQ: its receive WQE came from there.
-  if (q.resp.in_msg != InMsg::none) return false;
-  Srq* s = srq_get(pkt.xrc_srqn);
-  if (!s || s->xrcd != q.xrcd) return false;
+  // A message's packets all name one SRQ: its receive WQE came from there. Refused: bound to none (its CQ
+  // stays, for the receive in progress).
+  Srq* s = q.resp.in_msg == InMsg::none ? srq_get(pkt.xrc_srqn) : nullptr;
+  if (!s || s->xrcd != q.xrcd) {
+    q.srq = nullptr;
+    q.pd = 0;
+    return false;
+  }
   q.srq = s;
   q.pd = s->pd;
   q.rcq = s->cq;
