@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary packets, and packets built with wire::build_frame for the QPs under test and
-// then mutated, fed into an engine whose RC, UC and UD QPs are in RTS with registered memory (and a few
-// requests of its own outstanding, so responses reach its completer too).
+// then mutated, fed into an engine whose RC, UC and UD QPs and XRC target are in RTS with registered memory
+// (and a few requests of its own outstanding, so responses reach its completer too). The XRC target's
+// requests name its domain's XRC SRQ, another domain's, or any number.
 //
 // Invariants checked after every input:
 //  - nothing is written outside registered memory: the guard bytes around every region are intact;
@@ -147,13 +148,14 @@ struct World {
   sim::GuardedArena arena{6 * kRegionLen + 4096};
   sim::GuardedArena::Region rw, ro, src, sink, recv, zb;
   MrInfo rw_mr{}, ro_mr{}, src_mr{}, sink_mr{}, recv_mr{}, zb_mr{};
-  uint32_t pd = 0, cq = 0, qpn[3] = {0, 0, 0};  // RC, UC, UD
+  uint32_t pd = 0, cq = 0, qpn[4] = {0, 0, 0, 0};   // RC, UC, UD, XRC_RECV
+  uint32_t xrcd = 0, xrc_srq = 0, foreign_srq = 0;  // the target's domain and SRQ; an SRQ of another domain
   std::vector<uint8_t> ro_copy, src_copy;
   std::vector<uint8_t>
       before[4];  // writable regions at the start (rw, zero-based, sink, recv), for the stats
   uint32_t recv_posted = 0;
   // The PSNs the structured records aim at: each QP's expected request PSN, our requester's next response.
-  uint32_t next_req_psn[3] = {kRqPsn, kRqPsn, kRqPsn}, next_resp_psn = 0x200;
+  uint32_t next_req_psn[4] = {kRqPsn, kRqPsn, kRqPsn, kRqPsn}, next_resp_psn = 0x200;
 
   World() {
     EngineConfig cfg;
@@ -164,6 +166,7 @@ struct World {
     cfg.device.max_qp = 8;
     cfg.device.max_cq = 8;
     cfg.device.max_srq = 4;
+    cfg.device.max_xrcds = 4;
     eng = std::make_unique<Engine>(port, clock, cfg);
     sim::Rng rng(1);
     rw = arena.carve(kRegionLen, rng, 64);
@@ -193,12 +196,18 @@ struct World {
     reg(recv, ACCESS_LOCAL_WRITE, recv_mr, false);
     reg(zb, all, zb_mr, true);
     must(eng->create_cq(4096, cq), "create_cq");
-    const QpType types[3] = {QPT_RC, QPT_UC, QPT_UD};
-    for (int i = 0; i < 3; ++i) {
+    uint32_t other_xrcd = 0;
+    must(eng->alloc_xrcd(xrcd), "alloc_xrcd");
+    must(eng->alloc_xrcd(other_xrcd), "alloc_xrcd");
+    must(eng->create_xrc_srq(xrcd, pd, cq, SrqAttr{16, 4, 0}, xrc_srq), "create_xrc_srq");
+    must(eng->create_xrc_srq(other_xrcd, pd, cq, SrqAttr{16, 4, 0}, foreign_srq), "create_xrc_srq");
+    const QpType types[4] = {QPT_RC, QPT_UC, QPT_UD, QPT_XRC_RECV};
+    for (int i = 0; i < 4; ++i) {
       QpInitAttr ia;
       ia.send_cq = ia.recv_cq = cq;
       ia.qp_type = types[i];
       ia.cap = {64, 64, 4, 4, 64};
+      ia.xrcd = xrcd;
       must(eng->create_qp(pd, ia, qpn[i]), "create_qp");
       QpAttr a;
       a.qp_state = QPS_INIT;
@@ -222,7 +231,7 @@ struct World {
         a.dest_qp_num = kPeerQpn;
         a.rq_psn = kRqPsn;
         mask |= QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN;
-        if (types[i] == QPT_RC) {
+        if (types[i] == QPT_RC || types[i] == QPT_XRC_RECV) {
           a.max_dest_rd_atomic = 4;
           a.min_rnr_timer = 1;
           mask |= QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER;
@@ -232,7 +241,7 @@ struct World {
       a = {};
       a.qp_state = QPS_RTS;
       a.sq_psn = 0x200;
-      mask = QP_STATE | QP_SQ_PSN;
+      mask = QP_STATE | QP_SQ_PSN | (types[i] == QPT_XRC_RECV ? uint32_t{QP_TIMEOUT} : 0u);
       if (types[i] == QPT_RC) {
         a.timeout = 8;
         a.retry_cnt = 2;
@@ -286,7 +295,8 @@ struct World {
     w.sg_list = &s;
     w.num_sge = 1;
     const RecvWr* bad;
-    if (eng->post_recv(qpn[qp], &w, &bad) == 0) ++recv_posted;
+    const int rc = qp == 3 ? eng->post_srq_recv(xrc_srq, &w, &bad) : eng->post_recv(qpn[qp], &w, &bad);
+    if (rc == 0) ++recv_posted;
   }
   void pump() {
     for (int i = 0; i < 64 && (port.pending() || eng->next_deadline_ns() <= clock.t); ++i) eng->progress();
@@ -360,9 +370,9 @@ void structured(World& w, Reader& in, uint8_t batch) {
   s.src_ip = sim::sim_gid_v4(1);
   s.dst_ip = sim::sim_gid_v4(0);
   if (flags & 0x40) s.ip_version = 6;
-  uint32_t qsel = sel % 4;
-  static constexpr uint8_t kBase[3] = {wire::op::kRc, wire::op::kUc, wire::op::kUd};
-  uint8_t base = qsel < 3 ? kBase[qsel] : static_cast<uint8_t>(sel & 0xe0);
+  uint32_t qsel = sel % 5;
+  static constexpr uint8_t kBase[4] = {wire::op::kRc, wire::op::kUc, wire::op::kUd, wire::op::kXrc};
+  uint8_t base = qsel < 4 ? kBase[qsel] : static_cast<uint8_t>(sel & 0xe0);
   // An opcode of the QP's transport (UC: sends and writes; UD: SEND_ONLY[_IMM]), or of another transport, or
   // any byte at all.
   static constexpr size_t kUcOps = 12;  // the first 12 of kOps are the sends and writes
@@ -370,10 +380,12 @@ void structured(World& w, Reader& in, uint8_t batch) {
   uint8_t low = qsel == 1 ? kOps[opsel % kUcOps] : qsel == 2 ? kUdOps[opsel & 1] : kOps[opsel % sizeof kOps];
   s.bth.opcode = static_cast<uint8_t>(base | low);
   if ((flags & 0x20) && (mrsel & 0x40)) s.bth.opcode = opsel;
-  s.bth.dqpn = qsel < 3 ? w.qpn[qsel] : in.u32() & 0xffffff;
+  s.bth.dqpn = qsel < 4 ? w.qpn[qsel] : in.u32() & 0xffffff;
+  // XRC: the target's SRQ, another domain's, or any number
+  s.xrc_srqn = (flags & 0x10) ? ((mrsel & 0x20) ? w.foreign_srq : in.u32() & 0xffffff) : w.xrc_srq;
   bool response = wire::opcode_info(s.bth.opcode).is_response;
   // Requests around the responder's expected PSN; responses around our requester's PSNs.
-  uint32_t& next = response ? w.next_resp_psn : w.next_req_psn[qsel < 3 ? qsel : 0];
+  uint32_t& next = response ? w.next_resp_psn : w.next_req_psn[qsel < 4 ? qsel : 0];
   s.bth.psn = (next + static_cast<uint32_t>(psn_delta)) & 0xffffff;
   if (psn_delta == 0 && !truncate && !mutate_sealed) next = (next + 1) & 0xffffff;
   s.bth.ack_req = flags & 1;
@@ -472,7 +484,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         w.advance(uint64_t{r.u16()} * 1000);
         break;
       case 3:
-        w.post_recv(r.u8() % 3);
+        w.post_recv(r.u8() % 4);
         break;
     }
     w.pump();
