@@ -113,6 +113,7 @@ struct RespRes {
   uint32_t rkey = 0;
   uint64_t length = 0;
   uint64_t orig = 0;  // atomic: the value before the operation (replayed for duplicates)
+  uint32_t pd = 0;    // the PD its R_Key was checked in (an XRC target's PD changes with each request's SRQ)
   uint32_t msn = 0;   // MSN once this request executed: its responses carry it, however late they go out
   // output state: still owes response packets from cur_psn / cur_offset
   bool pending = false;
@@ -421,14 +422,19 @@ struct EngineImpl {
   uint8_t* odp_fault_in(uintptr_t at, uint64_t len, uint32_t access, MrError& err) const;
   // The same for an rkey a request brought to q: an MR of q's PD, or a window (mw.cc). Inline, the window
   // only where mr_resolve failed: the MR path is mr_resolve's, unchanged.
-  uint8_t* rkey_resolve(uint32_t key, const Qp& q, uint32_t access, uint64_t va, uint64_t len, MrError& err);
+  // `pd`: the PD the request was checked in (q.pd, or a READ's RespRes::pd when its responses are built).
+  uint8_t* rkey_resolve(uint32_t key, const Qp& q, uint32_t pd, uint32_t access, uint64_t va, uint64_t len,
+                        MrError& err);
+  uint8_t* rkey_resolve(uint32_t key, const Qp& q, uint32_t access, uint64_t va, uint64_t len, MrError& err) {
+    return rkey_resolve(key, q, q.pd, access, va, len, err);
+  }
   Mr* mr_slot(uint32_t key);  // the used slot `key` names (index and key byte), MR or window; else nullptr
 
   // mw.cc: memory windows
   int alloc_mw(uint32_t pd, MwType type, uint32_t& rkey);
   int dealloc_mw(uint32_t handle);
   // rkey_resolve's slow path, for the window m: its own checks, then an MR's (and its MR's ODP fault).
-  uint8_t* mw_resolve(const Mr& mw, const Qp& q, uint32_t access, uint64_t va, uint64_t len,
+  uint8_t* mw_resolve(const Mr& mw, const Qp& q, uint32_t pd, uint32_t access, uint64_t va, uint64_t len,
                       MrError& err) const;
   // BIND_MW, executed by the requester of q in queue order: WC_SUCCESS or WC_MW_BIND_ERR.
   WcStatus bind_mw(Qp& q, const SendWqe& w);
@@ -634,11 +640,11 @@ struct EngineImpl {
   wire::FrameLayout cur_layout{};
 };
 
-inline uint8_t* EngineImpl::rkey_resolve(uint32_t key, const Qp& q, uint32_t access, uint64_t va,
+inline uint8_t* EngineImpl::rkey_resolve(uint32_t key, const Qp& q, uint32_t pd, uint32_t access, uint64_t va,
                                          uint64_t len, MrError& err) {
-  uint8_t* p = mr_resolve(key, q.pd, access, va, len, err);
+  uint8_t* p = mr_resolve(key, pd, access, va, len, err);
   if (!p && err == MrError::window) [[unlikely]]
-    p = mw_resolve(mrs[key >> 8], q, access, va, len, err);
+    p = mw_resolve(mrs[key >> 8], q, pd, access, va, len, err);
   return p;
 }
 

@@ -71,8 +71,8 @@ int EngineImpl::dealloc_mw(uint32_t handle) {
   return 0;
 }
 
-uint8_t* EngineImpl::mw_resolve(const Mr& m, const Qp& q, uint32_t access, uint64_t va, uint64_t len,
-                                MrError& err) const {
+uint8_t* EngineImpl::mw_resolve(const Mr& m, const Qp& q, uint32_t pd, uint32_t access, uint64_t va,
+                                uint64_t len, MrError& err) const {
   // rxe_lookup_mw: VALID, bound (length != 0), and a type-2 window only through the QP that bound it; then
   // the PD, access and range as for an MR.
   const Mw& w = mw_of(m);
@@ -80,7 +80,7 @@ uint8_t* EngineImpl::mw_resolve(const Mr& m, const Qp& q, uint32_t access, uint6
     err = MrError::bad_key;
     return nullptr;
   }
-  err = m.pd != q.pd                                                    ? MrError::bad_pd
+  err = m.pd != pd                                                      ? MrError::bad_pd
         : (m.access & access) != access                                 ? MrError::bad_access
         : va < m.iova || len > m.length || va - m.iova > m.length - len ? MrError::bad_bounds
                                                                         : MrError::ok;

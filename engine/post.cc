@@ -35,7 +35,8 @@ int Engine::post_send(uint32_t qpn, const SendWr* wr, const SendWr** bad_wr) {
                            : q.type == QPT_UC                         ? info.uc
                            : q.type == QPT_UD                         ? info.ud
                                                                       : false;
-      if (!info.valid || !ok_type) {
+      // ATOMIC WRITE has no XRC opcode (Annex A14's rows stop at RC's 0x17)
+      if (!info.valid || !ok_type || (q.type == QPT_XRC_SEND && info.is_atomic_write)) {
         rc = EINVAL;
         break;
       }

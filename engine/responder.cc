@@ -264,6 +264,7 @@ struct Responder {
     q.resp.res_next++;
     r = RespRes{};
     r.valid = true;
+    r.pd = q.pd;
     return r;
   }
 
@@ -473,6 +474,10 @@ struct Responder {
       }
       return;
     }
+    // An XRC target's request, about to execute, takes the receive queue, PD and CQ of the XRC SRQ its
+    // XRCETH names (duplicates and out-of-sequence packets above are RC's, whatever SRQ they name)
+    if (q.type == QPT_XRC_RECV && !e.xrc_bind(q, pkt))
+      return fatal(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
     const wire::OpcodeInfo& info = *pkt.info;
     // READ data is read when its responses are built: before a later request may change memory, the
     // responses owed go out, so a READ never sees a later WRITE/atomic/SEND (in-order execution, as rxe).
@@ -594,6 +599,7 @@ void EngineImpl::responder_rx(Qp& q, const wire::Packet& pkt, const uint8_t* fra
   Responder r{*this, q, pkt, frame};
   switch (q.type) {
     case QPT_RC:
+    case QPT_XRC_RECV:
       r.rc();
       break;
     case QPT_UC:
@@ -601,13 +607,6 @@ void EngineImpl::responder_rx(Qp& q, const wire::Packet& pkt, const uint8_t* fra
       break;
     case QPT_UD:
       r.ud();
-      break;
-    case QPT_XRC_RECV:
-      // the XRC SRQ its XRCETH names lends q its receive queue, PD and CQ; none such: an invalid request
-      if (xrc_bind(q, pkt))
-        r.rc();
-      else
-        r.fatal(wire::NakCode::invalid_request, WC_REM_INV_REQ_ERR);
       break;
     case QPT_XRC_SEND:  // (rx_frame gives it no requests)
       break;
@@ -658,7 +657,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
       }
       MrError err;
       const uint8_t* src =
-          len ? rkey_resolve(r.rkey, q, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
+          len ? rkey_resolve(r.rkey, q, r.pd, ACCESS_REMOTE_READ, r.va + r.cur_offset, len, err) : nullptr;
       if (len && !src) {
         // the MR went away while the response was being sent
         emit_ack(*this, q,

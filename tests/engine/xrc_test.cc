@@ -191,6 +191,90 @@ TEST_F(Xrc, RdmaAndAtomicsCheckRkeysAgainstTheNamedSrqsPd) {
   EXPECT_EQ(qa.qp_state, QPS_ERR);
 }
 
+// A duplicate is RC's duplicate whatever SRQ it names: only a request about to execute takes its SRQ.
+TEST_F(Xrc, ADuplicateNamingAnotherSrqIsAnsweredAsADuplicate) {
+  Engine& b = *lb.b().eng;
+  post_srq(srq1, 11, 0, 256);
+  fill(lb.a().mem, 0, 64, 0x42);
+  int requests = 0, acks = 0;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>& bytes) {
+    if (side == 1) return ++acks == 1 ? Fate::drop : Fate::pass;  // the first ACK is lost
+    if (++requests == 2) {  // the retransmission names an SRQ of no domain of the target's
+      const size_t x = p.bth_offset + wire::kBthLen;
+      bytes[x + 1] = 0x00;
+      bytes[x + 2] = 0x03;
+      bytes[x + 3] = 0xe7;  // 999
+      wire::write_icrc(wire::MutByteSpan(bytes.data(), bytes.size()));
+    }
+    return Fate::pass;
+  };
+  send_to(srq1, 1, 0, 64);
+  const auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS) << wc_status_str(wa[0].status);
+  EXPECT_EQ(requests, 2);
+  EXPECT_EQ(b.counter(Counter::duplicate_request), 1u);
+  EXPECT_EQ(b.counter(Counter::rx_drop_parse) + b.counter(Counter::rx_drop_icrc), 0u);
+  const auto w1 = poll_cq(cq1, 2);  // one receive: the duplicate was not executed again
+  ASSERT_EQ(w1.size(), 1u);
+  EXPECT_EQ(w1[0].wr_id, 11u);
+  QpAttr qa;
+  ASSERT_EQ(0, b.query_qp(tgt, qa));
+  EXPECT_EQ(qa.qp_state, QPS_RTS);
+}
+
+// A READ's responses, sent again for its duplicate, read through the PD of the SRQ the READ named, though a
+// later request has bound the target to an SRQ of another PD.
+TEST_F(Xrc, AReplayedReadKeepsItsOwnSrqsPd) {
+  Engine& b = *lb.b().eng;
+  uint32_t pd2 = 0;
+  ASSERT_EQ(0, b.alloc_pd(pd2));
+  std::vector<uint8_t> mem2(4096, 0x6b);
+  MrInfo mr2;
+  ASSERT_EQ(0, b.reg_mr(pd2, mem2.data(), mem2.size(), reinterpret_cast<uintptr_t>(mem2.data()),
+                        ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ, mr2));
+  const uint32_t srq_pd2 = make_srq(xrcd, pd2, cq2);
+  int responses = 0;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    const bool read_response = (p.bth.opcode & 0x1f) >= wire::op::read_response_first &&
+                               (p.bth.opcode & 0x1f) <= wire::op::read_response_only;
+    return side == 1 && read_response && ++responses == 1 ? Fate::drop : Fate::pass;
+  };
+  Sge r{lb.a().addr(1024), 64, lb.a().mr.lkey};
+  SendWr w = make_rdma_wr(WR_RDMA_READ, &r, reinterpret_cast<uintptr_t>(mem2.data()), mr2.rkey, 1);
+  w.xrc_remote_srqn = srq_pd2;
+  post(lb.a(), ini, w);
+  fill(lb.a().mem, 0, 64, 0x19);
+  Sge s{lb.a().addr(0), 64, lb.a().mr.lkey};
+  w = make_rdma_wr(WR_RDMA_WRITE, &s, lb.b().addr(2048), lb.b().mr.rkey, 2);
+  w.xrc_remote_srqn = srq1;  // B's first PD
+  post(lb.a(), ini, w);
+  const auto wa = lb.poll(lb.a(), 2);
+  ASSERT_EQ(wa.size(), 2u);
+  for (const Wc& c : wa) EXPECT_EQ(c.status, WC_SUCCESS) << wc_status_str(c.status);
+  EXPECT_GE(responses, 2);
+  EXPECT_GE(b.counter(Counter::duplicate_request), 1u);
+  EXPECT_EQ(0, std::memcmp(lb.a().mem.data() + 1024, mem2.data(), 64));
+  EXPECT_EQ(0, std::memcmp(lb.b().mem.data() + 2048, lb.a().mem.data(), 64));
+  QpAttr qa;
+  ASSERT_EQ(0, b.query_qp(tgt, qa));
+  EXPECT_EQ(qa.qp_state, QPS_RTS);
+}
+
+// ATOMIC WRITE has no XRC opcode: post_send refuses it, as it refuses any WR its QP type cannot carry.
+TEST_F(Xrc, AtomicWriteIsNotAnXrcOperation) {
+  uint64_t v = 7;
+  Sge s{reinterpret_cast<uintptr_t>(&v), 8, 0};
+  SendWr w = make_wr(WR_ATOMIC_WRITE, &s, 1, 1);
+  w.send_flags |= SEND_INLINE;
+  w.rdma.remote_addr = lb.b().addr(0);
+  w.rdma.rkey = lb.b().mr.rkey;
+  w.xrc_remote_srqn = srq1;
+  const SendWr* bad = nullptr;
+  EXPECT_EQ(EINVAL, lb.a().eng->post_send(ini, &w, &bad));
+  EXPECT_EQ(bad, &w);
+}
+
 TEST_F(Xrc, AnSrqThatIsNotTheTargetsIsAnInvalidRequest) {
   Engine& b = *lb.b().eng;
   uint32_t other = 0, ocq = 0;
