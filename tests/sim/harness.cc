@@ -156,6 +156,73 @@ std::string Testbed::connect(const QpParams& p, QpEnds& out) {
   return {};
 }
 
+std::string Testbed::connect_xrc(const QpParams& p, uint32_t ini, uint32_t xrcd, QpEnds& out) {
+  char err[200];
+  auto fail = [&](const char* what, uint32_t side, int rc) {
+    std::snprintf(err, sizeof err, "%s on host %u failed: %d (%s)", what, side, rc, std::strerror(rc));
+    return std::string(err);
+  };
+  const uint32_t tgt = 1 - ini;
+  int rc;
+  Engine& ei = *host[ini].eng;
+  CqOptions co;
+  co.single_threaded = p.single_threaded;
+  if ((rc = ei.create_cq(p.cqe, out.send_cq[ini], nullptr, co))) return fail("create_cq", ini, rc);
+  out.recv_cq[ini] = out.send_cq[tgt] = out.recv_cq[tgt] = 0;
+  QpInitAttr ia;
+  ia.qp_type = QPT_XRC_SEND;
+  ia.send_cq = out.send_cq[ini];
+  ia.sq_sig_all = p.sq_sig_all;
+  ia.single_threaded = p.single_threaded;
+  ia.cap.max_send_wr = p.max_send_wr;
+  ia.cap.max_send_sge = p.max_sge;
+  ia.cap.max_inline_data = p.max_inline;
+  if ((rc = ei.create_qp(host[ini].pd, ia, out.qpn[ini]))) return fail("create_qp XRC_SEND", ini, rc);
+  QpInitAttr ta;
+  ta.qp_type = QPT_XRC_RECV;
+  ta.xrcd = xrcd;
+  if ((rc = host[tgt].eng->create_qp(0, ta, out.qpn[tgt]))) return fail("create_qp XRC_RECV", tgt, rc);
+  for (uint32_t s : {ini, tgt}) {
+    Engine& e = *host[s].eng;
+    const bool initiator = s == ini;
+    const uint32_t peer = 1 - s;
+    QpAttr a;
+    a.qp_state = QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qp_access_flags = p.access;
+    if ((rc = e.modify_qp(out.qpn[s], a, QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS)))
+      return fail("modify_qp INIT", s, rc);
+    a = {};
+    a.qp_state = QPS_RTR;
+    a.ah_attr.dgid = gid(peer);
+    a.ah_attr.dmac = sim_mac(peer);
+    a.path_mtu = p.path_mtu;
+    a.dest_qp_num = out.qpn[peer];
+    a.rq_psn = p.psn[peer];
+    uint32_t mask = QP_STATE | QP_AV | QP_PATH_MTU | QP_DEST_QPN | QP_RQ_PSN;
+    if (!initiator) {  // the responder's attributes: the target's only
+      a.max_dest_rd_atomic = p.max_dest_rd_atomic;
+      a.min_rnr_timer = p.min_rnr_timer;
+      mask |= QP_MAX_DEST_RD_ATOMIC | QP_MIN_RNR_TIMER;
+    }
+    if ((rc = e.modify_qp(out.qpn[s], a, mask))) return fail("modify_qp RTR", s, rc);
+    a = {};
+    a.qp_state = QPS_RTS;
+    a.sq_psn = p.psn[s];
+    a.timeout = p.timeout;
+    mask = QP_STATE | QP_SQ_PSN | QP_TIMEOUT;
+    if (initiator) {  // the requester's attributes: the initiator's only
+      a.retry_cnt = p.retry_cnt;
+      a.rnr_retry = p.rnr_retry;
+      a.max_rd_atomic = p.max_rd_atomic;
+      mask |= QP_RETRY_CNT | QP_RNR_RETRY | QP_MAX_QP_RD_ATOMIC;
+    }
+    if ((rc = e.modify_qp(out.qpn[s], a, mask))) return fail("modify_qp RTS", s, rc);
+  }
+  return {};
+}
+
 std::string Testbed::describe_counters() const {
   std::string s;
   for (uint32_t h = 0; h < 2; ++h) {

@@ -62,7 +62,7 @@ struct QpParams {
   uint32_t access = engine::ACCESS_REMOTE_WRITE | engine::ACCESS_REMOTE_READ | engine::ACCESS_REMOTE_ATOMIC;
   uint32_t qkey = 0x11111111;
   bool sq_sig_all = false;
-  uint32_t srq[2] = {0, 0};  // an SRQ handle per side (0: the QP has its own receive queue)
+  uint32_t srq[2] = {0, 0};      // an SRQ handle per side (0: the QP has its own receive queue)
   bool single_threaded = false;  // QPs and CQs without app-side locks (a thread domain)
 };
 
@@ -78,6 +78,11 @@ class Testbed {
   // Creates a QP (own send and recv CQ) on each host and brings both to RTS (RC/UC connected to each
   // other; UD with an AH each way). Returns an empty string or what failed.
   std::string connect(const QpParams& p, QpEnds& out);
+  // XRC (IBTA Annex A14): an XRC_SEND initiator (its own send CQ) on host `ini` and an XRC_RECV target in
+  // the other host's XRC domain `xrcd`, both brought to RTS with the kernel's masks for their types. The
+  // target has no CQ (out.send_cq/recv_cq 0 on its side): its receives complete on the CQ of the XRC SRQ each
+  // request names. p.srq is ignored.
+  std::string connect_xrc(const QpParams& p, uint32_t ini, uint32_t xrcd, QpEnds& out);
   std::string describe_counters() const;
 
  private:
