@@ -6,12 +6,17 @@
 // sizes 0, 1, MTU-1, MTU, MTU+1, multi-MTU, one to three SGEs, inline, fence and solicited flags, some
 // receives posted late (RNR), IPv4 or (a quarter of the seeds) IPv6 GIDs, and in some seeds one invalid
 // request (remote access error); a third of the one-way RC pairs take their receives from an SRQ, and a
-// third of the RC/UC flows reach their remote region only through a type-2 memory window. Then it
-// checks:
+// third of the RC/UC flows reach their remote region only through a type-2 memory window. Two fifths of
+// the one-way RC pairs are XRC instead (IBTA Annex A14): an XRC_SEND initiator and an XRC_RECV target whose
+// domain holds 2-3 XRC SRQs on two PDs and two CQs; each WR names one of them (its receives, its CQ, its PD
+// for the R_Key: the remote region is registered in both PDs, a WR uses the rkey of its SRQ's PD; the
+// invalid request may instead use the other PD's). Then it checks:
 //  - every byte of both hosts' memory equals the reference model (registered regions as the model says,
 //    everything else untouched: guard bytes around every region, gaps between SGEs, receive-buffer tails);
 //  - RC: every receive completed exactly once, in order, with the right length, opcode, flags and immediate;
-//    UC/UD: every receive completion matches a message that was sent (all of them, in order, without faults);
+//    XRC: the same per SRQ, on that SRQ's CQ, with the target QP's number (no flush: an SRQ outlives its QPs'
+//    errors); UC/UD: every receive completion matches a message that was sent (all of them, in order,
+//    without faults); every completion on the CQ it belongs to;
 //  - every signalled WR completed exactly once, in order, with the right status and opcode; after an error
 //    the failing WR and every later one complete with an error status (flushed), the first of them not a
 //    flush; both QPs end in ERR and the responder's receives are flushed;
@@ -69,6 +74,8 @@ struct Op {
   bool bad = false;           // deliberately invalid (remote access error expected)
   bool wrong_qkey = false;    // UD: sent with a Q_Key the receiver does not have: must be dropped
   int victim = -1;            // SEND_WITH_INV / LOCAL_INV: index of the window invalidated
+  int srq = -1;               // XRC: the flow's XRC SRQ (index in Flow::xsrqs) the WR names
+  bool wrong_pd = false;      // XRC invalid op: the rkey of the remote region's MR in the other PD
   std::vector<uint8_t> data;  // the message bytes (gathered) for sends and writes
 };
 
@@ -77,6 +84,12 @@ struct RecvWqe {
   std::vector<Piece> pieces;
   uint32_t cap = 0;
   bool late = false;
+  int srq = -1;  // XRC: the XRC SRQ (index in Flow::xsrqs) it is posted to
+};
+
+struct XrcSrq {
+  uint32_t pdi = 0, cqi = 0;  // which of the target's two PDs and of the flow's two CQs
+  uint32_t srqn = 0, cq = 0;  // handles
 };
 
 struct Flow {
@@ -92,7 +105,14 @@ struct Flow {
   std::vector<RecvWqe> recvs;
   uint64_t late_recv_at = 0;
   std::vector<Wc> send_wcs, recv_wcs;
+  std::vector<uint64_t> send_wc_cq, recv_wc_cq;  // where each completion was polled: host << 32 | CQ
   bool error_injected = false;
+  // XRC (type stays QPT_RC: the model is RC's): the target's XRC SRQs, and the remote and receive regions
+  // registered again in its second PD.
+  bool xrc = false;
+  std::vector<XrcSrq> xsrqs;
+  MrInfo remote_mr_pd2{}, recv_mr_pd2{};
+  uint64_t remote_iova_pd2 = 0;
 };
 
 struct Victim {
@@ -106,7 +126,13 @@ struct Pair {
   QpParams params;
   QpEnds ends;
   bool use_srq = false;
+  bool xrc = false;  // XRC_SEND -> XRC_RECV (Testbed::connect_xrc), one flow
+  uint32_t xrcd = 0;
 };
+
+inline const char* kind(const Flow& f) {
+  return f.xrc ? "XRC" : f.type == QPT_RC ? "RC" : f.type == QPT_UC ? "UC" : "UD";
+}
 
 // Categories for the summary: which kinds of runs pass.
 struct Tally {
@@ -122,10 +148,11 @@ class Scenario {
         qkey_rng_(seed ^ 0x9e3779b97f4a7c15ull),
         srq_rng_(seed ^ 0x5a17ull),
         mw_rng_(seed ^ 0x3a11d0ull),
+        xrc_rng_(seed ^ 0x0a14ull),
         sabotage_(sabotage) {}
   // Checker self-test: after the run, damage one thing the checks must notice (1..kSabotages); applied()
   // tells whether this seed offered something to damage.
-  static constexpr int kSabotages = 7;
+  static constexpr int kSabotages = 8;
   bool sabotage_applied() const { return sabotage_applied_; }
   // Returns failure descriptions (empty = pass).
   std::vector<std::string> run();
@@ -139,6 +166,7 @@ class Scenario {
   void probe_victims(std::vector<std::string>& errs);
   void plan_flow(Flow& f);
   void carve_and_register();
+  std::string connect_xrc(Pair& p);
   // Binds a new type-2 window on `host`'s QP of `pair` over [addr, addr + len) of `mr`; returns its rkey.
   uint32_t bind_window(uint32_t host, const Pair& pair, const MrInfo& mr, uint64_t addr, uint64_t len,
                        uint32_t access);
@@ -154,10 +182,7 @@ class Scenario {
     char b[120];
     std::snprintf(b, sizeof b,
                   "flow %zu (%s host%u->host%u qp 0x%x->0x%x): ", static_cast<size_t>(&f - flows_.data()),
-                  f.type == QPT_RC   ? "RC"
-                  : f.type == QPT_UC ? "UC"
-                                     : "UD",
-                  f.req, f.resp, pairs_[f.pair].ends.qpn[f.req], pairs_[f.pair].ends.qpn[f.resp]);
+                  kind(f), f.req, f.resp, pairs_[f.pair].ends.qpn[f.req], pairs_[f.pair].ends.qpn[f.resp]);
     errs.push_back(b + what);
   }
 
@@ -167,6 +192,8 @@ class Scenario {
   Rng qkey_rng_;
   Rng srq_rng_;
   Rng mw_rng_;
+  Rng xrc_rng_;
+  uint32_t pd2_[2] = {0, 0};  // a second PD per host (XRC SRQs), allocated when needed
   LinkConfig link_;
   EngineConfig ecfg_;
   bool faults_ = false;
@@ -187,6 +214,8 @@ class Scenario {
 inline uint64_t g_ipv6_runs;     // seeds run over IPv6 GIDs, for the summary
 inline uint64_t g_probes[2];     // invalidation probes run (remote, local), for the summary
 inline uint64_t g_window_flows;  // flows whose remote region was reached through a memory window
+inline uint64_t g_xrc_flows;     // XRC flows, and the XRC SRQs they named
+inline uint64_t g_xrc_srqs;
 
 // Shared by the scenario, its checks and the summary.
 inline const char* opname(WrOpcode o) {

@@ -91,9 +91,10 @@ void Scenario::probe_victims(std::vector<std::string>& errs) {
 }
 
 void Scenario::sabotage() {
+  // The last RC flow, an XRC one if there is one
   Flow* rc = nullptr;
   for (auto& f : flows_)
-    if (f.type == QPT_RC && !f.error_injected) rc = &f;
+    if (f.type == QPT_RC && !f.error_injected && (!rc || f.xrc || !rc->xrc)) rc = &f;
   if (!rc) return;
   auto first_ok = [](std::vector<Wc>& v) -> Wc* {
     for (auto& w : v)
@@ -117,6 +118,7 @@ void Scenario::sabotage() {
     case 5:  // a receive completed twice
       if (rc->recv_wcs.empty()) return;
       rc->recv_wcs.push_back(rc->recv_wcs.back());
+      rc->recv_wc_cq.push_back(rc->recv_wc_cq.back());
       break;
     case 6:  // a wrong status
       if (Wc* w = first_ok(rc->send_wcs))
@@ -130,6 +132,14 @@ void Scenario::sabotage() {
       else
         return;
       break;
+    case 8: {  // a receive completion on another CQ of its host: another XRC SRQ's, or the QP's send CQ
+      if (rc->recv_wcs.empty()) return;
+      uint32_t other = pairs_[rc->pair].ends.send_cq[rc->resp];
+      for (auto& x : rc->xsrqs)
+        if (x.cq != static_cast<uint32_t>(rc->recv_wc_cq[0])) other = x.cq;
+      rc->recv_wc_cq[0] = uint64_t{rc->resp} << 32 | other;
+      break;
+    }
   }
   sabotage_applied_ = true;
 }
@@ -228,6 +238,8 @@ void Scenario::check_flow(Flow& f, std::vector<std::string>& errs) {
         }
       }
       if (w.qp_num != req_qpn) fail(errs, f, "send completion with wrong qp_num " + wc_str(w));
+      if (f.send_wc_cq[c] != (uint64_t{R} << 32 | pairs_[f.pair].ends.send_cq[R]))
+        fail(errs, f, "send completion on another CQ than the QP's send CQ " + wc_str(w));
       expect_from = i + 1;
     }
     // What must have completed: everything signalled, and after an error every op.
@@ -393,7 +405,59 @@ void Scenario::check_flow(Flow& f, std::vector<std::string>& errs) {
   for (size_t i = 0; i < f.ops.size(); ++i)
     if (f.ops[i].consumes_recv && !f.ops[i].bad) consuming.push_back(i);
 
-  if (f.type == QPT_RC) {
+  // The CQ a receive WQE completes on: the QP's receive CQ (also with an SRQ), or its XRC SRQ's CQ.
+  auto check_recv_cq = [&](size_t c, size_t k) {
+    const uint32_t cq =
+        f.xrc ? f.xsrqs[static_cast<size_t>(f.recvs[k].srq)].cq : pairs_[f.pair].ends.recv_cq[S];
+    if (f.recv_wc_cq[c] == (uint64_t{S} << 32 | cq)) return;
+    fail(errs, f,
+         "receive completion " + std::to_string(c) + " polled from host" +
+             std::to_string(f.recv_wc_cq[c] >> 32) + "'s CQ " +
+             std::to_string(static_cast<uint32_t>(f.recv_wc_cq[c])) + ", not host" + std::to_string(S) +
+             "'s CQ " + std::to_string(cq) + " " + wc_str(f.recv_wcs[c]));
+  };
+  if (f.xrc) {
+    // Per XRC SRQ: its WQEs complete in order, on its CQ, each with the next message that named the SRQ.
+    // Nothing is flushed: the SRQs keep their WQEs when the target QP errs.
+    const size_t ns = f.xsrqs.size();
+    std::vector<std::vector<size_t>> wqes(ns), msgs(ns);
+    for (size_t k = 0; k < f.recvs.size(); ++k) wqes[static_cast<size_t>(f.recvs[k].srq)].push_back(k);
+    for (size_t i : consuming) msgs[static_cast<size_t>(f.ops[i].srq)].push_back(i);
+    std::vector<size_t> next(ns);
+    size_t ok = 0;
+    for (size_t c = 0; c < f.recv_wcs.size(); ++c) {
+      const Wc& w = f.recv_wcs[c];
+      const int64_t k = recv_index(w);
+      if (k < 0) {
+        fail(errs, f, "receive completion " + std::to_string(c) + " for an unknown WQE " + wc_str(w));
+        return;
+      }
+      const size_t s = static_cast<size_t>(f.recvs[static_cast<size_t>(k)].srq), j = next[s]++;
+      const std::string srq = "XRC SRQ " + std::to_string(f.xsrqs[s].srqn);
+      if (j >= wqes[s].size() || wqes[s][j] != static_cast<size_t>(k)) {
+        fail(errs, f,
+             srq + ": receive completion " + std::to_string(c) + " is for WQE " + std::to_string(k) +
+                 ", not its SRQ's next (not in order, or twice) " + wc_str(w));
+        return;
+      }
+      if (j >= msgs[s].size()) {
+        fail(errs, f,
+             srq + ": receive " + std::to_string(j) + " completed but only " +
+                 std::to_string(msgs[s].size()) + " messages named it " + wc_str(w));
+        return;
+      }
+      check_recv_cq(c, static_cast<size_t>(k));
+      check_recv_wc(w, f.ops[msgs[s][j]], "XRC");
+      place_recv(static_cast<size_t>(k), f.ops[msgs[s][j]]);
+      ++ok;
+    }
+    size_t want_ok = 0;
+    for (size_t i : consuming) want_ok += i < executed;
+    if (ok != want_ok)
+      fail(errs, f,
+           "XRC: " + std::to_string(ok) + " receives completed, expected " + std::to_string(want_ok));
+  }
+  if (f.type == QPT_RC && !f.xrc) {
     size_t ok = 0, flushed = 0;
     for (size_t c = 0; c < f.recv_wcs.size(); ++c) {
       const Wc& w = f.recv_wcs[c];
@@ -404,6 +468,7 @@ void Scenario::check_flow(Flow& f, std::vector<std::string>& errs) {
                  " (not in order, twice, or unknown) " + wc_str(w));
         return;
       }
+      check_recv_cq(c, c);
       if (w.status == WC_WR_FLUSH_ERR) {
         ++flushed;
         continue;
@@ -430,6 +495,8 @@ void Scenario::check_flow(Flow& f, std::vector<std::string>& errs) {
       fail(errs, f,
            "RC after error: " + std::to_string(ok + flushed) + " of " + std::to_string(f.recvs.size()) +
                " receives completed (the rest must be flushed)");
+  }
+  if (f.type == QPT_RC) {
     if (bad >= 0) {
       for (uint32_t side : {R, S}) {
         QpAttr a;
@@ -454,6 +521,7 @@ void Scenario::check_flow(Flow& f, std::vector<std::string>& errs) {
             "receive completion " + std::to_string(c) + " is for WQE " + std::to_string(k) + " " + wc_str(w));
         return;
       }
+      check_recv_cq(c, c);
       // Find the message: same kind, length, immediate and bytes.
       int64_t m = -1;
       // UC keeps message order only on a link that keeps frame order: like rxe, a UC responder takes any
@@ -549,11 +617,8 @@ void Scenario::check_memory(std::vector<std::string>& errs) {
         auto in = [&](const GuardedArena::Region& r) { return first >= r.off && first < r.off + r.len; };
         char b[120];
         auto name = [&](const char* what, const GuardedArena::Region& r) {
-          std::snprintf(b, sizeof b, "%s %s region (flow %zu, +%llu)",
-                        f.type == QPT_RC   ? "RC"
-                        : f.type == QPT_UC ? "UC"
-                                           : "UD",
-                        what, fi, static_cast<unsigned long long>(first - r.off));
+          std::snprintf(b, sizeof b, "%s %s region (flow %zu, +%llu)", kind(f), what, fi,
+                        static_cast<unsigned long long>(first - r.off));
           where = b;
         };
         if (f.req == h && in(f.src)) name("source", f.src);

@@ -18,6 +18,33 @@
 
 namespace urxe::sim::property {
 
+// The XRC pair's only flow: a domain on its target host with the flow's XRC SRQs (on the host's two PDs
+// and two new CQs), then the initiator and the target.
+std::string Scenario::connect_xrc(Pair& p) {
+  Flow* f = nullptr;
+  for (auto& g : flows_)
+    if (&pairs_[g.pair] == &p) f = &g;
+  Engine& e = *tb_->host[f->resp].eng;
+  int rc;
+  if ((rc = e.alloc_xrcd(p.xrcd))) return "alloc_xrcd failed: " + std::to_string(rc);
+  if (!pd2_[f->resp] && (rc = e.alloc_pd(pd2_[f->resp]))) return "alloc_pd failed: " + std::to_string(rc);
+  uint32_t cq[2];
+  for (auto& c : cq)
+    if ((rc = e.create_cq(p.params.cqe, c))) return "create_cq failed: " + std::to_string(rc);
+  for (auto& x : f->xsrqs) {
+    SrqAttr a;
+    a.max_wr = 128;
+    a.max_sge = 4;
+    x.cq = cq[x.cqi];
+    if ((rc = e.create_xrc_srq(p.xrcd, x.pdi ? pd2_[f->resp] : tb_->host[f->resp].pd, x.cq, a, x.srqn)))
+      return "create_xrc_srq failed: " + std::to_string(rc);
+  }
+  ++g_xrc_flows;
+  g_xrc_srqs += f->xsrqs.size();
+  std::string err = tb_->connect_xrc(p.params, f->req, p.xrcd, p.ends);
+  return err.empty() ? err : "connect_xrc: " + err;
+}
+
 std::vector<std::string> Scenario::run() {
   std::vector<std::string> errs;
   choose_world();
@@ -33,6 +60,11 @@ std::vector<std::string> Scenario::run() {
           int rc = tb_->host[f.resp].eng->create_srq(tb_->host[f.resp].pd, a, p.params.srq[f.resp]);
           if (rc) return {"create_srq failed: " + std::to_string(rc)};
         }
+    }
+    if (p.xrc) {
+      std::string e = connect_xrc(p);
+      if (!e.empty()) return {e};
+      continue;
     }
     std::string e = tb_->connect(p.params, p.ends);
     if (!e.empty()) return {"connect: " + e};
@@ -74,18 +106,20 @@ std::vector<std::string> Scenario::run() {
       std::printf(
           " flow %zu: %s host%u->host%u qp 0x%x->0x%x mtu %u psn 0x%06x->0x%06x sig_all %d timeout %u "
           "max_rd_atomic %u%s\n",
-          fi,
-          f.type == QPT_RC   ? "RC"
-          : f.type == QPT_UC ? "UC"
-                             : "UD",
-          f.req, f.resp, pairs_[f.pair].ends.qpn[f.req], pairs_[f.pair].ends.qpn[f.resp], f.mtu, p.psn[f.req],
-          p.psn[f.resp], p.sq_sig_all, p.timeout, p.max_rd_atomic,
+          fi, kind(f), f.req, f.resp, pairs_[f.pair].ends.qpn[f.req], pairs_[f.pair].ends.qpn[f.resp], f.mtu,
+          p.psn[f.req], p.psn[f.resp], p.sq_sig_all, p.timeout, p.max_rd_atomic,
           f.recvs.empty() || !f.recvs.back().late ? "" : " (late receives)");
       for (size_t i = 0; i < f.ops.size(); ++i) {
         auto& op = f.ops[i];
-        std::printf("   op %2zu %-9s len %5u roff %5llu sges %zu flags 0x%x%s%s\n", i, opname(op.opcode),
+        std::printf("   op %2zu %-9s len %5u roff %5llu sges %zu flags 0x%x%s%s", i, opname(op.opcode),
                     op.len, (unsigned long long)(op.remote_off & 0xffffffffff), op.local.size(), op.flags,
-                    op.signaled ? " signalled" : "", op.bad ? " INVALID" : "");
+                    op.signaled ? " signalled" : "",
+                    op.bad ? (op.wrong_pd ? " INVALID (other PD)" : " INVALID") : "");
+        if (op.srq >= 0) {
+          const XrcSrq& x = f.xsrqs[static_cast<size_t>(op.srq)];
+          std::printf(" -> XRC SRQ %u (pd %u, cq %u)", x.srqn, x.pdi, x.cq);
+        }
+        std::printf("\n");
         if (op.opcode == WR_RDMA_READ || op.opcode == WR_ATOMIC_CMP_AND_SWP ||
             op.opcode == WR_ATOMIC_FETCH_AND_ADD)
           for (auto& pc : op.local)
@@ -293,6 +327,7 @@ TEST(EnginePropertyTest, RandomWorkloadsMatchModel) {
   std::printf("  invalidation probes: %" PRIu64 " after SEND_WITH_INV, %" PRIu64 " after LOCAL_INV\n",
               g_probes[0], g_probes[1]);
   std::printf("  flows reaching their remote region through a memory window: %" PRIu64 "\n", g_window_flows);
+  std::printf("  XRC flows: %" PRIu64 ", naming %" PRIu64 " XRC SRQs\n", g_xrc_flows, g_xrc_srqs);
   uint64_t total_failed = 0;
   for (auto& [cat, t] : tally) {
     std::printf("  %-28s %6" PRIu64 " runs %6" PRIu64 " failed\n", cat.c_str(), t.runs, t.failed);

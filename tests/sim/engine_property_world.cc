@@ -77,8 +77,9 @@ void Scenario::choose_world() {
   ecfg_.device.max_ah = 16;
   ecfg_.device.max_pd = 4;
   ecfg_.device.max_qp = 16;
-  ecfg_.device.max_cq = 32;
-  ecfg_.device.max_srq = 4;
+  ecfg_.device.max_cq = 48;
+  ecfg_.device.max_srq = 16;
+  ecfg_.device.max_xrcds = 4;
   // A quarter of the seeds run over IPv6 GIDs (side stream: the other choices of a seed stay as they were).
   bool ipv6 = Rng(seed_ ^ 0x1b6ull).chance(0.25);
   g_ipv6_runs += ipv6;
@@ -113,6 +114,11 @@ void Scenario::choose_world() {
     // A third of the one-way RC pairs without an injected error take their receives from an SRQ on the
     // responder (drawn from a side stream so the other choices of a seed stay as they were).
     if (dir != 2 && !err_here && srq_rng_.chance(0.33)) pairs_[p].use_srq = true;
+    // Two fifths of the one-way RC pairs (the erring one too) are XRC instead (another side stream).
+    if (dir != 2 && xrc_rng_.chance(0.4)) {
+      pairs_[p].xrc = true;
+      pairs_[p].use_srq = false;
+    }
     for (uint32_t d = 0; d < 2; ++d) {
       if (dir != 2 && dir != d) continue;
       Flow f;
@@ -121,6 +127,7 @@ void Scenario::choose_world() {
       f.pair = p;
       f.type = QPT_RC;
       f.error_injected = err_here;
+      f.xrc = pairs_[p].xrc;
       flows_.push_back(f);
     }
   }
@@ -140,15 +147,27 @@ void Scenario::choose_world() {
     f.resp = 1 - f.req;
     flows_.push_back(f);
   }
-  bool any_srq = false;
-  for (auto& p : pairs_) any_srq |= p.use_srq;
+  bool any_srq = false, any_xrc = false;
+  for (auto& p : pairs_) {
+    any_srq |= p.use_srq;
+    any_xrc |= p.xrc;
+  }
   category_ = std::string(faults_ ? "faults" : "lossless") + (any_srq ? "+SRQ" : "") +
-              (inject ? "+error" : "") + (uc ? "+UC" : "") + (ud ? "+UD" : "");
+              (any_xrc ? "+XRC" : "") + (inject ? "+error" : "") + (uc ? "+UC" : "") + (ud ? "+UD" : "");
 }
 
 // Chooses each op's kind, flags and length, and the region sizes they need.
 void Scenario::plan_flow(Flow& f) {
   f.mtu = mtu_to_bytes(pairs_[f.pair].params.path_mtu);
+  if (f.xrc) {
+    // 2-3 XRC SRQs: the first two on different PDs and different CQs, a third on either PD and either CQ.
+    f.xsrqs.resize(xrc_rng_.range(2, 3));
+    const uint32_t swap = static_cast<uint32_t>(xrc_rng_.below(2));
+    for (uint32_t i = 0; i < f.xsrqs.size(); ++i) {
+      f.xsrqs[i].pdi = i < 2 ? i : static_cast<uint32_t>(xrc_rng_.below(2));
+      f.xsrqs[i].cqi = i < 2 ? i ^ swap : static_cast<uint32_t>(xrc_rng_.below(2));
+    }
+  }
   uint32_t n = static_cast<uint32_t>(rng_.range(1, 24));
   uint32_t max_msg = f.type == QPT_UD ? f.mtu : 4 * f.mtu;
   f.remote.len = 4 * f.mtu + 64;
@@ -168,6 +187,11 @@ void Scenario::plan_flow(Flow& f) {
                   : r < 93 ? WR_LOCAL_INV
                   : r < 97 ? WR_ATOMIC_WRITE
                            : WR_SEND;
+      // XRC: no ATOMIC WRITE (no XRC opcode: post_send refuses it), no SEND_WITH_INV (its victim would be a
+      // type-2 window bound by the target, which posts nothing). Each WR names one of the flow's XRC SRQs.
+      if (f.xrc && op.opcode == WR_ATOMIC_WRITE) op.opcode = WR_RDMA_WRITE;
+      if (f.xrc && op.opcode == WR_SEND_WITH_INV) op.opcode = WR_SEND_WITH_IMM;
+      if (f.xrc) op.srq = static_cast<int>(xrc_rng_.below(f.xsrqs.size()));
     } else if (f.type == QPT_UC) {
       op.opcode = r < 30   ? WR_SEND
                   : r < 50 ? WR_SEND_WITH_IMM
@@ -257,10 +281,12 @@ uint32_t Scenario::bind_window(uint32_t host, const Pair& pair, const MrInfo& mr
 
 void Scenario::carve_and_register() {
   for (uint32_t h = 0; h < 2; ++h) arena_[h] = std::make_unique<GuardedArena>(arena_need_[h] + 64 * 1024);
-  auto reg = [&](uint32_t h, const GuardedArena::Region& r, uint32_t access, uint64_t iova, MrInfo& mr) {
+  auto reg = [&](uint32_t h, const GuardedArena::Region& r, uint32_t access, uint64_t iova, MrInfo& mr,
+                 uint32_t pd = 0) {
     Engine& e = *tb_->host[h].eng;
     uint8_t* p = arena_[h]->at(r);
-    int rc = e.reg_mr(tb_->host[h].pd, p, r.len, iova ? iova : reinterpret_cast<uint64_t>(p), access, mr);
+    int rc = e.reg_mr(pd ? pd : tb_->host[h].pd, p, r.len, iova ? iova : reinterpret_cast<uint64_t>(p),
+                      access, mr);
     if (rc) {
       std::fprintf(stderr, "seed %" PRIu64 ": reg_mr failed: %d\n", seed_, rc);
       std::abort();
@@ -282,7 +308,7 @@ void Scenario::carve_and_register() {
     // A third of the RC/UC flows with a non-zero-based MR reach their remote region only through a type-2
     // window over all of it (a side stream: the other choices of a seed stay as they were), bound by the
     // responder's QP; the MR itself then grants no remote right, the window all of them.
-    const bool window = f.type != QPT_UD && how != 2 && mw_rng_.chance(0.33);
+    const bool window = f.type != QPT_UD && how != 2 && mw_rng_.chance(0.33) && !f.xrc;
     if (window) acc = ACCESS_LOCAL_WRITE | ACCESS_MW_BIND;
     if (how == 2) {
       acc |= ACCESS_ZERO_BASED;
@@ -304,6 +330,25 @@ void Scenario::carve_and_register() {
       ++g_window_flows;
     } else {
       f.remote_rkey = f.remote_mr.rkey;
+    }
+    if (f.xrc) {
+      // The same regions in the target's second PD: a WR reaches the remote region through the MR of its
+      // SRQ's PD (addressed by VA, an unrelated IOVA or zero-based, like the first), receives into it.
+      const uint32_t pd2 = pd2_[f.resp];
+      reg(f.resp, f.recvbuf, ACCESS_LOCAL_WRITE, 0, f.recv_mr_pd2, pd2);
+      const uint64_t how2 = xrc_rng_.below(3);
+      f.remote_iova_pd2 = how2 == 0   ? reinterpret_cast<uint64_t>(arena_[f.resp]->at(f.remote))
+                          : how2 == 1 ? (xrc_rng_.next() & 0x0000ffffffff0000ull) + 0x10000
+                                      : 0;
+      uint32_t acc2 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+      if (how2 == 2) {
+        Engine& e = *tb_->host[f.resp].eng;
+        if (e.reg_mr(pd2, arena_[f.resp]->at(f.remote), f.remote.len, 0, acc2 | ACCESS_ZERO_BASED,
+                     f.remote_mr_pd2))
+          std::abort();
+      } else {
+        reg(f.resp, f.remote, acc2, f.remote_iova_pd2, f.remote_mr_pd2, pd2);
+      }
     }
   }
   // One victim per invalidation op, a type-2 window over 64 bytes of its own (an MR is never invalidated):
@@ -408,6 +453,7 @@ void Scenario::fill_ops(Flow& f) {
     if (static_cast<int>(i) == bad_at) {
       // Invalid: past the end of the remote MR, or a wrong key. Both must give a remote access error.
       op.bad = true;
+      const uint64_t in_range = op.remote_off;  // (a send's 0: its length is at most one MTU)
       if (!(is_write || op.opcode == WR_RDMA_READ || is_atomic || is_awrite) || op.len == 0) {
         op.opcode = WR_RDMA_WRITE;
         op.consumes_recv = false;
@@ -421,6 +467,12 @@ void Scenario::fill_ops(Flow& f) {
       op.remote_off =
           rng_.chance(0.5) ? f.remote.len - op.len + (is_atomic || is_awrite ? 8 : 1) : op.remote_off;
       if (op.remote_off + op.len <= f.remote.len) op.remote_off |= 1ull << 40;  // marks a bad rkey (below)
+      if (f.xrc && xrc_rng_.chance(0.5)) {
+        // XRC: in range, with a valid rkey of the remote region, but of its MR in the other PD than the named
+        // SRQ's.
+        op.remote_off = in_range;
+        op.wrong_pd = true;
+      }
     }
   }
   // Receive WQEs in order; each buffer fits the message it will get (plus slack), split into SGEs.
@@ -428,6 +480,7 @@ void Scenario::fill_ops(Flow& f) {
   for (auto& op : f.ops) {
     if (!op.consumes_recv || op.bad) continue;
     RecvWqe& r = f.recvs[k++];
+    r.srq = op.srq;
     // Under faults a UC/UD message may be lost and the next one takes its WQE: every buffer must then fit the
     // largest message (as an application's would).
     uint32_t len = f.type != QPT_RC && faults_ ? max_recv_len(f) : op.len;
@@ -438,6 +491,7 @@ void Scenario::fill_ops(Flow& f) {
   }
   for (; k < f.recvs.size(); ++k) {
     RecvWqe& r = f.recvs[k];
+    if (f.xrc) r.srq = static_cast<int>(xrc_rng_.below(f.xsrqs.size()));
     r.cap = f.type != QPT_RC && faults_ ? max_recv_len(f) + (f.type == QPT_UD ? kGrh : 0)
                                         : (f.type == QPT_UD ? f.mtu + kGrh : 4 * f.mtu);
     r.pieces = split(rng_, recv, r.cap, 8, 3);
@@ -473,14 +527,23 @@ std::string Scenario::post_ops(Flow& f, size_t from, size_t to) {
     wr.imm_data = op.imm;
     wr.invalidate_rkey = op.inv_rkey;
     uint32_t rkey = f.remote_rkey;
+    uint64_t iova = f.remote_iova;
+    if (f.xrc) {
+      wr.xrc_remote_srqn = f.xsrqs[static_cast<size_t>(op.srq)].srqn;
+      // The region's MR in the named SRQ's PD (the invalid op: in the other one)
+      if ((f.xsrqs[static_cast<size_t>(op.srq)].pdi == 1) != op.wrong_pd) {
+        rkey = f.remote_mr_pd2.rkey;
+        iova = f.remote_iova_pd2;
+      }
+    }
     uint64_t roff = op.remote_off;
     if (roff & (1ull << 40)) {
       roff &= ~(1ull << 40);
       rkey ^= 0x5a;  // same index, wrong key byte
     }
-    wr.rdma.remote_addr = f.remote_iova + roff;
+    wr.rdma.remote_addr = iova + roff;
     wr.rdma.rkey = rkey;
-    wr.atomic.remote_addr = f.remote_iova + roff;
+    wr.atomic.remote_addr = iova + roff;
     wr.atomic.rkey = rkey;
     wr.atomic.compare_add = op.compare_add;
     wr.atomic.swap = op.swap;
@@ -509,17 +572,19 @@ std::string Scenario::post_recvs(Flow& f, bool late) {
   for (auto& r : f.recvs) {
     if (r.late != late) continue;
     Sge sg[4];
+    // XRC: to the WQE's XRC SRQ, through the receive region's MR in that SRQ's PD
+    const XrcSrq* x = f.xrc ? &f.xsrqs[static_cast<size_t>(r.srq)] : nullptr;
     for (size_t k = 0; k < r.pieces.size(); ++k) {
       sg[k].addr = reinterpret_cast<uint64_t>(arena_[f.resp]->base() + r.pieces[k].off);
       sg[k].length = r.pieces[k].len;
-      sg[k].lkey = f.recv_mr.lkey;
+      sg[k].lkey = x && x->pdi ? f.recv_mr_pd2.lkey : f.recv_mr.lkey;
     }
     RecvWr wr;
     wr.wr_id = r.wr_id;
     wr.sg_list = sg;
     wr.num_sge = static_cast<int>(r.pieces.size());
     const RecvWr* bad = nullptr;
-    uint32_t srq = pairs_[f.pair].params.srq[f.resp];
+    uint32_t srq = x ? x->srqn : pairs_[f.pair].params.srq[f.resp];
     int rc = srq ? e.post_srq_recv(srq, &wr, &bad) : e.post_recv(qpn, &wr, &bad);
     if (rc) return "post_recv failed: " + std::to_string(rc);
   }
@@ -528,26 +593,25 @@ std::string Scenario::post_recvs(Flow& f, bool late) {
 
 void Scenario::poll_all() {
   Wc wc[16];
-  for (auto& f : flows_) {
-    auto& ends = pairs_[f.pair].ends;
-    // Two flows may share an RC pair (one each way); completions are routed to the flow by wr_id.
-    for (uint32_t side = 0; side < 2; ++side) {
-      for (uint32_t cq : {ends.send_cq[side], ends.recv_cq[side]}) {
-        int n;
-        while ((n = tb_->host[side].eng->poll_cq(cq, 16, wc)) > 0) {
-          for (int i = 0; i < n; ++i) {
-            uint32_t fi = static_cast<uint32_t>(wc[i].wr_id >> 32) & 0x7fffffffu;
-            bool is_recv = (wc[i].wr_id >> 63) != 0;
-            if (fi >= flows_.size()) {
-              // Unknown wr_id: keep it on this flow so the check reports it.
-              (is_recv ? f.recv_wcs : f.send_wcs).push_back(wc[i]);
-              continue;
-            }
-            (is_recv ? flows_[fi].recv_wcs : flows_[fi].send_wcs).push_back(wc[i]);
-          }
-        }
+  // Two flows may share an RC pair (one each way); completions are routed to the flow by wr_id, with the
+  // CQ they were polled from.
+  auto drain = [&](Flow& f, uint32_t side, uint32_t cq) {
+    int n;
+    while (cq && (n = tb_->host[side].eng->poll_cq(cq, 16, wc)) > 0) {
+      for (int i = 0; i < n; ++i) {
+        uint32_t fi = static_cast<uint32_t>(wc[i].wr_id >> 32) & 0x7fffffffu;
+        bool is_recv = (wc[i].wr_id >> 63) != 0;
+        Flow& to = fi < flows_.size() ? flows_[fi] : f;  // unknown wr_id: this flow's check reports it
+        (is_recv ? to.recv_wcs : to.send_wcs).push_back(wc[i]);
+        (is_recv ? to.recv_wc_cq : to.send_wc_cq).push_back(uint64_t{side} << 32 | cq);
       }
     }
+  };
+  for (auto& f : flows_) {
+    auto& ends = pairs_[f.pair].ends;
+    for (uint32_t side = 0; side < 2; ++side)
+      for (uint32_t cq : {ends.send_cq[side], ends.recv_cq[side]}) drain(f, side, cq);
+    for (auto& x : f.xsrqs) drain(f, f.resp, x.cq);
   }
 }
 
@@ -563,8 +627,13 @@ bool Scenario::all_done() const {
     }
     if (f.type == QPT_RC) {
       size_t want = 0;
-      for (auto& op : f.ops) want += op.consumes_recv && !op.bad;
-      if (f.error_injected) want = f.recvs.size();  // the rest are flushed when the responder QP errs
+      bool before_bad = true;
+      for (auto& op : f.ops) {
+        before_bad &= !op.bad;
+        want += op.consumes_recv && !op.bad && (before_bad || !f.xrc);
+      }
+      // RC: the rest are flushed when the responder QP errs; XRC: the SRQs keep them
+      if (f.error_injected && !f.xrc) want = f.recvs.size();
       if (f.recv_wcs.size() < want) return false;
     }
   }
