@@ -62,7 +62,8 @@
 //   truncate N      N bytes (at most all of them) are cut from what follows the BTH, just before the ICRC;
 //                   IP and UDP lengths, the IPv4 checksum and the ICRC are fixed. Matches only frames with
 //                   something after the BTH.
-//   Mutations zero a non-zero UDP checksum (allowed for RoCEv2, and the payload it covers changed).
+//   corrupt and truncate zero a non-zero UDP checksum (allowed for RoCEv2; what it covered changed); ECN is
+//   outside it.
 //
 // Canonical text (format_fault_rule): fields, selectors, action, each in the order above; parse of it gives
 // the same FaultRule.
