@@ -277,8 +277,7 @@ TEST(WireFaultRule, CanonicalText) {
 
 TEST(WireFaultRule, FormatRoundTrip) {
   const char* texts[] = {
-      "dir tx qpn 0x11 opcode send_only class request psn 0xfffffe-1 skip 3 every 2 prob 0.3 seed 42 first 5 "
-      "drop",
+      "dir tx qpn 0x11 opcode send_only class request psn 0xfffffe-1 skip 3 every 2 prob 0.3 seed 42 drop",
       "dir rx opcode xrc_rdma_write_only_with_immediate psn +7 duplicate 16",
       "class cm:sidr-rep delay 7ns",
       "class atomic-ack corrupt atomicacketh.orig=0xffffffffffffffff",
