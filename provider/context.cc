@@ -62,6 +62,7 @@ ContextState::~ContextState() {
     std::lock_guard<std::mutex> lock(g_live_mu);
     g_live.erase(std::remove(g_live.begin(), g_live.end(), this), g_live.end());
   }
+  fault_watcher.stop();
   counter_file.stop_mirror();  // its per-QP source uses the engine
   stop.store(true);
   wake();
@@ -414,6 +415,24 @@ bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConf
   return true;
 }
 
+// The device's fault rules: read now, then followed by the watcher's thread (none for a device without
+// urxe.fault/). For now the context keeps the latest list (ContextState::fault_rules).
+void start_fault_watcher(const char* ibdev_path, ContextState* st) {
+  st->fault_watcher.init(
+      ibdev_path,
+      [st](const FaultRuleList& rules) {
+        {
+          std::lock_guard<std::mutex> g(st->fault_mu);
+          st->fault_rules = rules;
+        }
+        log_printf(en::LogLevel::info, st->config.name, "fault rules: %zu rule(s) in force (generation %llu)",
+                   rules.size(), static_cast<unsigned long long>(st->fault_watcher.generation()));
+      },
+      [st](const std::string& line) { log_printf(en::LogLevel::warn, st->config.name, "%s", line.c_str()); });
+  st->fault_watcher.check();
+  st->fault_watcher.start();
+}
+
 // The progress thread (ContextState::run), named urxe-progress, at its nice.
 bool start_progress_thread(ContextState* st, AllocFailure& f) {
   try {
@@ -450,6 +469,7 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
     if (!open_event_fds(ctx, st, f) || !open_port(dev, st, f)) return fail_context(dev, ctx, f);
     const en::EngineConfig ecfg = configure_engine(dev, st);
     if (!start_engine(st, dev->ibdev_path, ecfg, f)) return fail_context(dev, ctx, f);
+    start_fault_watcher(dev->ibdev_path, st);
     verbs_set_ops(&ctx->vctx, &ops);
     ctx->vctx.context.num_comp_vectors = 1;
     if (!start_progress_thread(st, f)) return fail_context(dev, ctx, f);

@@ -21,6 +21,7 @@
 #include "hostnet/gid.h"
 #include "hostnet/interface.h"
 #include "hostnet/netns.h"
+#include "provider/fault_rules.h"
 #include "provider/shared_file.h"
 #include "provider/stats.h"
 
@@ -233,7 +234,8 @@ std::vector<GidEntry> build_gid_table(const std::string& netdev) {
   return table;
 }
 
-int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
+int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err,
+                  const std::vector<wire::FaultRule>& fault_rules) {
   if (!valid_name(cfg.name)) {
     err = "bad device name '" + cfg.name + "' (letters, digits, _-. ; not starting with 'rxe')";
     return EINVAL;
@@ -310,6 +312,12 @@ int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err) {
   write_gid_files(port_dir, cfg.gid_tbl_len, build_gid_table(cfg.netdev));
   // Counters (provider/stats.h): made now, since the device directory must not change once created.
   if (!init_device_stats(dev_path, cfg.netdev, err)) return EIO;
+  // Fault rules (provider/fault_rules.h): their directory now for the same reason; a device that cannot
+  // start with the rules asked for is not made.
+  if (!init_fault_rules(dev_path, fault_rules, err)) {
+    fs::remove_all(dev_path, ec);
+    return EIO;
+  }
 
   ok = write_file(class_verbs(paths) + "/abi_version", "6\n");
   const std::string vdir = class_verbs(paths) + "/" + uverbs;

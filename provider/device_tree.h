@@ -11,6 +11,7 @@
 //   class/infiniband/<name>/ports/1/{gids,gid_attrs/types,gid_attrs/ndevs}/0..gid_tbl_len-1, pkeys/0
 //   class/infiniband/<name>/ports/1/{state,phys_state,rate,link_layer,lid,sm_lid,lid_mask_count,sm_sl,cap_mask}
 //   class/infiniband/<name>/ports/1/{hw_counters,counters}/  (provider/stats.h)
+//   class/infiniband/<name>/urxe.fault/rules              the fault rules (provider/fault_rules.h)
 // in the kernel's formats (drivers/infiniband/core/sysfs.c) with kernel rxe's values.
 // class/infiniband/<name>/ itself is never changed after creation (its mtime is the device's identity to
 // libibverbs); GIDs, the port's state and the counters are rewritten inside ports/1/.
@@ -23,6 +24,7 @@
 
 #include "dpdk/port_kind.h"
 #include "engine/engine.h"
+#include "wire/fault_rule.h"
 
 namespace urxe::provider {
 
@@ -129,8 +131,10 @@ void write_cc_params(const std::string& ibdev_path, const engine::EngineConfig::
 void read_cc_params(const std::string& ibdev_path, engine::EngineConfig::Dcqcn& p);
 
 // Creates the tree, the config and the /dev node. Returns 0 or an errno (EEXIST, ENODEV for a missing
-// netdev, EINVAL for a bad name, ...) with a message in err. cfg.uverbs is filled in.
-int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err);
+// netdev, EINVAL for a bad name, ...) with a message in err. cfg.uverbs is filled in. `fault_rules`: the
+// device's first fault rules (provider/fault_rules.h), in place before any application can see it.
+int create_device(const Paths& paths, DeviceConfig& cfg, std::string& err,
+                  const std::vector<wire::FaultRule>& fault_rules = {});
 int remove_device(const Paths& paths, const std::string& name, std::string& err);
 std::vector<DeviceInfo> list_devices(const Paths& paths);
 // Rewrites ports/1/gids, types and ndevs from the interface's current addresses (sync_gid_table), and the

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "provider/abi34.h"
 #include "provider/device_tree.h"
+#include "provider/fault_rules.h"
 #include "provider/gid_watch.h"
 #include "provider/log.h"
 #include "provider/progress_policy.h"
@@ -308,6 +309,12 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   // GIDs follow the interface's addresses (provider/gid_watch.h): its rtnetlink fd is in the progress
   // thread's waits.
   urxe::provider::GidWatch gid_watch;
+  // The device's fault rules (provider/fault_rules.h) as its watcher last read them (taken once at open,
+  // then within ~100 ms of each change, on the watcher's thread urxe-faults); fault_mu guards them.
+  // Stopped first at close.
+  std::mutex fault_mu;
+  urxe::provider::FaultRuleList fault_rules;
+  urxe::provider::FaultRulesWatcher fault_watcher;
   // One IBV_EVENT_GID_CHANGE (element: port 1) per changed entry, as the kernel raises them.
   // The port follows the interface (up and carrier), as rxe's: IBV_EVENT_PORT_ERR / _ACTIVE, and sysfs's
   // link_downed (counted from the kernel's carrier_down_count, provider/stats.h) mirrored at once.

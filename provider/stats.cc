@@ -232,6 +232,18 @@ bool link_downed_now(const std::string& dir, uint64_t& out) {
 std::string qps_path(const std::string& ctr_path) {
   return ctr_path.substr(0, ctr_path.size() - 4) + ".qps";
 }
+std::string faults_path(const std::string& ctr_path) {
+  return ctr_path.substr(0, ctr_path.size() - 4) + ".faults";
+}
+
+std::vector<FaultRuleCounters> read_faults(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  read_whole(fd, text);
+  ::close(fd);
+  return parse_fault_counters(text);
+}
 
 // Replaces a small file through a temporary and a rename (readers see the old or the new text).
 bool write_replace(const std::string& path, const std::string& text) {
@@ -415,6 +427,8 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
   DeviceLock lock(dir, fold_dead);
   const bool can_fold = fold_dead && lock.exclusive;
   out.exited = read_total(dir);
+  out.faults_exited = read_faults(dir + "/total.faults");
+  bool faults_folded = false;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.empty() || name[0] == '.' || name.size() < 5 || name.compare(name.size() - 4, 4, ".ctr") != 0)
@@ -439,10 +453,17 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
     if (!pc.alive && can_fold && ::unlink(path.c_str()) == 0) {
       ::unlink(qps_path(path).c_str());
       for (auto& [n, v] : pc.counters.values) out.exited.add(n, v);
+      const std::vector<FaultRuleCounters> f = read_faults(faults_path(path));
+      if (!f.empty()) {
+        add_fault_counters(out.faults_exited, f);
+        faults_folded = true;
+      }
+      ::unlink(faults_path(path).c_str());
       ++out.folded_dead;
       continue;
     }
     read_qps(qps_path(path), pc.qps);
+    pc.faults = read_faults(faults_path(path));
     out.processes.push_back(std::move(pc));
   }
   ::closedir(d);
@@ -452,9 +473,13 @@ bool read_device_counters(const std::string& ibdev_path, bool fold_dead, DeviceC
   const bool keep_downed = live_downed && can_fold && downed > out.exited.get("link_downed");
   if (keep_downed) out.exited.set("link_downed", downed);
   if (out.folded_dead || keep_downed) write_total(dir, out.exited);
+  if (faults_folded) write_replace(dir + "/total.faults", format_fault_counters(out.faults_exited));
   out.total = out.exited;
-  for (const ProcessCounters& p : out.processes)
+  out.faults = out.faults_exited;
+  for (const ProcessCounters& p : out.processes) {
     for (const auto& [n, v] : p.counters.values) out.total.add(n, v);
+    add_fault_counters(out.faults, p.faults);
+  }
   if (live_downed && downed > out.total.get("link_downed")) out.total.set("link_downed", downed);
   return true;
 }
@@ -555,6 +580,12 @@ void CounterFile::mirror_loop(uint32_t period_ms) {
     cv_.wait_for(g, std::chrono::milliseconds(period_ms), [this] { return stop_ || poked_; });
     if (stop_) break;
     if (port_source_ && values_) port_source_(values_);
+    if (fault_source_) {
+      g.unlock();
+      publish_fault_counters(fault_source_());
+      g.lock();
+      if (stop_) break;
+    }
     // Counters only grow, so their sum changes exactly when one of them does.
     uint64_t sum = 0;
     for (size_t i = 0; i < names_.size(); ++i) sum += load(values_ + i);
@@ -593,6 +624,15 @@ void CounterFile::stop_mirror() {
   cv_.notify_all();
   thread_.join();
   if (port_source_ && values_) port_source_(values_);  // the port's last losses, while it still exists
+  if (fault_source_ && fd_ >= 0) publish_fault_counters(fault_source_());
+}
+
+void CounterFile::publish_fault_counters(std::span<const FaultRuleCounters> counters) {
+  std::lock_guard<std::mutex> g(faults_mu_);
+  if (fd_ < 0) return;
+  std::string text = format_fault_counters(counters);
+  if (text == faults_written_) return;
+  if (write_replace(faults_path(path_), text)) faults_written_ = std::move(text);
 }
 
 void CounterFile::close() {
@@ -607,11 +647,22 @@ void CounterFile::close() {
       CounterSet total = read_total(dir);
       for (size_t i = 0; i < names_.size(); ++i) total.add(names_[i], load(values_ + i));
       write_total(dir, total);
+      const std::vector<FaultRuleCounters> f = read_faults(faults_path(path_));
+      if (!f.empty()) {
+        std::vector<FaultRuleCounters> ft = read_faults(dir + "/total.faults");
+        add_fault_counters(ft, f);
+        write_replace(dir + "/total.faults", format_fault_counters(ft));
+      }
+      ::unlink(faults_path(path_).c_str());
     }
   }
   ::munmap(map_, map_len_);
-  ::close(fd_);  // releases the liveness lock
-  fd_ = -1;
+  {
+    std::lock_guard<std::mutex> g(faults_mu_);
+    ::close(fd_);  // releases the liveness lock
+    fd_ = -1;
+    faults_written_.clear();
+  }
   map_ = nullptr;
   values_ = nullptr;
   DeviceCounters dc;

@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "provider/fault_rules.h"
+
 namespace urxe::provider {
 
 // Kernel rxe's hw_counters (rxe_hw_counters.c), in its order: every urxe device shows these.
@@ -54,7 +56,8 @@ struct ProcessCounters {
   uint64_t start_ns = 0;  // CLOCK_REALTIME when the context opened
   bool alive = true;      // false: its process died without folding (not yet folded: no write access)
   CounterSet counters;
-  std::vector<QpCounters> qps;  // from its .qps file, when the process publishes one
+  std::vector<QpCounters> qps;            // from its .qps file, when the process publishes one
+  std::vector<FaultRuleCounters> faults;  // from its .faults file (provider/fault_rules.h), by rule id
 };
 
 struct DeviceCounters {
@@ -62,6 +65,8 @@ struct DeviceCounters {
   CounterSet exited;                       // the total file alone (processes that closed or died)
   std::vector<ProcessCounters> processes;  // the files still present
   uint32_t folded_dead = 0;                // files of dead processes folded into total by this call
+  // Per fault rule, by id: total.faults + every process's .faults; and total.faults alone.
+  std::vector<FaultRuleCounters> faults, faults_exited;
 };
 
 std::string stats_dir(const std::string& ibdev_path);        // <ibdev_path>/urxe.stats
@@ -130,6 +135,14 @@ class CounterFile {
   // A thread that mirrors the device's counters into sysfs (and publishes per-QP counters) at most every
   // `period_ms` while this file's values change.
   void start_mirror(uint32_t period_ms = 1000);
+  // Fault rules' counters (the context's FaultPort): `source` fills them on the mirror thread at each
+  // pass (every period_ms, whether the engine's counters changed or not) and once more in stop_mirror;
+  // they are written to <file>.faults when they changed. Set before start_mirror.
+  void set_fault_source(std::function<std::vector<FaultRuleCounters>()> source) {
+    fault_source_ = std::move(source);
+  }
+  // Writes these counters to <file>.faults now, unless they are what was last written. Any thread.
+  void publish_fault_counters(std::span<const FaultRuleCounters> counters);
   // Makes that thread mirror now, changed values or not (the port went down or up: link_downed).
   void poke();
   // Stops that thread (before what qp_source uses goes away). Idempotent.
@@ -149,6 +162,9 @@ class CounterFile {
   std::function<std::string()> qp_source_;
   std::function<void(uint64_t*)> port_source_;
   std::function<void()> port_state_;
+  std::function<std::vector<FaultRuleCounters>()> fault_source_;
+  std::mutex faults_mu_;
+  std::string faults_written_;  // the text last written to <file>.faults
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
