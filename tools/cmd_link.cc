@@ -24,6 +24,7 @@
 #include "provider/device_tree.h"
 #include "tools/command.h"
 #include "tools/diagnose.h"
+#include "wire/fault_rule.h"
 
 namespace urxe::tools {
 namespace {
@@ -33,7 +34,7 @@ namespace prov = urxe::provider;
 constexpr char kAddUsage[] =
     "usage: urxe link add NAME netdev IFACE [--dpdk 'EAL/vdev ARGS'] [--mtu N] [--port KIND] [--gids N]\n"
     "                     [--pcap DIR [--pcap-size MB] [--pcap-files N]] [--no-filter]\n"
-    "                     [--no-local-path] [--no-gso]\n"
+    "                     [--no-local-path] [--no-gso] [--fault RULE]...\n"
     "Create the RDMA device NAME (e.g. urxe0) on the Ethernet interface IFACE of this network namespace:\n"
     "a sysfs-like tree under $URXE_RUN_DIR (default /run/urxe), /dev/infiniband/uverbsN, and the device's\n"
     "config. GIDs are built from IFACE's IPv4/IPv6 addresses in the kernel's RoCE order ('urxe link "
@@ -80,6 +81,9 @@ constexpr char kAddUsage[] =
     "                0 = one file, no limit). URXE_PCAP_SIZE overrides it for one run\n"
     "  --pcap-files N  keep only the newest N files per process, deleting older ones (default 10; 0 = keep\n"
     "                all), so a long run cannot fill the disk. URXE_PCAP_FILES overrides it for one run\n"
+    "  --fault RULE  a fault rule the device starts with (one quoted string; repeat for more, up to 32), as\n"
+    "                'urxe fault add' takes it: ids 1, 2, ... in the order given. Every rule is checked\n"
+    "                before the device is made; a malformed one makes nothing (exit 2)\n"
     "\n"
     "With CAP_NET_ADMIN, also installs an nftables netdev ingress chain on IFACE (table 'netdev "
     "urxe_IFACE')\n"
@@ -93,6 +97,7 @@ constexpr char kAddUsage[] =
     "  urxe link add urxe1 netdev eth1 --mtu 4200 --gids 32\n"
     "  urxe link add urxe0 netdev eth0 --port socket          no DPDK: the kernel packet-socket port\n"
     "  urxe link add urxe0 netdev eth0 --dpdk '--vdev=net_af_xdp0,iface=eth0'\n"
+    "  urxe link add urxe0 netdev eth0 --fault 'dir rx prob 0.01 drop'\n"
     "\n"
     "exit status: 0 created, 1 failed, 2 usage error\n";
 
@@ -226,14 +231,16 @@ constexpr Option kAddOptions[] = {{"dpdk", Option::required},
                                   {"pcap-files", Option::required},
                                   {"no-filter"},
                                   {"no-local-path"},
-                                  {"no-gso"}};
+                                  {"no-gso"},
+                                  {"fault", Option::required}};
 
 // What `link add`'s words ask for: the device's config and the choices that are not part of it.
 struct AddRequest {
   prov::DeviceConfig cfg;
   uint32_t mtu = 0;  // --mtu, 0 when not given
   dpdk::PortKind kind = dpdk::PortKind::automatic;
-  bool filter = true;  // install the nftables ingress drop
+  bool filter = true;                   // install the nftables ingress drop
+  std::vector<wire::FaultRule> faults;  // --fault, in order
 };
 
 // Returned by the add steps when the command goes on; anything else is its exit status.
@@ -304,6 +311,18 @@ int apply_add_option(const Token& t, const OptionParser& opts, AddRequest& req) 
       return 1;
     }
     cfg.pcap = dir.lexically_normal().string();
+  } else if (k == "--fault") {
+    const wire::FaultParse parsed = wire::parse_fault_rule(v);
+    if (!parsed) {
+      std::fprintf(stderr, "urxe link add: --fault '%.*s': %s ('urxe fault add --help')\n",
+                   static_cast<int>(v.size()), v.data(), parsed.error.c_str());
+      return kExitUsage;
+    }
+    if (req.faults.size() == wire::kFaultTableSize) {
+      std::fprintf(stderr, "urxe link add: more than %zu --fault rules\n", wire::kFaultTableSize);
+      return kExitUsage;
+    }
+    req.faults.push_back(*parsed.rule);
   } else if (k == "--dpdk") {
     if (v.empty()) {
       std::fputs("urxe link add: --dpdk needs EAL/vdev arguments (omit it for the default af_packet vdev)\n",
@@ -407,11 +426,14 @@ int add_main(Args args) {
   const prov::Paths paths = prov::Paths::from_env();
   if (!check_add_target(paths, req)) return 1;
   std::string err;
-  if (prov::create_device(paths, req.cfg, err) != 0) {
+  if (prov::create_device(paths, req.cfg, err, req.faults) != 0) {
     print_error("add", err + permission_hint(err));
     return 1;
   }
   std::printf("%s: uverbs%d on %s\n", req.cfg.name.c_str(), req.cfg.uverbs, req.cfg.netdev.c_str());
+  for (size_t i = 0; i < req.faults.size(); ++i)
+    std::printf("%s: fault rule %zu: %s\n", req.cfg.name.c_str(), i + 1,
+                wire::format_fault_rule(req.faults[i]).c_str());
   std::fflush(stdout);
   warn_if_kernel_rdma("urxe link add");
   add_ingress_drop(req);

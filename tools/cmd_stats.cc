@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "provider/device_tree.h"
+#include "provider/fault_rules.h"
 #include "provider/stats.h"
 #include "tools/command.h"
 #include "tools/json_writer.h"
@@ -67,10 +69,15 @@ constexpr char kUsage[] =
     "port_{xmit,rcv}_{data,packets} (data in 4-byte words) (applications update them too, at most once a\n"
     "second while their counters change, and when they close the device).\n"
     "\n"
+    "Then each fault rule ('urxe fault') that has counters or is in force: its id, matched (frames its\n"
+    "fields matched), hits (frames its selectors picked), applied (frames whose action it decided: the\n"
+    "first rule that hits a frame), and its text ('(removed)' for a rule deleted since).\n"
+    "\n"
     "  --json          one JSON object per device and line: {\"device\": NAME, \"counters\": {COUNTER: N,\n"
-    "                  ...}, \"processes\": [{\"pid\", \"comm\", \"alive\", \"qpn_base\", \"counters\": "
-    "{...},\n"
-    "                  \"qps\": [{\"qpn\", \"type\", \"state\", \"counters\": {...}}, ...]}, ...]}\n"
+    "                  ...}, \"faults\": [{\"id\", \"rule\" (absent once removed), \"matched\", \"hits\",\n"
+    "                  \"applied\"}, ...], \"processes\": [{\"pid\", \"comm\", \"alive\", \"qpn_base\",\n"
+    "                  \"counters\": {...}, \"faults\": [...], \"qps\": [{\"qpn\", \"type\", \"state\",\n"
+    "                  \"counters\": {...}}, ...]}, ...]}\n"
     "  -p, --processes also list the counters of each process that has the device open, and of each of its\n"
     "                  QPs (non-zero ones; an app publishes per-QP figures at most once a second while\n"
     "                  they change, and they go away with the QP); rate_mbps: the current rate of a QP\n"
@@ -119,12 +126,44 @@ void json_counters(JsonWriter& w, std::string_view key, const prov::CounterSet& 
   w.end_object();
 }
 
+// The device's fault rules in force, and every id with counters: (id, rule text or "" once removed,
+// counters).
+struct FaultRow {
+  uint32_t id;
+  std::string rule;
+  prov::FaultRuleCounters c;
+};
+std::vector<FaultRow> fault_rows(const prov::FaultRuleSet& rules,
+                                 const std::vector<prov::FaultRuleCounters>& c) {
+  std::vector<FaultRow> rows;
+  for (const auto& [id, rule] : rules.rules)
+    rows.push_back({id, wire::format_fault_rule(rule), prov::fault_counters_of(c, id)});
+  for (const prov::FaultRuleCounters& f : c) {
+    bool listed = false;
+    for (const FaultRow& r : rows) listed = listed || r.id == f.id;
+    if (!listed) rows.push_back({f.id, "", f});
+  }
+  std::sort(rows.begin(), rows.end(), [](const FaultRow& a, const FaultRow& b) { return a.id < b.id; });
+  return rows;
+}
+
+void json_faults(JsonWriter& w, const std::vector<FaultRow>& rows) {
+  w.begin_array("faults");
+  for (const FaultRow& r : rows) {
+    w.begin_object().num("id", r.id);
+    if (!r.rule.empty()) w.str("rule", r.rule);
+    w.num("matched", r.c.matched).num("hits", r.c.hits).num("applied", r.c.applied).end_object();
+  }
+  w.end_array();
+}
+
 void print_json(const std::string& dev, const prov::DeviceCounters& dc, const prov::CmCounterTable* cm,
-                double elapsed) {
+                double elapsed, const prov::FaultRuleSet& rules) {
   JsonWriter w;
   w.begin_object().str("device", dev);
   if (elapsed > 0) w.num("interval_ms", static_cast<uint64_t>(elapsed * 1000 + 0.5));
   json_counters(w, "counters", dc.total);
+  json_faults(w, fault_rows(rules, dc.faults));
   if (cm) {  // the CM service's MADs, in the kernel's per-port groups
     w.begin_object("cm");
     for (size_t g = 0; g < cm->size(); ++g) {
@@ -142,6 +181,7 @@ void print_json(const std::string& dev, const prov::DeviceCounters& dc, const pr
         .boolean("alive", p.alive)
         .num("qpn_base", p.qpn_base);
     json_counters(w, "counters", p.counters);
+    json_faults(w, fault_rows({}, p.faults));
     w.begin_array("qps");
     for (const prov::QpCounters& q : p.qps) {
       w.begin_object().num("qpn", q.qpn).str("type", q.type).str("state", q.state);
@@ -167,8 +207,17 @@ void print_cm(const prov::CmCounterTable& cm) {
   }
 }
 
+void print_faults(const std::vector<FaultRow>& rows) {
+  if (rows.empty()) return;
+  std::printf("  fault rules (urxe fault)     matched       hits    applied  rule\n");
+  for (const FaultRow& r : rows)
+    std::printf("    rule %-13u %12llu %10llu %10llu  %s\n", r.id, static_cast<unsigned long long>(r.c.matched),
+                static_cast<unsigned long long>(r.c.hits), static_cast<unsigned long long>(r.c.applied),
+                r.rule.empty() ? "(removed)" : r.rule.c_str());
+}
+
 void print_text(const std::string& dev, const prov::DeviceCounters& dc, const prov::CounterSet* prev,
-                double elapsed, bool processes) {
+                double elapsed, bool processes, const prov::FaultRuleSet& rules) {
   size_t live = 0;
   for (const auto& p : dc.processes) live += p.alive;
   std::printf("%s: %zu process%s with the device open\n", dev.c_str(), live, live == 1 ? "" : "es");
@@ -181,6 +230,7 @@ void print_text(const std::string& dev, const prov::DeviceCounters& dc, const pr
       std::printf("  %-26s %20llu\n", n.c_str(), static_cast<unsigned long long>(v));
     }
   }
+  print_faults(fault_rows(rules, dc.faults));
   if (!processes) return;
   for (const prov::ProcessCounters& p : dc.processes) {
     std::printf("  pid %d (%s)%s, QPNs from 0x%x:", static_cast<int>(p.pid), p.comm.c_str(),
@@ -192,6 +242,10 @@ void print_text(const std::string& dev, const prov::DeviceCounters& dc, const pr
       any = true;
     }
     std::printf("%s\n", any ? "" : " (all 0)");
+    for (const prov::FaultRuleCounters& f : p.faults)
+      std::printf("    fault rule %u: matched=%llu hits=%llu applied=%llu\n", f.id,
+                  static_cast<unsigned long long>(f.matched), static_cast<unsigned long long>(f.hits),
+                  static_cast<unsigned long long>(f.applied));
     for (const prov::QpCounters& q : p.qps) {
       std::printf("    QP 0x%06x %s %s:", q.qpn, q.type.c_str(), q.state.c_str());
       for (const auto& [n, v] : q.counters.values)
@@ -295,10 +349,13 @@ int stats_main(Args args) {
       prov::refresh_port_state(d.ibdev_path, d.config, err);
       prov::CmCounterTable cm{};
       const bool have_cm = prov::read_cm_counters(d.ibdev_path, cm);
+      prov::FaultRuleSet rules;
+      if (!prov::read_fault_rules(d.ibdev_path, rules, err))  // the counters still show, without rule texts
+        std::fprintf(stderr, "urxe stats: %s: %s\n", d.config.name.c_str(), err.c_str());
       if (o.json) {
-        print_json(d.config.name, dc, have_cm ? &cm : nullptr, elapsed);
+        print_json(d.config.name, dc, have_cm ? &cm : nullptr, elapsed, rules);
       } else {
-        print_text(d.config.name, dc, round ? &prev[d.config.name] : nullptr, elapsed, o.processes);
+        print_text(d.config.name, dc, round ? &prev[d.config.name] : nullptr, elapsed, o.processes, rules);
         if (have_cm) print_cm(cm);
       }
       prev[d.config.name] = dc.total;
