@@ -274,13 +274,13 @@ bool FaultRulesWatcher::check(bool force) {
   return true;
 }
 
-bool FaultRulesWatcher::start(uint32_t period_ms) {
+bool FaultRulesWatcher::start(uint32_t period_ms, bool notify) {
   if (thread_.joinable()) return true;
   struct stat st {};
   if (::stat(fault_dir(ibdev_path_).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) return false;
-  inotify_fd_ = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  inotify_fd_ = notify ? ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK) : -1;
   if (inotify_fd_ >= 0 &&
       ::inotify_add_watch(inotify_fd_, fault_dir(ibdev_path_).c_str(),
                           IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE) < 0) {

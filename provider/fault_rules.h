@@ -87,9 +87,9 @@ class FaultRulesWatcher {
   // the callback ran. One thread at a time (the watcher's own once started).
   bool check(bool force = false);
   // A thread (urxe-faults) that runs check() when urxe.fault/ changes: it sleeps in poll(2) on an inotify
-  // descriptor, or, when inotify is not available, wakes every `period_ms`. No thread when the device has
-  // no urxe.fault/ (made by an older urxe). Returns whether the thread runs.
-  bool start(uint32_t period_ms = 100);
+  // descriptor, or, when inotify is not available (or not `notify`: tests), wakes every `period_ms`. No
+  // thread when the device has no urxe.fault/ (made by an older urxe). Returns whether the thread runs.
+  bool start(uint32_t period_ms = 100, bool notify = true);
   // Stops and joins the thread. Idempotent.
   void stop();
   // The generation of the file the last delivered rules came from (0: none yet).
