@@ -630,7 +630,22 @@ void CounterFile::stop_mirror() {
 void CounterFile::publish_fault_counters(std::span<const FaultRuleCounters> counters) {
   std::lock_guard<std::mutex> g(faults_mu_);
   if (fd_ < 0) return;
-  std::string text = format_fault_counters(counters);
+  // Per id (never reused on a device): a rule no longer reported keeps its last counts, and a count that
+  // went down (the port's counters started afresh) adds to what was published before.
+  for (const FaultRuleCounters& c : counters) {
+    FaultTally& t = fault_tally_[c.id];
+    if (c.matched < t.last.matched || c.hits < t.last.hits || c.applied < t.last.applied) {
+      t.base.matched += t.last.matched;
+      t.base.hits += t.last.hits;
+      t.base.applied += t.last.applied;
+    }
+    t.last = c;
+  }
+  std::vector<FaultRuleCounters> out;
+  for (const auto& [id, t] : fault_tally_)
+    out.push_back(
+        {id, t.base.matched + t.last.matched, t.base.hits + t.last.hits, t.base.applied + t.last.applied});
+  std::string text = format_fault_counters(out);
   if (text == faults_written_) return;
   if (write_replace(faults_path(path_), text)) faults_written_ = std::move(text);
 }
@@ -662,6 +677,7 @@ void CounterFile::close() {
     ::close(fd_);  // releases the liveness lock
     fd_ = -1;
     faults_written_.clear();
+    fault_tally_.clear();
   }
   map_ = nullptr;
   values_ = nullptr;

@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <span>
 #include <string>
@@ -141,7 +142,9 @@ class CounterFile {
   void set_fault_source(std::function<std::vector<FaultRuleCounters>()> source) {
     fault_source_ = std::move(source);
   }
-  // Writes these counters to <file>.faults now, unless they are what was last written. Any thread.
+  // Writes these counters to <file>.faults now, unless that gives what was last written. Any thread.
+  // A rule's counts only grow there: a rule missing from `counters` (removed) keeps its last counts, and
+  // a count lower than the last one (the port's counters reset) is added to those.
   void publish_fault_counters(std::span<const FaultRuleCounters> counters);
   // Makes that thread mirror now, changed values or not (the port went down or up: link_downed).
   void poke();
@@ -165,6 +168,10 @@ class CounterFile {
   std::function<std::vector<FaultRuleCounters>()> fault_source_;
   std::mutex faults_mu_;
   std::string faults_written_;  // the text last written to <file>.faults
+  struct FaultTally {
+    FaultRuleCounters base, last;  // published = base + last
+  };
+  std::map<uint32_t, FaultTally> fault_tally_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -367,6 +367,26 @@ TEST_F(FaultRulesTest, CountersSummedOverProcessesAndKeptAfterExit) {
   EXPECT_EQ(fault_counters_of(dc.faults, 2), (FaultRuleCounters{2, 104, 54, 25}));
 }
 
+// A process's published counts only grow: a removed rule keeps its counts, a reset adds to them.
+TEST_F(FaultRulesTest, PublishedCountsSurviveRemovalAndReset) {
+  std::string err;
+  ASSERT_TRUE(init_device_stats(dev_, "lo", err)) << err;
+  const char* const names[] = {"sent_pkts"};
+  CounterFile a;
+  ASSERT_TRUE(a.open(dev_, names, 0, err)) << err;
+  const FaultRuleCounters first[] = {{1, 10, 5, 5}, {2, 4, 4, 4}};
+  a.publish_fault_counters(first);
+  const FaultRuleCounters second[] = {{1, 3, 1, 1}};  // rule 2 removed; rule 1's counters started afresh
+  a.publish_fault_counters(second);
+  DeviceCounters dc;
+  ASSERT_TRUE(read_device_counters(dev_, false, dc, err)) << err;
+  EXPECT_EQ(fault_counters_of(dc.faults, 1), (FaultRuleCounters{1, 13, 6, 6}));
+  EXPECT_EQ(fault_counters_of(dc.faults, 2), (FaultRuleCounters{2, 4, 4, 4}));
+  a.close();
+  ASSERT_TRUE(read_device_counters(dev_, true, dc, err)) << err;
+  EXPECT_EQ(fault_counters_of(dc.faults_exited, 1), (FaultRuleCounters{1, 13, 6, 6}));
+}
+
 // The mirror thread asks the source at each pass, whether the engine's counters changed or not.
 TEST_F(FaultRulesTest, MirrorThreadPublishesTheSource) {
   std::string err;
