@@ -31,6 +31,12 @@ struct PacketBuf {
   // A batch frame of this many packets (wire::batch_packet: a run of one message's middle packets under the
   // first one's headers), only to and from a port whose tx_batch_bytes() is not 0; 0: one packet.
   uint8_t batch = 0;
+  // Set by a FaultPort (engine/fault_port.h) on the frames a fault rule made or changed: the copies of a
+  // duplicated frame, delayed and reordered frames, mutated frames: the rule's id and its action
+  // (wire::FaultAction). 0 otherwise: a FaultPort with rules or held frames zeroes them on every other
+  // frame it passes; other ports leave them as they find them (0 in a PacketBuf made for the call).
+  uint32_t fault_rule = 0;
+  uint8_t fault_action = 0;
   void* opaque = nullptr;
 };
 

@@ -1,0 +1,94 @@
+// Fault injection where frames enter and leave the engine: a Port over another Port that applies a device's
+// fault rules (wire/fault_rule.h) to every frame in the directions it is given, and performs their actions:
+// drop, duplicate, delay, reorder, and the mutations (corrupt, ecn-ce, truncate). The same class runs over a
+// real port, the same-host path and the simulator's ports, so a scenario found live replays in a test.
+//
+// Cost: with no rules, each burst is one relaxed load and the inner port's call; nothing per frame. With
+// rules, each frame is parsed (wire::parse_frame, no ICRC check) and matched; batch frames are cut into
+// their packets first, and the engine is told to make none (tx_batch_bytes_to answers 0).
+//
+// Threads: the engine's progress thread calls the Port methods; set_rules and stats may be called from any
+// other thread (the control thread that watches the device's rule file). A new rule set is handed over
+// through a mailbox and taken at the next burst; nothing on the frame path allocates or locks.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/port.h"
+#include "wire/fault_rule.h"
+
+namespace urxe::engine {
+
+// What a capture (or a test) is told about each frame a rule hit, in the order the actions happen.
+class FaultObserver {
+ public:
+  virtual ~FaultObserver() = default;
+  // `frame` as it was before the action (a dropped frame; the original of a duplicate; a frame before its
+  // mutation), `rule_id` the rule whose action applied. Called on the progress thread.
+  virtual void fault_hit(wire::FaultDir dir, const uint8_t* frame, uint32_t len, uint32_t rule_id,
+                         wire::FaultAction action) = 0;
+};
+
+struct FaultPortConfig {
+  bool tx = true, rx = true;   // the directions the rules apply to here
+  uint32_t pool_frames = 256;  // buffers for duplicates, cut batches and held received frames
+  uint32_t pool_frame_bytes = 9216 + 128;
+  FaultObserver* observer = nullptr;
+};
+
+// One rule's counters, summed over both directions of this port.
+struct FaultRuleStats {
+  uint32_t id = 0;
+  uint64_t matched = 0;  // frames its fields matched
+  uint64_t hits = 0;     // frames its selectors picked
+  uint64_t applied = 0;  // frames whose action it decided (the first hitting rule)
+};
+
+class FaultPort : public Port {
+ public:
+  FaultPort(Port& inner, const Clock& clock, FaultPortConfig config = {});
+  ~FaultPort() override;
+
+  // Replaces the rules (each with its id, in table order); an empty list turns injection off. Any thread.
+  // Frames held by the old rules (delay, reorder) still go out when due.
+  void set_rules(const std::vector<std::pair<uint32_t, wire::FaultRule>>& rules);
+  // The current rules' counters (as of the last burst). Any thread.
+  std::vector<FaultRuleStats> stats() const;
+  // Frames a rule made: extra copies, frames dropped, frames held now; and frames a full pool let pass
+  // unharmed (a duplicate or a hold that found no buffer).
+  uint64_t dropped() const;
+  uint64_t duplicated() const;
+  uint64_t held() const;
+  uint64_t pool_exhausted() const;
+  // When the next held frame is due (Clock ns), UINT64_MAX when none: a driver that sleeps (the progress
+  // thread, the simulator's run loop) must come back by then. While frames are held rx_wait_fd() is -1.
+  uint64_t next_due_ns() const;
+
+  // Port
+  const PortAttr& attr() const override;
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override;
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override;
+  void tx_free(PacketBuf& buf) override;
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override;
+  void rx_free(PacketBuf* bufs, uint32_t n) override;
+  int rx_wait_fd() const override;
+  void rx_wait_arm(bool armed) override;
+  uint64_t rx_wait_event_ns() const override;
+  bool tx_icrc_offload() const override;
+  bool tx_gather() const override;
+  uint32_t tx_batch_bytes() const override;
+  uint32_t tx_batch_bytes_to(const uint8_t* dst_mac, uint32_t dqpn) override;
+  bool set_rx_qpn_range(uint32_t first, uint32_t end) override;
+  bool set_multicast_mac(const wire::MacAddr& mac, bool member) override;
+  PortRxLoss rx_loss() override;
+
+ private:
+  struct Impl;
+  Port& inner_;
+  std::atomic<bool> active_{false};  // rules are set or frames are held: the burst paths look closer
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace urxe::engine
