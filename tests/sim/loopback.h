@@ -243,6 +243,7 @@ class Loopback {
       if (did) continue;
       uint64_t next = std::min(node[0].eng->next_deadline_ns(), node[1].eng->next_deadline_ns());
       next = std::min(next, link.net.next_event_time());
+      for (const auto& w : wakes) next = std::min(next, w());
       if (next == UINT64_MAX) return done();  // nothing can ever happen
       if (next > end) return done();
       if (next > link.clock.t)
@@ -278,6 +279,9 @@ class Loopback {
   Link link;
   Node node[2];
   uint64_t idle_spins = 0;  // rounds where an engine claimed work but did none (should stay 0)
+  // More times run() moves the clock to, besides the engines' deadlines and the deliveries: a wrapper's
+  // (e.g. FaultPort::next_due_ns, when it holds frames).
+  std::vector<std::function<uint64_t()>> wakes;
 };
 
 inline SendWr make_wr(WrOpcode op, const Sge* sge, int num_sge, uint64_t wr_id = 1,

@@ -1,0 +1,421 @@
+// FaultPort (engine/fault_port.h): fault rules in the rule language applied between an engine and its port,
+// in the simulator. What users rely on: each action does to the protocol what the same fault on a wire
+// would (the engine's recovery and counters show it), the rule counters say what happened, nothing changes
+// without rules, rules can change while traffic runs, and a rule set replays the same run.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "engine/fault_port.h"
+#include "tests/sim/loopback.h"
+
+namespace urxe::engine::test {
+namespace {
+
+using wire::FaultAction;
+using wire::FaultDir;
+
+// Every frame on the wire, as bytes, in order, with the side that sent it.
+using WireTrace = std::vector<std::pair<uint32_t, std::vector<uint8_t>>>;
+
+// Records every frame on the loopback's wire. A RETH's VA (the peer's memory, at another address in each
+// run) is written as its offset from the peer's buffer, and the ICRC again over that, so runs compare.
+void record(Loopback& l, WireTrace& out) {
+  l.link.net.on_transmit = [&l, &out](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
+    std::vector<uint8_t> f(d, d + len);
+    wire::Packet p;
+    if (wire::parse_frame(wire::ByteSpan(f.data(), f.size()), p) == wire::ParseError::ok &&
+        (p.present & wire::kReth) && p.info->transport == wire::Transport::rc) {
+      wire::store_be64(f.data() + p.bth_offset + wire::kBthLen, p.reth.va - l.node[1 - from].addr());
+      wire::write_icrc(wire::MutByteSpan(f.data(), p.frame_len));
+    }
+    out.emplace_back(from, std::move(f));
+  };
+}
+
+// Where two traces first differ (their length when one is a prefix of the other), -1 when equal.
+long first_difference(const WireTrace& a, const WireTrace& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); i++)
+    if (a[i] != b[i]) return static_cast<long>(i);
+  return a.size() == b.size() ? -1 : static_cast<long>(std::min(a.size(), b.size()));
+}
+
+// A Loopback with a FaultPort under each engine; run() honours their held frames' due times.
+struct FaultLoop {
+  FaultPort* fp[2] = {nullptr, nullptr};
+  Loopback lb;
+  WireTrace wire;
+  explicit FaultLoop(FaultPortConfig cfg = {}, size_t mem = 1 << 20)
+      : lb(EngineConfig{}, 1500, mem, false, [this, cfg](int side, Port& inner) {
+          auto p = std::make_unique<FaultPort>(inner, lb.link.clock, cfg);
+          fp[side] = p.get();
+          return p;
+        }) {
+    for (int s = 0; s < 2; s++) lb.wakes.push_back([this, s] { return fp[s]->next_due_ns(); });
+    record(lb, wire);
+  }
+  // Rules for one side's FaultPort, ids 1, 2, ...
+  void rules(int side, std::initializer_list<const char*> texts) {
+    std::vector<std::pair<uint32_t, wire::FaultRule>> v;
+    for (const char* t : texts) {
+      wire::FaultParse r = wire::parse_fault_rule(t);
+      ASSERT_TRUE(r) << t << ": " << r.error;
+      v.emplace_back(static_cast<uint32_t>(v.size() + 1), *r.rule);
+    }
+    fp[side]->set_rules(v);
+  }
+  uint64_t count(int side, Counter c) { return lb.node[side].eng->counter(c); }
+};
+
+// The one rule's counters on a side (after a burst ran).
+FaultRuleStats rule_stats(FaultPort& p) {
+  const auto s = p.stats();
+  EXPECT_EQ(s.size(), 1u);
+  return s.empty() ? FaultRuleStats{} : s[0];
+}
+
+// Posts an RDMA WRITE of `len` bytes from A's offset 0 to B's offset 0x40000 and waits for its completion.
+Wc write_and_wait(FaultLoop& t, uint32_t qa, uint32_t len, uint8_t seed) {
+  fill(t.lb.a().mem, 0, len, seed);
+  Sge sge{t.lb.a().addr(0), len, t.lb.a().mr.lkey};
+  post(t.lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, t.lb.b().addr(0x40000), t.lb.b().mr.rkey, 7));
+  auto wc = t.lb.poll(t.lb.a(), 1);
+  EXPECT_EQ(wc.size(), 1u);
+  return wc.empty() ? Wc{} : wc[0];
+}
+
+void expect_written(FaultLoop& t, uint32_t len) {
+  EXPECT_EQ(0, std::memcmp(t.lb.a().mem.data(), t.lb.b().mem.data() + 0x40000, len));
+}
+
+// Posts `n` SENDs of `len` bytes each from A (receives posted on B first) and returns B's completions.
+std::vector<Wc> sends(FaultLoop& t, uint32_t qa, uint32_t qb, int n, uint32_t len, int extra_recvs = 0) {
+  for (int i = 0; i < n + extra_recvs; i++) post_recv(t.lb.b(), qb, 0x1000 * i, 0x1000, 100 + i);
+  for (int i = 0; i < n; i++) {
+    fill(t.lb.a().mem, 0x1000 * i, len, static_cast<uint8_t>(i + 1));
+    Sge sge{t.lb.a().addr(0x1000 * i), len, t.lb.a().mr.lkey};
+    post(t.lb.a(), qa, make_wr(WR_SEND, &sge, 1, 200 + i));
+  }
+  auto wa = t.lb.poll(t.lb.a(), n);
+  EXPECT_EQ(wa.size(), static_cast<size_t>(n));
+  for (auto& w : wa) EXPECT_EQ(w.status, WC_SUCCESS) << wc_status_str(w.status);
+  auto wb = t.lb.poll(t.lb.b(), n);
+  t.lb.settle();
+  Wc more[4];
+  EXPECT_EQ(t.lb.b().eng->poll_cq(t.lb.b().cq, 4, more), 0);  // each message once
+  for (size_t i = 0; i < wb.size(); i++) {
+    EXPECT_EQ(wb[i].status, WC_SUCCESS);
+    EXPECT_EQ(wb[i].wr_id, 100 + i);
+    EXPECT_EQ(
+        0, std::memcmp(t.lb.a().mem.data() + 0x1000 * i, t.lb.b().mem.data() + 0x1000 * i, wb[i].byte_len));
+  }
+  return wb;
+}
+
+TEST(FaultPortTest, DropOneWriteMiddleGoBackN) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir tx opcode rc_rdma_write_middle psn +2 first 1 drop"});
+  const Wc wc = write_and_wait(t, qa, 8192, 3);  // 8 packets of 1024: FIRST, 6 MIDDLE, LAST
+  EXPECT_EQ(wc.status, WC_SUCCESS);
+  expect_written(t, 8192);
+  const FaultRuleStats s = rule_stats(*t.fp[0]);
+  EXPECT_EQ(s.id, 1u);
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.applied, 1u);
+  EXPECT_EQ(t.fp[0]->dropped(), 1u);
+  EXPECT_EQ(count_naks(t.lb.link, 1, wire::AethType::nak, 0), 1);  // PSN sequence error
+  EXPECT_EQ(t.count(0, Counter::rcvd_seq_err), 1u);
+  EXPECT_GE(t.count(1, Counter::out_of_seq_request), 1u);
+  // PSN 0x102 went twice through A's FaultPort (dropped, then resent) but reached the wire once
+  const auto psns = psns_of(t.lb.link, 0, wire::op::write_middle);
+  EXPECT_EQ(std::count(psns.begin(), psns.end(), 0x102u), 1);
+}
+
+TEST(FaultPortTest, DropOneAckAtRequester) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir rx class ack first 1 drop"});
+  const auto wb = sends(t, qa, qb, 1, 64);
+  EXPECT_EQ(wb.size(), 1u);
+  EXPECT_EQ(rule_stats(*t.fp[0]).hits, 1u);
+  EXPECT_EQ(t.fp[0]->dropped(), 1u);
+  // the requester resent (tail loss probe or timeout) and the responder answered the duplicate
+  EXPECT_GE(t.count(1, Counter::duplicate_request), 1u);
+  EXPECT_EQ(t.count(0, Counter::retry_exceeded_err), 0u);
+}
+
+TEST(FaultPortTest, DuplicateSendExecutedOnce) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir tx opcode rc_send_only first 1 duplicate"});
+  const auto wb = sends(t, qa, qb, 1, 64, /*extra_recvs=*/1);
+  EXPECT_EQ(wb.size(), 1u);
+  EXPECT_EQ(t.fp[0]->duplicated(), 1u);
+  EXPECT_EQ(t.count(1, Counter::duplicate_request), 1u);
+  EXPECT_EQ(count_ops(t.lb.link, 0, wire::op::send_only), 2);
+}
+
+TEST(FaultPortTest, DelayedPacketInStream) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir tx opcode rc_rdma_write_middle psn +2 first 1 delay 5ms"});
+  const uint64_t t0 = t.lb.link.clock.t;
+  const Wc wc = write_and_wait(t, qa, 8192, 5);
+  EXPECT_EQ(wc.status, WC_SUCCESS);
+  t.lb.settle();
+  expect_written(t, 8192);
+  EXPECT_EQ(t.fp[0]->held(), 0u);
+  EXPECT_EQ(t.fp[0]->next_due_ns(), UINT64_MAX);
+  EXPECT_EQ(rule_stats(*t.fp[0]).hits, 1u);
+  EXPECT_GE(t.count(1, Counter::out_of_seq_request), 1u);  // the packets after it came first
+  // the resent 0x102 and, 5 ms later, the delayed original (a duplicate to the responder)
+  const auto psns = psns_of(t.lb.link, 0, wire::op::write_middle);
+  EXPECT_EQ(std::count(psns.begin(), psns.end(), 0x102u), 2);
+  EXPECT_GE(t.count(1, Counter::duplicate_request), 1u);
+  EXPECT_GE(t.lb.link.clock.t, t0 + 5'000'000);
+}
+
+TEST(FaultPortTest, ReorderTwo) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir tx opcode rc_send_only first 1 reorder 2"});
+  const auto wb = sends(t, qa, qb, 3, 256);
+  EXPECT_EQ(wb.size(), 3u);
+  EXPECT_EQ(rule_stats(*t.fp[0]).hits, 1u);
+  const auto psns = psns_of(t.lb.link, 0, wire::op::send_only);
+  ASSERT_GE(psns.size(), 3u);
+  EXPECT_EQ(psns[0], 0x101u);
+  EXPECT_EQ(psns[1], 0x102u);
+  EXPECT_EQ(psns[2], 0x100u);
+  EXPECT_GE(t.count(1, Counter::out_of_seq_request), 1u);
+}
+
+TEST(FaultPortTest, CorruptIcrcOnReceive) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(1, {"dir rx opcode rc_send_only first 1 corrupt icrc"});
+  const auto wb = sends(t, qa, qb, 1, 128);
+  EXPECT_EQ(wb.size(), 1u);
+  EXPECT_EQ(t.count(1, Counter::rx_drop_icrc), 1u);
+  EXPECT_EQ(rule_stats(*t.fp[1]).applied, 1u);
+}
+
+TEST(FaultPortTest, CorruptRkeyIsRemoteAccessError) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir tx opcode rc_rdma_write_only first 1 corrupt reth.rkey"});
+  Sge sge{t.lb.a().addr(0), 64, t.lb.a().mr.lkey};
+  expect_remote_error(t.lb, qa, make_rdma_wr(WR_RDMA_WRITE, &sge, t.lb.b().addr(0), t.lb.b().mr.rkey, 5),
+                      WC_REM_ACCESS_ERR);
+  EXPECT_EQ(t.count(1, Counter::resp_remote_access_errors), 1u);
+  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 1u);
+}
+
+TEST(FaultPortTest, EcnCeMakesCnps) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir tx class request ecn-ce"});
+  const Wc wc = write_and_wait(t, qa, 16384, 9);
+  EXPECT_EQ(wc.status, WC_SUCCESS);
+  expect_written(t, 16384);
+  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 16u);
+  EXPECT_EQ(t.count(1, Counter::np_ecn_marked_roce_packets), 16u);
+  EXPECT_GE(t.count(1, Counter::np_cnp_sent), 1u);
+  EXPECT_GE(t.count(0, Counter::rp_cnp_handled), 1u);
+}
+
+// A frame cut short with its lengths and ICRC fixed is a valid frame: a SEND ONLY arrives as a shorter
+// message; a WRITE ONLY no longer matches its RETH length, which the responder NAKs as an invalid request.
+TEST(FaultPortTest, TruncateSendAndWrite) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(0, {"dir tx opcode rc_send_only first 1 truncate 4"});
+  const auto wb = sends(t, qa, qb, 1, 64);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].byte_len, 60u);
+  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 1u);
+
+  t.rules(0, {"dir tx opcode rc_rdma_write_only first 1 truncate 4"});
+  Sge sge{t.lb.a().addr(0), 64, t.lb.a().mr.lkey};
+  expect_remote_error(t.lb, qa, make_rdma_wr(WR_RDMA_WRITE, &sge, t.lb.b().addr(0), t.lb.b().mr.rkey, 5),
+                      WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 1u);
+}
+
+// The same traffic with and without a FaultPort that has no rules: the same bytes on the wire.
+WireTrace plain_run(bool with_fault_port, bool rules_set_and_cleared) {
+  std::unique_ptr<FaultLoop> t;
+  FaultLoop* f = nullptr;
+  WireTrace plain;
+  std::unique_ptr<Loopback> lb;
+  Loopback* l = nullptr;
+  if (with_fault_port) {
+    t = std::make_unique<FaultLoop>();
+    f = t.get();
+    l = &f->lb;
+    if (rules_set_and_cleared) {
+      f->rules(0, {"dir rx class request drop"});  // matches nothing on A
+      f->fp[0]->set_rules({});
+    }
+  } else {
+    lb = std::make_unique<Loopback>(EngineConfig{}, 1500, 1 << 20);
+    l = lb.get();
+    record(*l, plain);
+  }
+  auto [qa, qb] = l->connect(QPT_RC);
+  for (int i = 0; i < 4; i++) post_recv(l->b(), qb, 0x1000 * i, 0x1000, i);
+  fill(l->a().mem, 0, 0x8000, 1);
+  for (int i = 0; i < 4; i++) {
+    Sge sge{l->a().addr(0x1000 * i), 3000, l->a().mr.lkey};
+    post(l->a(), qa, make_wr(WR_SEND, &sge, 1, i));
+    Sge w{l->a().addr(0), 5000, l->a().mr.lkey};
+    post(l->a(), qa, make_rdma_wr(WR_RDMA_WRITE, &w, l->b().addr(0x20000), l->b().mr.rkey, 10 + i));
+  }
+  EXPECT_EQ(l->poll(l->a(), 8).size(), 8u);
+  l->settle();
+  if (f) {
+    EXPECT_TRUE(f->fp[0]->stats().empty());
+    EXPECT_EQ(f->fp[0]->held(), 0u);
+    return f->wire;
+  }
+  return plain;
+}
+
+TEST(FaultPortTest, NoRulesFramesUntouched) {
+  const WireTrace plain = plain_run(false, false);
+  EXPECT_GT(plain.size(), 20u);
+  EXPECT_EQ(first_difference(plain_run(true, false), plain), -1);
+  EXPECT_EQ(first_difference(plain_run(true, true), plain), -1);
+}
+
+// Rules set mid-run act on what follows; cleared, they stop, and nothing stays held.
+TEST(FaultPortTest, RulesSetAndClearedMidRun) {
+  FaultLoop t;
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  EXPECT_EQ(write_and_wait(t, qa, 4096, 1).status, WC_SUCCESS);
+  t.rules(0, {"dir tx class request every 3 drop"});
+  EXPECT_EQ(write_and_wait(t, qa, 8192, 2).status, WC_SUCCESS);
+  expect_written(t, 8192);
+  const uint64_t dropped = t.fp[0]->dropped();
+  EXPECT_GE(dropped, 2u);
+  t.fp[0]->set_rules({});
+  EXPECT_EQ(write_and_wait(t, qa, 8192, 3).status, WC_SUCCESS);
+  expect_written(t, 8192);
+  EXPECT_EQ(t.fp[0]->dropped(), dropped);
+  EXPECT_TRUE(t.fp[0]->stats().empty());
+}
+
+// set_rules from another thread while frames flow: every message completes, data intact; the rules seen
+// are the ones set (ids only from the sets given).
+TEST(FaultPortTest, SetRulesFromAnotherThread) {
+  FaultLoop t(FaultPortConfig{}, 4 << 20);
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  wire::FaultRule drop = *wire::parse_fault_rule("dir tx class request prob 0.05 seed 3 drop").rule;
+  wire::FaultRule dup = *wire::parse_fault_rule("dir rx class ack prob 0.1 duplicate").rule;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad_ids{0};
+  std::thread control([&] {
+    for (uint32_t i = 0; !stop.load(); i++) {
+      if (i % 3 == 2)
+        t.fp[0]->set_rules({});
+      else
+        t.fp[0]->set_rules({{10 + i % 3, drop}, {20, dup}});
+      for (const auto& s : t.fp[0]->stats())
+        if (s.id != 10 && s.id != 11 && s.id != 20) bad_ids++;
+      std::this_thread::yield();
+    }
+  });
+  for (int i = 0; i < 20; i++) {
+    const Wc wc = write_and_wait(t, qa, 16384, static_cast<uint8_t>(i));
+    EXPECT_EQ(wc.status, WC_SUCCESS);
+    expect_written(t, 16384);
+  }
+  stop = true;
+  control.join();
+  EXPECT_EQ(bad_ids.load(), 0u);
+  t.fp[0]->set_rules({});
+  t.lb.settle();
+  EXPECT_EQ(t.fp[0]->held(), 0u);
+}
+
+// A pool of 2 buffers and a rule that wants 4 copies of each SEND received: 2 made, 2 counted as exhausted.
+TEST(FaultPortTest, FullPoolLetsDuplicatesPass) {
+  FaultPortConfig cfg;
+  cfg.pool_frames = 2;
+  FaultLoop t(cfg);
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  t.rules(1, {"dir rx opcode rc_send_only duplicate 4"});
+  const auto wb = sends(t, qa, qb, 3, 64);
+  EXPECT_EQ(wb.size(), 3u);
+  // the three SENDs come in one burst: the first one's copies take both buffers until the engine frees them
+  EXPECT_EQ(rule_stats(*t.fp[1]).hits, 3u);
+  EXPECT_EQ(t.fp[1]->duplicated(), 2u);
+  EXPECT_EQ(t.fp[1]->pool_exhausted(), 10u);
+  EXPECT_EQ(t.count(1, Counter::duplicate_request), 2u);
+  // the next SEND finds the pool refilled
+  const auto more = sends(t, qa, qb, 1, 64);
+  EXPECT_EQ(more.size(), 1u);
+  EXPECT_EQ(t.fp[1]->duplicated(), 4u);
+  EXPECT_EQ(t.fp[1]->pool_exhausted(), 12u);
+  EXPECT_EQ(t.count(1, Counter::duplicate_request), 4u);
+}
+
+// What an observer is told, and the marks on the frames a rule changed.
+class Notes final : public FaultObserver {
+ public:
+  void fault_hit(FaultDir dir, const uint8_t*, uint32_t len, uint32_t rule_id, FaultAction action) override {
+    hits.push_back({dir, len, rule_id, action});
+  }
+  struct Hit {
+    FaultDir dir;
+    uint32_t len, rule;
+    FaultAction action;
+    bool operator==(const Hit&) const = default;
+  };
+  std::vector<Hit> hits;
+};
+
+// A run with random drops, duplicates and delays on both sides: the same seed, the same wire trace, hits
+// and counters; another seed, another run.
+struct Replay {
+  WireTrace wire;
+  std::vector<Notes::Hit> hits;
+  std::vector<FaultRuleStats> stats;
+  uint64_t end_ns;
+};
+Replay replay(const char* seed) {
+  Notes notes;
+  FaultPortConfig cfg;
+  cfg.observer = &notes;
+  FaultLoop t(cfg);
+  auto [qa, qb] = t.lb.connect(QPT_RC);
+  const std::string s = seed;
+  const std::string r1 = "dir tx class request prob 0.1 seed " + s + " drop";
+  const std::string r2 = "dir tx class request prob 0.1 seed " + s + "1 delay 200us";
+  const std::string r3 = "dir rx class ack prob 0.2 seed " + s + "2 duplicate 2";
+  t.rules(0, {r1.c_str(), r2.c_str(), r3.c_str()});
+  for (int i = 0; i < 5; i++)
+    EXPECT_EQ(write_and_wait(t, qa, 20000, static_cast<uint8_t>(i)).status, WC_SUCCESS);
+  t.lb.settle();
+  return {t.wire, notes.hits, t.fp[0]->stats(), t.lb.link.clock.t};
+}
+
+TEST(FaultPortTest, SameSeedSameRun) {
+  const Replay a = replay("5"), b = replay("5"), c = replay("6");
+  EXPECT_FALSE(a.hits.empty());
+  EXPECT_EQ(first_difference(a.wire, b.wire), -1);
+  EXPECT_EQ(a.hits, b.hits);
+  EXPECT_EQ(a.end_ns, b.end_ns);
+  ASSERT_EQ(a.stats.size(), 3u);
+  ASSERT_EQ(b.stats.size(), 3u);
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(a.stats[i].hits, b.stats[i].hits);
+    EXPECT_EQ(a.stats[i].applied, b.stats[i].applied);
+  }
+  EXPECT_NE(first_difference(a.wire, c.wire), -1);
+}
+
+}  // namespace
+}  // namespace urxe::engine::test
