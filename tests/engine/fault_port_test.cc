@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <deque>
 #include <thread>
 
 #include "engine/fault_port.h"
@@ -415,6 +416,183 @@ TEST(FaultPortTest, SameSeedSameRun) {
     EXPECT_EQ(a.stats[i].applied, b.stats[i].applied);
   }
   EXPECT_NE(first_difference(a.wire, c.wire), -1);
+}
+
+// A port with no engine behind it: tx_burst keeps copies of what it takes (with their marks), rx_burst hands
+// out what a test queued.
+class StubPort final : public Port {
+ public:
+  struct Frame {
+    std::vector<uint8_t> bytes;
+    PacketBuf buf;  // as handed over (data points into `store`)
+  };
+  const PortAttr& attr() const override { return attr_; }
+  uint32_t tx_batch_bytes() const override { return 8192; }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override {
+    store_.emplace_back(size);
+    buf = PacketBuf{.data = store_.back().data(), .len = size, .opaque = &store_.back()};
+    return true;
+  }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    for (uint32_t i = 0; i < n; i++)
+      sent.push_back({std::vector<uint8_t>(bufs[i].data, bufs[i].data + bufs[i].len), bufs[i]});
+    return n;
+  }
+  void tx_free(PacketBuf&) override { tx_freed++; }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
+    uint32_t k = 0;
+    for (; k < n && !rx.empty(); k++) {
+      store_.push_back(std::move(rx.front()));
+      rx.erase(rx.begin());
+      bufs[k] = PacketBuf{.data = store_.back().data(),
+                          .len = static_cast<uint32_t>(store_.back().size()),
+                          .batch = rx_batch,
+                          .opaque = &store_.back()};
+    }
+    return k;
+  }
+  void rx_free(PacketBuf*, uint32_t n) override { rx_freed += n; }
+  std::vector<Frame> sent;
+  std::vector<std::vector<uint8_t>> rx;
+  uint8_t rx_batch = 0;
+  uint64_t tx_freed = 0, rx_freed = 0;
+
+ private:
+  PortAttr attr_;
+  std::deque<std::vector<uint8_t>> store_;  // (a deque: buffers stay where they are)
+};
+
+struct ManualClock final : Clock {
+  uint64_t t = 1000;
+  uint64_t now_ns() const override { return t; }
+};
+
+// A WRITE MIDDLE frame with PSN `psn` and `payload` bytes of payload.
+std::vector<uint8_t> middle_frame(uint32_t psn, uint32_t payload) {
+  wire::FrameSpec spec;
+  spec.src_ip = wire::gid_from_ipv4({10, 0, 0, 1});
+  spec.dst_ip = wire::gid_from_ipv4({10, 0, 0, 2});
+  spec.bth.opcode = wire::op::kRc | wire::op::write_middle;
+  spec.bth.dqpn = 0x42;
+  spec.bth.psn = psn;
+  std::vector<uint8_t> payload_bytes(payload);
+  for (uint32_t i = 0; i < payload; i++) payload_bytes[i] = static_cast<uint8_t>(i * 13 + psn);
+  std::vector<uint8_t> f(payload + 256);
+  f.resize(wire::build_frame(wire::MutByteSpan(f.data(), f.size()), spec,
+                             wire::ByteSpan(payload_bytes.data(), payload)));
+  return f;
+}
+
+wire::FaultRule rule(const char* text) {
+  wire::FaultParse r = wire::parse_fault_rule(text);
+  EXPECT_TRUE(r) << r.error;
+  return r ? *r.rule : wire::FaultRule{};
+}
+
+// The marks a rule leaves on the frames it made or changed, what the observer is told, and a delayed
+// frame that goes when its time comes (next_due_ns says when; rx_wait_fd is -1 meanwhile).
+TEST(FaultPortTest, MarksObserverAndDueTime) {
+  StubPort stub;
+  ManualClock clock;
+  Notes notes;
+  FaultPortConfig cfg;
+  cfg.observer = &notes;
+  FaultPort fp(stub, clock, cfg);
+  fp.set_rules(
+      {{7, rule("psn 1 duplicate 2")}, {8, rule("psn 2 delay 1us")}, {9, rule("psn 3 corrupt payload")}});
+  PacketBuf bufs[4];
+  for (uint32_t i = 0; i < 4; i++) {
+    const auto f = middle_frame(i, 64);
+    ASSERT_TRUE(fp.tx_alloc(static_cast<uint32_t>(f.size()), bufs[i]));
+    std::memcpy(bufs[i].data, f.data(), f.size());
+    bufs[i].len = static_cast<uint32_t>(f.size());
+  }
+  EXPECT_EQ(fp.tx_burst(bufs, 4), 4u);
+  // 0, 1, its two copies, 3 (corrupted); 2 is held
+  ASSERT_EQ(stub.sent.size(), 5u);
+  const std::pair<uint32_t, FaultAction> want[] = {{0, FaultAction::none},
+                                                   {0, FaultAction::none},
+                                                   {7, FaultAction::duplicate},
+                                                   {7, FaultAction::duplicate},
+                                                   {9, FaultAction::corrupt}};
+  for (size_t i = 0; i < 5; i++) {
+    EXPECT_EQ(stub.sent[i].buf.fault_rule, want[i].first) << i;
+    EXPECT_EQ(stub.sent[i].buf.fault_action, static_cast<uint8_t>(want[i].second)) << i;
+  }
+  EXPECT_EQ(stub.sent[2].bytes, stub.sent[1].bytes);
+  wire::Packet p;
+  ASSERT_EQ(wire::parse_frame(wire::ByteSpan(stub.sent[4].bytes.data(), stub.sent[4].bytes.size()), p),
+            wire::ParseError::ok);  // a wrong field, a right ICRC
+  EXPECT_EQ(p.payload[0], static_cast<uint8_t>(3 ^ 1));
+  ASSERT_EQ(notes.hits.size(), 3u);
+  EXPECT_EQ(notes.hits[0], (Notes::Hit{FaultDir::tx, bufs[1].len, 7, FaultAction::duplicate}));
+  EXPECT_EQ(notes.hits[1].rule, 8u);
+  EXPECT_EQ(notes.hits[2].rule, 9u);
+  EXPECT_EQ(fp.held(), 1u);
+  EXPECT_EQ(fp.next_due_ns(), clock.t + 1000);
+  EXPECT_EQ(fp.rx_wait_fd(), -1);
+  EXPECT_EQ(fp.rx_burst(bufs, 4), 0u);  // not yet
+  EXPECT_EQ(stub.sent.size(), 5u);
+  clock.t += 1000;
+  EXPECT_EQ(fp.rx_burst(bufs, 4), 0u);  // any burst releases what is due
+  ASSERT_EQ(stub.sent.size(), 6u);
+  EXPECT_EQ(stub.sent[5].buf.fault_rule, 8u);
+  EXPECT_EQ(stub.sent[5].buf.fault_action, static_cast<uint8_t>(FaultAction::delay));
+  EXPECT_EQ(fp.held(), 0u);
+  EXPECT_EQ(fp.next_due_ns(), UINT64_MAX);
+  const auto s = fp.stats();
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].id, 7u);
+  EXPECT_EQ(s[0].applied, 1u);
+  EXPECT_EQ(s[1].id, 8u);
+  EXPECT_EQ(s[2].id, 9u);
+}
+
+// A batch frame that comes while rules are set is cut into its packets, each matched alone; while rules are
+// set the engine is told to make none.
+TEST(FaultPortTest, BatchFramesCutBeforeMatching) {
+  StubPort stub;
+  ManualClock clock;
+  FaultPort fp(stub, clock);
+  fp.set_rules({{1, rule("psn 0x12 drop")}});
+  EXPECT_EQ(fp.tx_batch_bytes_to(nullptr, 0), 0u);
+  // rx: a batch of 4 packets of 256 bytes from PSN 0x10
+  stub.rx.push_back(middle_frame(0x10, 1024));
+  stub.rx_batch = 4;
+  PacketBuf bufs[8];
+  const uint32_t k = fp.rx_burst(bufs, 8);
+  ASSERT_EQ(k, 3u);
+  const uint32_t psns[] = {0x10, 0x11, 0x13};
+  for (uint32_t i = 0; i < k; i++) {
+    EXPECT_EQ(bufs[i].batch, 0u);
+    wire::Packet p;
+    ASSERT_EQ(wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), p),
+              wire::ParseError::ok);  // ICRC too
+    EXPECT_EQ(p.bth.psn, psns[i]);
+    EXPECT_EQ(p.payload_len, 256u);
+  }
+  EXPECT_EQ(stub.rx_freed, 1u);  // the batch itself, at once
+  fp.rx_free(bufs, k);
+  EXPECT_EQ(stub.rx_freed, 1u);  // the packets were the port's own buffers
+  EXPECT_EQ(fp.dropped(), 1u);
+  // tx: the same cut through the inner port's buffers
+  PacketBuf b;
+  const auto f = middle_frame(0x10, 1024);
+  ASSERT_TRUE(fp.tx_alloc(static_cast<uint32_t>(f.size()), b));
+  std::memcpy(b.data, f.data(), f.size());
+  b.batch = 4;
+  EXPECT_EQ(fp.tx_burst(&b, 1), 1u);
+  ASSERT_EQ(stub.sent.size(), 3u);
+  for (uint32_t i = 0; i < 3; i++) {
+    wire::Packet p;
+    ASSERT_EQ(wire::parse_frame(wire::ByteSpan(stub.sent[i].bytes.data(), stub.sent[i].bytes.size()), p),
+              wire::ParseError::ok);
+    EXPECT_EQ(p.bth.psn, psns[i]);
+  }
+  EXPECT_EQ(stub.tx_freed, 2u);  // the batch and the dropped packet
+  fp.set_rules({});
+  EXPECT_EQ(fp.rx_burst(bufs, 8), 0u);
+  EXPECT_EQ(fp.tx_batch_bytes_to(nullptr, 0), 8192u);  // idle again: the inner port's answer
 }
 
 }  // namespace
