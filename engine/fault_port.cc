@@ -44,6 +44,7 @@ struct FaultPort::Impl {
     pool_free.reserve(cfg.pool_frames);
     for (uint32_t i = cfg.pool_frames; i-- > 0;) pool_free.push_back(i);
     held.reserve(cfg.pool_frames);
+    // what tx_out can hold: frames taken in one burst, the last one's packets and copies, every held frame
     tx_out.reserve(kTxTake + kFrameWorst + cfg.pool_frames);
     rx_ready.reserve(cfg.pool_frames + 2 * kScratch);
     scratch.resize(kScratch);

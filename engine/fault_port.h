@@ -51,8 +51,10 @@ class FaultPort : public Port {
   FaultPort(Port& inner, const Clock& clock, FaultPortConfig config = {});
   ~FaultPort() override;
 
-  // Replaces the rules (each with its id, in table order); an empty list turns injection off. Any thread.
-  // Frames held by the old rules (delay, reorder) still go out when due.
+  // Replaces the rules (each with its id, in table order; the first wire::kFaultTableSize); an empty list
+  // turns injection off. Any thread. Frames held by the old rules (delay, reorder) still go out when due.
+  // Held frames go at the first burst (either direction) once due; a reorder hold also ends 10 ms after it
+  // began when fewer than N frames followed (a stream that stopped).
   void set_rules(const std::vector<std::pair<uint32_t, wire::FaultRule>>& rules);
   // The current rules' counters (as of the last burst). Any thread.
   std::vector<FaultRuleStats> stats() const;
