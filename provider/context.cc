@@ -392,7 +392,8 @@ std::string qp_counter_lines(ContextState* st) {
 // its mirror started.
 bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConfig& ecfg, AllocFailure& f) {
   try {
-    st->engine = std::make_unique<en::Engine>(st->capture ? *st->capture : *st->port, st->clock, ecfg);
+    st->faults = std::make_unique<en::FaultPort>(st->capture ? *st->capture : *st->port, st->clock);
+    st->engine = std::make_unique<en::Engine>(*st->faults, st->clock, ecfg);
   } catch (const std::exception& ex) {
     f = {ENOMEM, std::string("engine: ") + ex.what()};
     return false;
@@ -411,20 +412,22 @@ bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConf
     std::string e;
     refresh_port_state(path, cfg, e);
   });
+  st->counter_file.set_fault_source([st] {
+    std::vector<urxe::provider::FaultRuleCounters> v;
+    for (const en::FaultRuleStats& r : st->faults->stats()) v.push_back({r.id, r.matched, r.hits, r.applied});
+    return v;
+  });
   st->counter_file.start_mirror();
   return true;
 }
 
 // The device's fault rules: read now, then followed by the watcher's thread (none for a device without
-// urxe.fault/). For now the context keeps the latest list (ContextState::fault_rules).
+// urxe.fault/), each list handed to the fault port.
 void start_fault_watcher(const char* ibdev_path, ContextState* st) {
   st->fault_watcher.init(
       ibdev_path,
       [st](const FaultRuleList& rules) {
-        {
-          std::lock_guard<std::mutex> g(st->fault_mu);
-          st->fault_rules = rules;
-        }
+        st->faults->set_rules(rules);
         log_printf(en::LogLevel::info, st->config.name, "fault rules: %zu rule(s) in force (generation %llu)",
                    rules.size(), static_cast<unsigned long long>(st->fault_watcher.generation()));
       },

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/fault_port.h"
 #include "provider/abi34.h"
 #include "provider/device_tree.h"
 #include "provider/fault_rules.h"
@@ -292,6 +293,9 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   SteadyClock clock;
   std::unique_ptr<en::Port> port;
   std::unique_ptr<en::Port> capture;  // pcap tap over *port or null (--pcap, $URXE_PCAP: dpdk/capture_port.h)
+  // The device's fault rules applied over the capture (engine/fault_port.h), so the capture shows the frames
+  // as they went out and came in; with no rules it passes everything through.
+  std::unique_ptr<en::FaultPort> faults;
   std::unique_ptr<en::Engine> engine;
   int async_rd = -1, async_wr = -1;  // async_fd = async_rd (16-byte records)
   int qpn_lock_fd = -1;              // holds the OFD lock naming this context's QPN block
@@ -309,11 +313,8 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   // GIDs follow the interface's addresses (provider/gid_watch.h): its rtnetlink fd is in the progress
   // thread's waits.
   urxe::provider::GidWatch gid_watch;
-  // The device's fault rules (provider/fault_rules.h) as its watcher last read them (taken once at open,
-  // then within ~100 ms of each change, on the watcher's thread urxe-faults); fault_mu guards them.
-  // Stopped first at close.
-  std::mutex fault_mu;
-  urxe::provider::FaultRuleList fault_rules;
+  // Follows the device's fault rules file (provider/fault_rules.h): read once at open, then within ~100 ms
+  // of each change, on its thread urxe-faults, handed to `faults`. Stopped first at close.
   urxe::provider::FaultRulesWatcher fault_watcher;
   // One IBV_EVENT_GID_CHANGE (element: port 1) per changed entry, as the kernel raises them.
   // The port follows the interface (up and carrier), as rxe's: IBV_EVENT_PORT_ERR / _ACTIVE, and sysfs's

@@ -283,14 +283,15 @@ class ProgressLoop {
     return true;
   }
 
-  // Until the engine's next deadline, at most kMaxSleepNs (posts compare their timers with sleep_until:
-  // on_post); without a port fd, at most 20 us. A post whose round ran after the deadline was read either
-  // loads sleep_until before this store (0: it wakes the thread) or compares with the value stored here.
+  // Until the engine's next deadline or a held frame's (FaultPort), at most kMaxSleepNs (posts compare their
+  // timers with sleep_until: on_post); without a port fd, at most 20 us. A post whose round ran after the
+  // deadline was read either loads sleep_until before this store (0: it wakes the thread) or compares with
+  // the value stored here.
   void sleep(bool with_port) {
     const uint64_t now = st_.clock.now_ns();
     const uint64_t deadline =
-        std::min(eng_.next_deadline_ns(false),
-                 now + (with_port ? ProgressShared::kMaxSleepNs : ProgressShared::kQuietNapNs));
+        std::min({eng_.next_deadline_ns(false), st_.faults->next_due_ns(),
+                  now + (with_port ? ProgressShared::kMaxSleepNs : ProgressShared::kQuietNapNs)});
     st_.sleep_until.store(deadline, std::memory_order_seq_cst);
     uint64_t wait_ns = deadline > now ? deadline - now : 0;
     if (port_fd_ < 0) wait_ns = std::min<uint64_t>(wait_ns, 20000);

@@ -120,5 +120,25 @@ check "  a bad hand edit: one warning, the old rules kept" "warn: urxe0: fault r
 kill $srv 2>/dev/null
 wait $srv 2>/dev/null
 
+# --- the rules act on live traffic: each process's first SEND ONLY on the device is lost (a rule's
+# selectors count per process); ibv_rc_pingpong recovers by its retransmit timer, and the rule's counters,
+# summed over the processes, say what it did
+"$U" link del urxe0
+"$U" link add urxe0 netdev va --port socket --fault 'dir tx opcode rc_send_only first 1 drop' >/dev/null
+"$U" run -- ibv_rc_pingpong -d urxe0 -g 1 -n 20 -s 512 >"$URXE_RUN_DIR/pp-server.log" 2>&1 &
+srv=$!
+for i in $(seq 100); do ss -Hltn 'sport = :18515' | grep -q . && break; sleep 0.05; done
+timeout 30 "$U" run -- ibv_rc_pingpong -d urxe0 -g 1 -n 20 -s 512 10.67.0.1 >"$URXE_RUN_DIR/pp-client.log" 2>&1
+expect_rc "ibv_rc_pingpong client with its first SEND lost" 0 $?
+wait $srv
+expect_rc "  and its server" 0 $?
+json=$("$U" stats urxe0 --json)
+[ "$(printf '%s' "$json" | jq -c '[.faults[] | [.id, .matched, .hits, .applied]]')" = '[[1,42,2,2]]' ] &&
+  ok "  rule 1: 42 SEND ONLYs matched (20 each way, 2 resent), 2 hits, 2 dropped" ||
+  bad "  rule counters: $(printf '%s' "$json" | jq -c .faults)"
+retries=$(printf '%s' "$json" | jq '[.. | objects | .completer_retry_err? // empty] | max // 0')
+[ "${retries:-0}" -ge 1 ] && ok "  the sender retransmitted (completer_retry_err $retries)" ||
+  bad "  no retransmission counted: $(printf '%s' "$json" | jq -c .)"
+
 "$U" link del urxe0
 exit $fail
