@@ -181,7 +181,7 @@ LiveCaptures& live_captures() {
   return *l;
 }
 
-class CapturePort final : public en::Port {
+class CapturePort final : public en::Port, public en::FaultObserver {
  public:
   CapturePort(en::Port& inner, CaptureConfig cfg) : inner_(inner), cfg_(std::move(cfg)) {
     const std::string& name = cfg_.device;
@@ -267,7 +267,7 @@ class CapturePort final : public en::Port {
     const uint64_t ts = now_realtime_ns();
     for (uint32_t i = 0; i < n; ++i) {
       offs[i] = fill_len_;
-      recorded[i] = record(bufs[i].data, bufs[i].len, true, ts);
+      recorded[i] = record(bufs[i].data, bufs[i].len, true, ts, bufs[i].fault_rule, bufs[i].fault_action);
     }
     offs[n] = fill_len_;
     const uint32_t k = inner_.tx_burst(bufs, n);
@@ -307,6 +307,17 @@ class CapturePort final : public en::Port {
     return k;
   }
 
+  // A frame the device was to send and a fault rule dropped: recorded, so the capture shows what was lost.
+  // (Other outgoing frames a rule made or changed come through tx_burst marked; received frames are
+  // recorded as they arrived, before the rules act on them.)
+  void fault_hit(wire::FaultDir dir, const uint8_t* frame, uint32_t len, uint32_t rule_id,
+                 wire::FaultAction action) override {
+    if (dir != wire::FaultDir::tx || action != wire::FaultAction::drop) return;
+    std::unique_lock lk(mu_);
+    record(frame, len, true, now_realtime_ns(), rule_id, static_cast<uint8_t>(action), " (not sent)");
+    kick_if_half_full();
+  }
+
  private:
   static uint64_t now_realtime_ns() {
     timespec t{};
@@ -315,7 +326,10 @@ class CapturePort final : public en::Port {
   }
 
   // One EPB into the fill buffer (mu_ held). A frame that does not fit is counted as not captured.
-  bool record(const uint8_t* data, uint32_t len, bool out, uint64_t ts) {
+  // `fault_rule`: the fault rule that made or changed the frame (engine::PacketBuf::fault_rule), named in
+  // the comment with its action and `note`.
+  bool record(const uint8_t* data, uint32_t len, bool out, uint64_t ts, uint32_t fault_rule = 0,
+              uint8_t fault_action = 0, const char* note = "") {
     char comment[kMaxComment];
     uint32_t dqpn = 0;
     int64_t sqpn = -1;
@@ -328,6 +342,13 @@ class CapturePort final : public en::Port {
                                        out ? "out" : "in", dqpn);
     } else {
       clen = std::snprintf(comment, sizeof comment, "%s%s", comment_prefix_.c_str(), out ? "out" : "in");
+    }
+    if (fault_rule && clen > 0 && static_cast<uint32_t>(clen) < kMaxComment) {
+      const std::string_view a = wire::fault_action_name(static_cast<wire::FaultAction>(fault_action));
+      const int more =
+          std::snprintf(comment + clen, kMaxComment - static_cast<uint32_t>(clen), ", fault rule %u: %.*s%s",
+                        fault_rule, static_cast<int>(a.size()), a.data(), note);
+      if (more > 0) clen += more;
     }
     const uint32_t cl = clen > 0 ? std::min<uint32_t>(static_cast<uint32_t>(clen), kMaxComment - 1) : 0;
     const uint32_t caplen = std::min(len, kSnapLen);

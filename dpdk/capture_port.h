@@ -25,6 +25,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/fault_port.h"
 #include "engine/port.h"
 
 namespace urxe::dpdk {
@@ -39,7 +40,9 @@ struct CaptureConfig {
   std::function<void(engine::LogLevel, const std::string&)> log;
 };
 
-// A Port that forwards everything to `inner` and captures the frames as above; nullptr when capture is off,
+// A Port that forwards everything to `inner` and captures the frames as above; it is also an
+// engine::FaultObserver (a FaultPort over it tells it of the frames rules drop, and frames a rule made or
+// changed carry the rule in their comment: ", fault rule N: ACTION"); nullptr when capture is off,
 // or (after one log line saying why) when DIR cannot be written: the device then works uncaptured.
 std::unique_ptr<engine::Port> open_capture(engine::Port& inner, CaptureConfig cfg);
 

@@ -392,7 +392,9 @@ std::string qp_counter_lines(ContextState* st) {
 // its mirror started.
 bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConfig& ecfg, AllocFailure& f) {
   try {
-    st->faults = std::make_unique<en::FaultPort>(st->capture ? *st->capture : *st->port, st->clock);
+    en::FaultPortConfig fcfg;
+    fcfg.observer = dynamic_cast<en::FaultObserver*>(st->capture.get());  // the capture records drops
+    st->faults = std::make_unique<en::FaultPort>(st->capture ? *st->capture : *st->port, st->clock, fcfg);
     st->engine = std::make_unique<en::Engine>(*st->faults, st->clock, ecfg);
   } catch (const std::exception& ex) {
     f = {ENOMEM, std::string("engine: ") + ex.what()};

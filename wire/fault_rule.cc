@@ -526,6 +526,12 @@ FaultParse parse_fault_rule(std::string_view text) {
   return Parser(text).run();
 }
 
+std::string_view fault_action_name(FaultAction a) {
+  for (size_t i = 0; i < std::size(kActions); i++)
+    if (kActions[i] == a) return kActionWords[i];
+  return {};
+}
+
 std::string format_fault_rule(const FaultRule& r) {
   std::string out;
   const auto put = [&out](std::string_view a, const std::string& b = {}) {

@@ -186,6 +186,9 @@ struct FaultParse {
 FaultParse parse_fault_rule(std::string_view text);
 std::string format_fault_rule(const FaultRule& rule);
 
+// The action's word in the language ("drop", "ecn-ce", ...; "" for none).
+std::string_view fault_action_name(FaultAction a);
+
 // Whether the rule's action rewrites the frame (corrupt, ecn-ce, truncate): then apply_fault_mutation.
 constexpr bool fault_mutates(FaultAction a) {
   return a == FaultAction::corrupt || a == FaultAction::ecn_ce || a == FaultAction::truncate;

@@ -5,13 +5,16 @@
 # file unchanged; the 33rd rule refused; `link add --fault` good (the device starts with the rules) and bad
 # (no device made); per-rule counters of processes that exited (urxe.stats/total.faults) in `fault list`
 # and `urxe stats`; and a running application (ibv_rc_pingpong waiting for its client) taking a rule
-# added by `urxe fault add` within 2 s (its info log line; the watcher wakes at once on the change).
+# added by `urxe fault add` within 2 s (its info log line; the watcher wakes at once on the change); and
+# rules on live traffic: ibv_rc_pingpong whose processes each lose their first SEND recovers, the rule's
+# counters summed over them, each capture recording its lost frame with the rule's name.
 #   usage: cli_fault_test.sh URXE
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
 netns_require_root
 command -v ibv_rc_pingpong >/dev/null || { echo "SKIP: ibv_rc_pingpong missing (apt-get install ibverbs-utils)"; exit 77; }
 command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
+command -v tshark >/dev/null || { echo "SKIP: tshark not installed"; exit 77; }
 netns_private -t 100 "$0" "$@"
 U=$1
 unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH URXE_LOG URXE_DEBUG
@@ -124,7 +127,8 @@ wait $srv 2>/dev/null
 # selectors count per process); ibv_rc_pingpong recovers by its retransmit timer, and the rule's counters,
 # summed over the processes, say what it did
 "$U" link del urxe0
-"$U" link add urxe0 netdev va --port socket --fault 'dir tx opcode rc_send_only first 1 drop' >/dev/null
+"$U" link add urxe0 netdev va --port socket --pcap "$URXE_RUN_DIR/pcap" \
+  --fault 'dir tx opcode rc_send_only first 1 drop' >/dev/null
 "$U" run -- ibv_rc_pingpong -d urxe0 -g 1 -n 20 -s 512 >"$URXE_RUN_DIR/pp-server.log" 2>&1 &
 srv=$!
 for i in $(seq 100); do ss -Hltn 'sport = :18515' | grep -q . && break; sleep 0.05; done
@@ -139,6 +143,15 @@ json=$("$U" stats urxe0 --json)
 retries=$(printf '%s' "$json" | jq '[.. | objects | .completer_retry_err? // empty] | max // 0')
 [ "${retries:-0}" -ge 1 ] && ok "  the sender retransmitted (completer_retry_err $retries)" ||
   bad "  no retransmission counted: $(printf '%s' "$json" | jq -c .)"
+# each process's capture records its lost SEND once, named by the rule
+n=0
+for f in "$URXE_RUN_DIR"/pcap/*.pcapng; do
+  n=$((n + 1))
+  c=$(tshark -r "$f" -T fields -e frame.comment 2>/dev/null)
+  [ "$(printf '%s\n' "$c" | grep -c 'fault rule 1: drop (not sent)$')" = 1 ] &&
+    ok "  ${f##*/}: the dropped SEND recorded as not sent" || bad "  ${f##*/}: comments: $c"
+done
+[ $n = 2 ] && ok "  two captures, one per process" || bad "  $n captures"
 
 "$U" link del urxe0
 exit $fail
