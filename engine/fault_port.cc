@@ -6,6 +6,12 @@
 // has one queue in order (tx_out: taken from the engine, not yet taken by the inner port; rx_ready: for the
 // engine's next rx_burst), so a duplicate follows its original and a reordered frame follows the N-th
 // frame after it.
+//
+// Split (split_rx): the FaultPort face takes the engine's frames and hands tx_out to the middle port; the
+// RxFace takes frames from the inner port into rx_ready and gives them to the middle port. Both faces run on
+// the progress thread and use the one Impl; a burst of the FaultPort face services both directions (due
+// frames of either, the transmit queue), a burst of the RxFace only the receive direction, so the RxFace
+// never calls the middle port (that port is inside its own call to the RxFace then).
 #include "engine/fault_port.h"
 
 #include <algorithm>
@@ -38,7 +44,7 @@ struct FaultRules {
 
 struct FaultPort::Impl {
   Impl(FaultPort& o, Port& in, const Clock& c, const FaultPortConfig& cf)
-      : owner(o), inner(in), clock(c), cfg(cf) {
+      : owner(o), inner(in), tx_port(&in), clock(c), cfg(cf), observer(cf.observer) {
     pool_mem = std::make_unique<uint8_t[]>(size_t{cfg.pool_frames} * cfg.pool_frame_bytes);
     pool_tokens = std::make_unique<uint8_t[]>(std::max(cfg.pool_frames, 1u));
     pool_free.reserve(cfg.pool_frames);
@@ -51,9 +57,12 @@ struct FaultPort::Impl {
   }
 
   FaultPort& owner;
-  Port& inner;
+  Port& inner;    // where received frames come from (and go back to)
+  Port* tx_port;  // where sent frames go: inner, or the middle port when split
   const Clock& clock;
   const FaultPortConfig cfg;
+  FaultObserver* observer;
+  std::unique_ptr<Port> rx_face;  // when split
 
   // Control thread to frame path: the newest rule set not yet taken; frame path to control thread: the sets
   // it no longer uses (a stack through FaultRules::next).
@@ -107,14 +116,14 @@ struct FaultPort::Impl {
   bool alloc(FaultDir d, uint32_t len, PacketBuf& b) {
     if (d == FaultDir::rx) return pool_alloc(len, b);
     b = PacketBuf{};
-    if (!inner.tx_alloc(len, b)) return false;
+    if (!tx_port->tx_alloc(len, b)) return false;
     b.len = len;
     return true;
   }
   // Gives back a frame that goes nowhere.
   void release(FaultDir d, PacketBuf& b) {
     if (d == FaultDir::tx)
-      inner.tx_free(b);
+      tx_port->tx_free(b);
     else if (is_pool(b))
       pool_release(b);
     else
@@ -178,7 +187,14 @@ struct FaultPort::Impl {
     if (e == nullptr) return emit(d, b);
     const uint32_t id = cur->ids[static_cast<size_t>(e - cur->table.entries().data())];
     const wire::FaultRule& r = e->matcher.rule();
-    if (cfg.observer) cfg.observer->fault_hit(d, b.data, b.len, id, r.action);
+    // A frame without its ICRC (the same-host path's) gets it before anyone sees it: the observer records
+    // the frame the wire would have carried, and each mutation then leaves the ICRC it means (corrupt icrc:
+    // wrong; the others: right, ecn-ce's masked), so whoever checks it next sees it.
+    if (b.icrc_absent && b.len >= wire::kIcrcLen) {
+      wire::write_icrc(wire::MutByteSpan(b.data, b.len));
+      b.icrc_absent = false;
+    }
+    if (observer) observer->fault_hit(d, b.data, b.len, id, r.action);
     switch (r.action) {
       case FaultAction::drop:
         release(d, b);
@@ -205,12 +221,6 @@ struct FaultPort::Impl {
         break;
     }
     if (wire::fault_mutates(r.action)) {
-      // A frame without its ICRC gets the right one first: each mutation then leaves the ICRC it means
-      // (corrupt icrc: wrong; the others: right, ecn-ce's masked), and whoever checks it next sees it.
-      if (b.icrc_absent) {
-        wire::write_icrc(wire::MutByteSpan(b.data, b.len));
-        b.icrc_absent = false;
-      }
       size_t len = b.len;
       if (wire::apply_fault_mutation(r, wire::MutByteSpan(b.data, b.len), len)) {
         b.len = static_cast<uint32_t>(len);
@@ -257,15 +267,16 @@ struct FaultPort::Impl {
   void flush_tx() {
     size_t done = 0;
     while (done < tx_out.size()) {
-      const uint32_t k = inner.tx_burst(tx_out.data() + done, static_cast<uint32_t>(tx_out.size() - done));
+      const uint32_t k = tx_port->tx_burst(tx_out.data() + done, static_cast<uint32_t>(tx_out.size() - done));
       if (k == 0) break;
       done += k;
     }
     tx_out.erase(tx_out.begin(), tx_out.begin() + static_cast<std::ptrdiff_t>(done));
   }
 
-  // At each burst: a new rule set, due frames, the transmit queue.
-  void service() {
+  // At each burst: a new rule set, due frames, the transmit queue (`tx_side`: due frames of both directions
+  // and the transmit queue; else the received ones only).
+  void service(bool tx_side) {
     if (FaultRules* r = pending.exchange(nullptr, std::memory_order_acq_rel)) {
       if (cur) retire(cur);
       cur = r;
@@ -274,14 +285,59 @@ struct FaultPort::Impl {
     for (;;) {  // due frames, earliest first
       size_t pick = held.size();
       for (size_t i = 0; i < held.size(); i++)
-        if (held[i].due <= now && (pick == held.size() || held[i].due < held[pick].due)) pick = i;
+        if (held[i].due <= now && (tx_side || held[i].dir == FaultDir::rx) &&
+            (pick == held.size() || held[i].due < held[pick].due))
+          pick = i;
       if (pick == held.size()) break;
       const Held h = held[pick];
       held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
       out(h.dir).push_back(h.buf);
       if (h.dir == FaultDir::rx && !is_pool(h.buf)) inner_in_ready++;
     }
-    flush_tx();
+    if (tx_side) flush_tx();
+  }
+
+  // Received frames from the inner port, through the rules, to `bufs` (after service).
+  uint32_t rx_take(PacketBuf* bufs, uint32_t n) {
+    if (rx_ready.size() < n && inner_in_ready < kScratch) {
+      const uint32_t k = inner.rx_burst(scratch.data(), std::min(n, kScratch - inner_in_ready));
+      for (uint32_t i = 0; i < k; i++) {
+        PacketBuf& b = scratch[i];
+        if (b.batch)
+          process_batch(FaultDir::rx, b);
+        else
+          process(FaultDir::rx, b);
+      }
+      inner_in_ready = 0;
+      for (const PacketBuf& b : rx_ready) inner_in_ready += !is_pool(b);
+    }
+    const auto give = static_cast<uint32_t>(std::min<size_t>(n, rx_ready.size()));
+    for (uint32_t i = 0; i < give; i++) {
+      bufs[i] = rx_ready[i];
+      if (is_pool(bufs[i]))
+        pool_out++;
+      else
+        inner_in_ready--;
+    }
+    rx_ready.erase(rx_ready.begin(), rx_ready.begin() + give);
+    return give;
+  }
+
+  // Received frames back: pool buffers to the pool, runs of the inner port's together to it.
+  void rx_give_back(PacketBuf* bufs, uint32_t n) {
+    uint32_t i = 0;
+    while (i < n) {
+      if (is_pool(bufs[i])) {
+        pool_release(bufs[i]);
+        pool_out--;
+        i++;
+        continue;
+      }
+      uint32_t j = i;
+      while (j < n && !is_pool(bufs[j])) j++;
+      inner.rx_free(bufs + i, j - i);
+      i = j;
+    }
   }
 
   void retire(FaultRules* r) {
@@ -317,13 +373,72 @@ struct FaultPort::Impl {
   }
 };
 
+// The receive face (split_rx): over the inner port; the receive rules; everything else passes through.
+class FaultPort::RxFace final : public Port {
+ public:
+  RxFace(FaultPort& owner, Impl& m) : owner_(owner), m_(m), inner_(m.inner) {}
+
+  const PortAttr& attr() const override { return inner_.attr(); }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override { return inner_.tx_burst(bufs, n); }
+  void tx_free(PacketBuf& buf) override { inner_.tx_free(buf); }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
+    if (!owner_.active_.load(std::memory_order_relaxed)) return inner_.rx_burst(bufs, n);
+    m_.service(false);
+    const uint32_t k = m_.rx_take(bufs, n);
+    m_.finish();
+    return k;
+  }
+  void rx_free(PacketBuf* bufs, uint32_t n) override {
+    if (!owner_.active_.load(std::memory_order_relaxed)) return inner_.rx_free(bufs, n);
+    m_.rx_give_back(bufs, n);
+    m_.finish();
+  }
+  int rx_wait_fd() const override {
+    return m_.holding.load(std::memory_order_relaxed) ? -1 : inner_.rx_wait_fd();
+  }
+  void rx_wait_arm(bool armed) override { inner_.rx_wait_arm(armed); }
+  uint64_t rx_wait_event_ns() const override { return inner_.rx_wait_event_ns(); }
+  bool tx_icrc_offload() const override { return inner_.tx_icrc_offload(); }
+  bool tx_gather() const override { return inner_.tx_gather(); }
+  uint32_t tx_batch_bytes() const override { return inner_.tx_batch_bytes(); }
+  uint32_t tx_batch_bytes_to(const uint8_t* dst_mac, uint32_t dqpn) override {
+    return owner_.active_.load(std::memory_order_relaxed) ? 0 : inner_.tx_batch_bytes_to(dst_mac, dqpn);
+  }
+  bool set_rx_qpn_range(uint32_t first, uint32_t end) override { return inner_.set_rx_qpn_range(first, end); }
+  bool set_multicast_mac(const wire::MacAddr& mac, bool member) override {
+    return inner_.set_multicast_mac(mac, member);
+  }
+  PortRxLoss rx_loss() override { return inner_.rx_loss(); }
+
+ private:
+  FaultPort& owner_;
+  Impl& m_;
+  Port& inner_;
+};
+
 FaultPort::FaultPort(Port& inner, const Clock& clock, FaultPortConfig config)
-    : inner_(inner), impl_(std::make_unique<Impl>(*this, inner, clock, config)) {}
+    : up_(&inner), impl_(std::make_unique<Impl>(*this, inner, clock, config)) {}
+
+void FaultPort::split_rx(const std::function<Port*(Port& rx_face)>& make) {
+  Impl& m = *impl_;
+  if (m.rx_face) return;
+  auto face = std::make_unique<RxFace>(*this, m);
+  Port* mid = make(*face);
+  if (mid == nullptr) return;
+  m.rx_face = std::move(face);
+  m.tx_port = mid;
+  up_ = mid;
+}
+
+void FaultPort::set_observer(FaultObserver* observer) {
+  impl_->observer = observer;
+}
 
 FaultPort::~FaultPort() {
   Impl& m = *impl_;
   for (auto& h : m.held) m.release(h.dir, h.buf);
-  for (auto& b : m.tx_out) inner_.tx_free(b);
+  for (auto& b : m.tx_out) m.tx_port->tx_free(b);
   for (auto& b : m.rx_ready) m.release(FaultDir::rx, b);
   delete m.cur;
   delete m.pending.exchange(nullptr);
@@ -377,21 +492,21 @@ uint64_t FaultPort::next_due_ns() const {
 }
 
 const PortAttr& FaultPort::attr() const {
-  return inner_.attr();
+  return up_->attr();
 }
 
 bool FaultPort::tx_alloc(uint32_t size, PacketBuf& buf) {
-  return inner_.tx_alloc(size, buf);
+  return up_->tx_alloc(size, buf);
 }
 
 void FaultPort::tx_free(PacketBuf& buf) {
-  inner_.tx_free(buf);
+  up_->tx_free(buf);
 }
 
 uint32_t FaultPort::tx_burst(PacketBuf* bufs, uint32_t n) {
-  if (!active_.load(std::memory_order_relaxed)) return inner_.tx_burst(bufs, n);
+  if (!active_.load(std::memory_order_relaxed)) return up_->tx_burst(bufs, n);
   Impl& m = *impl_;
-  m.service();
+  m.service(true);
   uint32_t took = 0;
   if (m.tx_out.empty()) {  // else the inner port refuses: so does this one
     for (; took < n && m.tx_out.size() < kTxTake; took++) {
@@ -409,83 +524,50 @@ uint32_t FaultPort::tx_burst(PacketBuf* bufs, uint32_t n) {
 }
 
 uint32_t FaultPort::rx_burst(PacketBuf* bufs, uint32_t n) {
-  if (!active_.load(std::memory_order_relaxed)) return inner_.rx_burst(bufs, n);
+  if (!active_.load(std::memory_order_relaxed)) return up_->rx_burst(bufs, n);
   Impl& m = *impl_;
-  m.service();
-  if (m.rx_ready.size() < n && m.inner_in_ready < kScratch) {
-    const uint32_t k = inner_.rx_burst(m.scratch.data(), std::min(n, kScratch - m.inner_in_ready));
-    for (uint32_t i = 0; i < k; i++) {
-      PacketBuf& b = m.scratch[i];
-      if (b.batch)
-        m.process_batch(FaultDir::rx, b);
-      else
-        m.process(FaultDir::rx, b);
-    }
-    m.inner_in_ready = 0;
-    for (const PacketBuf& b : m.rx_ready) m.inner_in_ready += !m.is_pool(b);
-  }
-  const auto give = static_cast<uint32_t>(std::min<size_t>(n, m.rx_ready.size()));
-  for (uint32_t i = 0; i < give; i++) {
-    bufs[i] = m.rx_ready[i];
-    if (m.is_pool(bufs[i]))
-      m.pool_out++;
-    else
-      m.inner_in_ready--;
-  }
-  m.rx_ready.erase(m.rx_ready.begin(), m.rx_ready.begin() + give);
+  m.service(true);
+  // split: the receive face (under the middle port) applies the rules
+  const uint32_t k = m.rx_face ? up_->rx_burst(bufs, n) : m.rx_take(bufs, n);
   m.finish();
-  return give;
+  return k;
 }
 
 void FaultPort::rx_free(PacketBuf* bufs, uint32_t n) {
-  if (!active_.load(std::memory_order_relaxed)) return inner_.rx_free(bufs, n);
-  Impl& m = *impl_;
-  // runs of the inner port's buffers go back together
-  uint32_t i = 0;
-  while (i < n) {
-    if (m.is_pool(bufs[i])) {
-      m.pool_release(bufs[i]);
-      m.pool_out--;
-      i++;
-      continue;
-    }
-    uint32_t j = i;
-    while (j < n && !m.is_pool(bufs[j])) j++;
-    inner_.rx_free(bufs + i, j - i);
-    i = j;
-  }
-  m.finish();
+  if (!active_.load(std::memory_order_relaxed) || impl_->rx_face) return up_->rx_free(bufs, n);
+  impl_->rx_give_back(bufs, n);
+  impl_->finish();
 }
 
 int FaultPort::rx_wait_fd() const {
-  return impl_->holding.load(std::memory_order_relaxed) ? -1 : inner_.rx_wait_fd();
+  return impl_->holding.load(std::memory_order_relaxed) ? -1 : up_->rx_wait_fd();
 }
 void FaultPort::rx_wait_arm(bool armed) {
-  inner_.rx_wait_arm(armed);
+  up_->rx_wait_arm(armed);
 }
 uint64_t FaultPort::rx_wait_event_ns() const {
-  return inner_.rx_wait_event_ns();
+  return up_->rx_wait_event_ns();
 }
 bool FaultPort::tx_icrc_offload() const {
-  return inner_.tx_icrc_offload();
+  return up_->tx_icrc_offload();
 }
 bool FaultPort::tx_gather() const {
-  return inner_.tx_gather();
+  return up_->tx_gather();
 }
 uint32_t FaultPort::tx_batch_bytes() const {
-  return inner_.tx_batch_bytes();
+  return up_->tx_batch_bytes();
 }
 uint32_t FaultPort::tx_batch_bytes_to(const uint8_t* dst_mac, uint32_t dqpn) {
-  return active_.load(std::memory_order_relaxed) ? 0 : inner_.tx_batch_bytes_to(dst_mac, dqpn);
+  return active_.load(std::memory_order_relaxed) ? 0 : up_->tx_batch_bytes_to(dst_mac, dqpn);
 }
 bool FaultPort::set_rx_qpn_range(uint32_t first, uint32_t end) {
-  return inner_.set_rx_qpn_range(first, end);
+  return up_->set_rx_qpn_range(first, end);
 }
 bool FaultPort::set_multicast_mac(const wire::MacAddr& mac, bool member) {
-  return inner_.set_multicast_mac(mac, member);
+  return up_->set_multicast_mac(mac, member);
 }
 PortRxLoss FaultPort::rx_loss() {
-  return inner_.rx_loss();
+  return up_->rx_loss();
 }
 
 }  // namespace urxe::engine

@@ -7,12 +7,20 @@
 // rules, each frame is parsed (wire::parse_frame, no ICRC check) and matched; batch frames are cut into
 // their packets first, and the engine is told to make none (tx_batch_bytes_to answers 0).
 //
-// Threads: the engine's progress thread calls the Port methods; set_rules and stats may be called from any
-// other thread (the control thread that watches the device's rule file). A new rule set is handed over
-// through a mailbox and taken at the next burst; nothing on the frame path allocates or locks.
+// Two faces: by default one object does both directions (engine → FaultPort → port). A port that is to see
+// the frames as the engine sends them and as it takes them (a capture) goes between two faces instead
+// (split_rx): engine → FaultPort (transmit rules) → capture → receive face (receive rules) → port. The faces
+// share one rule table, its counters, the pool and the held frames, so a rule without `dir` counts its
+// matches over both directions together, as in one object.
+//
+// Threads: the engine's progress thread calls the Port methods of both faces (so the faces share their state
+// without locks); set_rules and stats may be called from any other thread (the control thread that watches
+// the device's rule file). A new rule set is handed over through a mailbox and taken at the next burst;
+// nothing on the frame path allocates or locks.
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,6 +59,16 @@ class FaultPort : public Port {
   FaultPort(Port& inner, const Clock& clock, FaultPortConfig config = {});
   ~FaultPort() override;
 
+  // Puts a port between two faces of this one: `make` is given the receive face (a Port over this port's
+  // inner port that applies the receive rules, marks the frames it made or changed and tells the observer of
+  // its hits) and returns the port it built over it, or nullptr (nothing changes). This port then sends to
+  // and receives from that middle port and applies the transmit rules only. The receive face belongs to this
+  // port: once this port is destroyed the middle port may only be destroyed (its inner port is gone), so
+  // destroy this port first and then the middle port. Before the first burst; once.
+  void split_rx(const std::function<Port*(Port& rx_face)>& make);
+  // The observer of both faces' hits (replaces the config's). Before the first burst.
+  void set_observer(FaultObserver* observer);
+
   // Replaces the rules (each with its id, in table order; the first wire::kFaultTableSize); an empty list
   // turns injection off. Any thread. Frames held by the old rules (delay, reorder) still go out when due.
   // Held frames go at the first burst (either direction) once due; a reorder hold also ends 10 ms after it
@@ -88,7 +106,8 @@ class FaultPort : public Port {
 
  private:
   struct Impl;
-  Port& inner_;
+  class RxFace;
+  Port* up_;  // where this face sends and takes frames: inner_, or the middle port after split_rx
   std::atomic<bool> active_{false};  // rules are set or frames are held: the burst paths look closer
   std::unique_ptr<Impl> impl_;
 };

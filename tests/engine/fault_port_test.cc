@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <thread>
 
 #include "engine/fault_port.h"
@@ -593,6 +594,103 @@ TEST(FaultPortTest, BatchFramesCutBeforeMatching) {
   fp.set_rules({});
   EXPECT_EQ(fp.rx_burst(bufs, 8), 0u);
   EXPECT_EQ(fp.tx_batch_bytes_to(nullptr, 0), 8192u);  // idle again: the inner port's answer
+}
+
+// A port between the two faces (a capture's place): passes everything on and notes what the engine receives.
+class MiddlePort final : public Port {
+ public:
+  explicit MiddlePort(Port& in) : in_(in) {}
+  const PortAttr& attr() const override { return in_.attr(); }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override { return in_.tx_alloc(size, buf); }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    const uint32_t k = in_.tx_burst(bufs, n);
+    sent += k;
+    return k;
+  }
+  void tx_free(PacketBuf& buf) override { in_.tx_free(buf); }
+  uint32_t tx_batch_bytes_to(const uint8_t* dst_mac, uint32_t dqpn) override {
+    return in_.tx_batch_bytes_to(dst_mac, dqpn);
+  }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override {
+    const uint32_t k = in_.rx_burst(bufs, n);
+    for (uint32_t i = 0; i < k; i++) {
+      wire::Packet p;
+      EXPECT_EQ(wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), p), wire::ParseError::ok);
+      seen.push_back({p.bth.psn, bufs[i].fault_rule, static_cast<FaultAction>(bufs[i].fault_action)});
+    }
+    return k;
+  }
+  void rx_free(PacketBuf* bufs, uint32_t n) override { in_.rx_free(bufs, n); }
+  struct Seen {
+    uint32_t psn, rule;
+    FaultAction action;
+    bool operator==(const Seen&) const = default;
+  };
+  std::vector<Seen> seen;
+  uint32_t sent = 0;
+
+ private:
+  Port& in_;
+};
+
+// Split around a middle port: the receive face (under it) applies the receive rules and marks what it
+// made; one table for both faces, so a rule without `dir` counts its matches over both directions.
+TEST(FaultPortTest, SplitFacesShareOneTable) {
+  StubPort stub;
+  ManualClock clock;
+  Notes notes;
+  FaultPort fp(stub, clock);
+  std::unique_ptr<MiddlePort> mid;
+  fp.split_rx([&](Port& rx_face) {
+    mid = std::make_unique<MiddlePort>(rx_face);
+    return mid.get();
+  });
+  ASSERT_TRUE(mid);
+  fp.set_observer(&notes);
+  fp.set_rules({{3, rule("dir rx psn 5 duplicate")}, {4, rule("psn 0-3 every 2 drop")}});
+  PacketBuf bufs[4];
+  const auto send = [&](uint32_t psn) {
+    const auto f = middle_frame(psn, 64);
+    ASSERT_TRUE(fp.tx_alloc(static_cast<uint32_t>(f.size()), bufs[0]));
+    std::memcpy(bufs[0].data, f.data(), f.size());
+    bufs[0].len = static_cast<uint32_t>(f.size());
+    EXPECT_EQ(fp.tx_burst(bufs, 1), 1u);
+  };
+  send(0);  // rule 4's 1st match
+  stub.rx.push_back(middle_frame(1, 64));
+  EXPECT_EQ(fp.rx_burst(bufs, 4), 0u);  // its 2nd: dropped below the middle port
+  send(2);                              // 3rd: passes
+  stub.rx.push_back(middle_frame(3, 64));
+  EXPECT_EQ(fp.rx_burst(bufs, 4), 0u);  // 4th: dropped
+  EXPECT_EQ(stub.sent.size(), 2u);
+  EXPECT_EQ(mid->sent, 2u);
+  EXPECT_EQ(stub.rx_freed, 2u);
+  stub.rx.push_back(middle_frame(5, 64));
+  ASSERT_EQ(fp.rx_burst(bufs, 4), 2u);  // the frame and its copy, the copy marked
+  const std::vector<MiddlePort::Seen> want = {{5, 0, FaultAction::none}, {5, 3, FaultAction::duplicate}};
+  EXPECT_EQ(mid->seen, want);
+  fp.rx_free(bufs, 2);
+  EXPECT_EQ(stub.rx_freed, 3u);
+  ASSERT_EQ(notes.hits.size(), 3u);
+  EXPECT_EQ(notes.hits[0], (Notes::Hit{FaultDir::rx, bufs[0].len, 4, FaultAction::drop}));
+  EXPECT_EQ(notes.hits[1].dir, FaultDir::rx);
+  EXPECT_EQ(notes.hits[1].rule, 4u);
+  EXPECT_EQ(notes.hits[2], (Notes::Hit{FaultDir::rx, bufs[0].len, 3, FaultAction::duplicate}));
+  const auto s = fp.stats();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1].id, 4u);
+  EXPECT_EQ(s[1].matched, 4u);
+  EXPECT_EQ(s[1].hits, 2u);
+  EXPECT_EQ(s[1].applied, 2u);
+  EXPECT_EQ(fp.dropped(), 2u);
+  EXPECT_EQ(fp.duplicated(), 1u);
+  // rules off: both faces pass frames through untouched
+  fp.set_rules({});
+  stub.rx.push_back(middle_frame(1, 64));
+  ASSERT_EQ(fp.rx_burst(bufs, 4), 1u);
+  EXPECT_EQ(mid->seen.back(), (MiddlePort::Seen{1, 0, FaultAction::none}));
+  EXPECT_EQ(fp.rx_burst(bufs + 1, 3), 0u);
+  EXPECT_EQ(fp.tx_batch_bytes_to(nullptr, 0), 8192u);  // idle again: the port's answer, through both faces
 }
 
 }  // namespace
