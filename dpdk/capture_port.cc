@@ -290,7 +290,8 @@ class CapturePort final : public en::Port, public en::FaultObserver {
       // the frame the wire would have carried. (This port hides the path's ICRC offload from the engine,
       // so what it sends is whole already.)
       // A batch frame (the same-host path's run of a message's middle packets) is recorded as the packets
-      // it stands for, each whole with its ICRC.
+      // it stands for, each whole with its ICRC. (A fault rule never leaves one: with rules the fault port's
+      // receive face, below this port, cuts batches into their packets first.)
       if (bufs[i].batch) {
         uint8_t pkt[kMaxPacket];
         for (uint32_t j = 0; j < bufs[i].batch; ++j) {
@@ -301,20 +302,29 @@ class CapturePort final : public en::Port, public en::FaultObserver {
         continue;
       }
       if (bufs[i].icrc_absent) wire::write_icrc(wire::MutByteSpan(bufs[i].data, bufs[i].len));
-      record(bufs[i].data, bufs[i].len, false, ts);
+      // A frame the fault port's receive face made or changed carries the rule. The marks are cleared once
+      // recorded: a port below that fills only some fields of the array it is given then cannot leave a
+      // stale one for the next burst.
+      record(bufs[i].data, bufs[i].len, false, ts, bufs[i].fault_rule, bufs[i].fault_action);
+      bufs[i].fault_rule = 0;
+      bufs[i].fault_action = 0;
     }
     kick_if_half_full();
     return k;
   }
 
-  // A frame the device was to send and a fault rule dropped: recorded, so the capture shows what was lost.
-  // (Other outgoing frames a rule made or changed come through tx_burst marked; received frames are
-  // recorded as they arrived, before the rules act on them.)
+  // A frame a fault rule dropped: recorded, so the capture shows what was lost ("(not sent)" for a frame
+  // the device was to send, "(not delivered)" for one it received). Other frames a rule made or changed
+  // come through tx_burst / rx_burst marked: the fault port's faces sit on both sides of this port
+  // (engine::FaultPort::split_rx), so frames are recorded as they went out and as the engine took them.
+  // (rx hits come from inside inner_.rx_burst, before rx_burst takes mu_.)
   void fault_hit(wire::FaultDir dir, const uint8_t* frame, uint32_t len, uint32_t rule_id,
                  wire::FaultAction action) override {
-    if (dir != wire::FaultDir::tx || action != wire::FaultAction::drop) return;
+    if (action != wire::FaultAction::drop) return;
+    const bool out = dir == wire::FaultDir::tx;
     std::unique_lock lk(mu_);
-    record(frame, len, true, now_realtime_ns(), rule_id, static_cast<uint8_t>(action), " (not sent)");
+    record(frame, len, out, now_realtime_ns(), rule_id, static_cast<uint8_t>(action),
+           out ? " (not sent)" : " (not delivered)");
     kick_if_half_full();
   }
 

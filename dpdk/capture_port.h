@@ -41,9 +41,11 @@ struct CaptureConfig {
 };
 
 // A Port that forwards everything to `inner` and captures the frames as above; it is also an
-// engine::FaultObserver (a FaultPort over it tells it of the frames rules drop, and frames a rule made or
-// changed carry the rule in their comment: ", fault rule N: ACTION"); nullptr when capture is off,
-// or (after one log line saying why) when DIR cannot be written: the device then works uncaptured.
+// engine::FaultObserver: between a FaultPort's two faces (engine::FaultPort::split_rx, `inner` the receive
+// face) it is told of the frames rules drop (", fault rule N: drop (not sent)" / "(not delivered)"), and
+// frames a rule made or changed carry the rule in their comment (", fault rule N: ACTION"); nullptr when
+// capture is off, or (after one log line saying why) when DIR cannot be written: the device then works
+// uncaptured.
 std::unique_ptr<engine::Port> open_capture(engine::Port& inner, CaptureConfig cfg);
 
 }  // namespace urxe::dpdk

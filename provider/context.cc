@@ -91,7 +91,12 @@ ContextState::~ContextState() {
     }
     URXE_DEBUG("counters:%s", line.c_str());
   }
+  // Each before what it stands on: the fault port gives back its held frames through the capture and the
+  // port; its receive face (the capture's inner port) goes with it, and the capture's destructor no longer
+  // calls its inner port.
   engine.reset();
+  faults.reset();
+  capture.reset();
   port.reset();
   if (async_wr >= 0) ::close(async_wr);
   if (doorbell_fd >= 0) ::close(doorbell_fd);
@@ -337,14 +342,13 @@ int qpn_block(const UrxeDevice* dev, ContextState* st, uint32_t max_qp) {
 }
 
 // The engine's configuration (QPN block, DCQCN, shared counters), and the port made ready for it: the
-// same-host path and the capture around it, only the block's QPNs let in.
+// same-host path, only the block's QPNs let in.
 en::EngineConfig configure_engine(const UrxeDevice* dev, ContextState* st) {
   en::EngineConfig ecfg;
   const int block = qpn_block(dev, st, ecfg.device.max_qp);
   ecfg.qpn_base = 0x11 + static_cast<uint32_t>(block) * ecfg.device.max_qp;
   urxe::provider::add_local_path(st->port, st->config, st->netdev.ifindex, dev->ibdev_path,
                                  static_cast<uint32_t>(block), ecfg.device.max_qp);
-  st->capture = urxe::provider::open_capture(*st->port, st->config);  // over everything the engine moves
   // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
   // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).
   ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());
@@ -388,13 +392,18 @@ std::string qp_counter_lines(ContextState* st) {
   return text;
 }
 
-// The engine on the port (or the capture around it), its events to `st`, the counter file's sources set and
-// its mirror started.
+// The engine on the fault port on the port, with the capture between the fault port's two faces when on
+// (engine → FaultPort: transmit rules → capture → receive face: receive rules → port), so the capture
+// records frames as they went out and as the engine took them, those the rules dropped, made or changed
+// marked; its events to `st`, the counter file's sources set and its mirror started.
 bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConfig& ecfg, AllocFailure& f) {
   try {
-    en::FaultPortConfig fcfg;
-    fcfg.observer = dynamic_cast<en::FaultObserver*>(st->capture.get());  // the capture records drops
-    st->faults = std::make_unique<en::FaultPort>(st->capture ? *st->capture : *st->port, st->clock, fcfg);
+    st->faults = std::make_unique<en::FaultPort>(*st->port, st->clock);
+    st->faults->split_rx([st](en::Port& rx_face) {
+      st->capture = urxe::provider::open_capture(rx_face, st->config);
+      return st->capture.get();
+    });
+    st->faults->set_observer(dynamic_cast<en::FaultObserver*>(st->capture.get()));  // it records drops
     st->engine = std::make_unique<en::Engine>(*st->faults, st->clock, ecfg);
   } catch (const std::exception& ex) {
     f = {ENOMEM, std::string("engine: ") + ex.what()};

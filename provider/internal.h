@@ -292,9 +292,11 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   urxe::provider::NetdevInfo netdev{};
   SteadyClock clock;
   std::unique_ptr<en::Port> port;
-  std::unique_ptr<en::Port> capture;  // pcap tap over *port or null (--pcap, $URXE_PCAP: dpdk/capture_port.h)
-  // The device's fault rules applied over the capture (engine/fault_port.h), so the capture shows the frames
-  // as they went out and came in; with no rules it passes everything through.
+  // pcap tap between the fault port's two faces, or null (--pcap, $URXE_PCAP: dpdk/capture_port.h)
+  std::unique_ptr<en::Port> capture;
+  // The device's fault rules (engine/fault_port.h) on both sides of the capture (FaultPort::split_rx), so
+  // the capture shows the frames as they went out and as the engine took them; with no rules it passes
+  // everything through. Destroyed (~ContextState) after the engine, before the capture and the port.
   std::unique_ptr<en::FaultPort> faults;
   std::unique_ptr<en::Engine> engine;
   int async_rd = -1, async_wr = -1;  // async_fd = async_rd (16-byte records)

@@ -153,5 +153,34 @@ for f in "$URXE_RUN_DIR"/pcap/*.pcapng; do
 done
 [ $n = 2 ] && ok "  two captures, one per process" || bad "  $n captures"
 
+# --- the same on receive: each process's first SEND ONLY received is lost; the capture records received
+# frames after the rules, so it holds the lost one, marked as not delivered
+"$U" link del urxe0
+"$U" link add urxe0 netdev va --port socket --pcap "$URXE_RUN_DIR/pcap-rx" \
+  --fault 'dir rx opcode rc_send_only first 1 drop' >/dev/null
+"$U" run -- ibv_rc_pingpong -d urxe0 -g 1 -n 20 -s 512 >"$URXE_RUN_DIR/pp-server.log" 2>&1 &
+srv=$!
+for i in $(seq 100); do ss -Hltn 'sport = :18515' | grep -q . && break; sleep 0.05; done
+timeout 30 "$U" run -- ibv_rc_pingpong -d urxe0 -g 1 -n 20 -s 512 10.67.0.1 >"$URXE_RUN_DIR/pp-client.log" 2>&1
+expect_rc "ibv_rc_pingpong client with its first SEND received lost" 0 $?
+wait $srv
+expect_rc "  and its server" 0 $?
+json=$("$U" stats urxe0 --json)
+# (a spurious resend under load adds a match: at least 20 each way and the 2 resends)
+[ "$(printf '%s' "$json" | jq -c '[.faults[] | [.id, .matched >= 42, .hits, .applied]]')" = '[[1,true,2,2]]' ] &&
+  ok "  rule 1: at least 42 SEND ONLYs received (2 resent), 2 hits, 2 dropped" ||
+  bad "  rule counters: $(printf '%s' "$json" | jq -c .faults)"
+n=0
+for f in "$URXE_RUN_DIR"/pcap-rx/*.pcapng; do
+  n=$((n + 1))
+  c=$(tshark -r "$f" -T fields -e frame.comment 2>/dev/null)
+  [ "$(printf '%s\n' "$c" | grep -c '^pid .* in, .*fault rule 1: drop (not delivered)$')" = 1 ] &&
+    ok "  ${f##*/}: the dropped received SEND recorded as not delivered" || bad "  ${f##*/}: comments: $c"
+  # and only once: the frames the engine took are recorded after the rules, the lost one not among them
+  [ "$(printf '%s\n' "$c" | grep -c 'fault rule')" = 1 ] && ok "  ${f##*/}: no other frame marked" ||
+    bad "  ${f##*/}: comments: $c"
+done
+[ $n = 2 ] && ok "  two captures, one per process" || bad "  $n captures"
+
 "$U" link del urxe0
 exit $fail
