@@ -137,8 +137,9 @@ expect_rc "ibv_rc_pingpong client with its first SEND lost" 0 $?
 wait $srv
 expect_rc "  and its server" 0 $?
 json=$("$U" stats urxe0 --json)
-[ "$(printf '%s' "$json" | jq -c '[.faults[] | [.id, .matched, .hits, .applied]]')" = '[[1,42,2,2]]' ] &&
-  ok "  rule 1: 42 SEND ONLYs matched (20 each way, 2 resent), 2 hits, 2 dropped" ||
+# (a spurious resend under load adds a match: at least 20 each way and the 2 resends)
+[ "$(printf '%s' "$json" | jq -c '[.faults[] | [.id, .matched >= 42, .hits, .applied]]')" = '[[1,true,2,2]]' ] &&
+  ok "  rule 1: at least 42 SEND ONLYs matched (20 each way, 2 resent), 2 hits, 2 dropped" ||
   bad "  rule counters: $(printf '%s' "$json" | jq -c .faults)"
 retries=$(printf '%s' "$json" | jq '[.. | objects | .completer_retry_err? // empty] | max // 0')
 [ "${retries:-0}" -ge 1 ] && ok "  the sender retransmitted (completer_retry_err $retries)" ||
@@ -166,7 +167,6 @@ expect_rc "ibv_rc_pingpong client with its first SEND received lost" 0 $?
 wait $srv
 expect_rc "  and its server" 0 $?
 json=$("$U" stats urxe0 --json)
-# (a spurious resend under load adds a match: at least 20 each way and the 2 resends)
 [ "$(printf '%s' "$json" | jq -c '[.faults[] | [.id, .matched >= 42, .hits, .applied]]')" = '[[1,true,2,2]]' ] &&
   ok "  rule 1: at least 42 SEND ONLYs received (2 resent), 2 hits, 2 dropped" ||
   bad "  rule counters: $(printf '%s' "$json" | jq -c .faults)"
