@@ -21,7 +21,7 @@ unset URXE_PROVIDER
 min_args() {
   case $1 in
     "link add") echo "urxe-help-test netdev urxe-nosuch0" ;;
-    "pcap decode") echo "$tmp/nosuch.pcap" ;;
+    "pcap decode" | "pcap plot") echo "$tmp/nosuch.pcap" ;;
     *) echo "" ;;
   esac
 }
