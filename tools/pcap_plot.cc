@@ -67,14 +67,11 @@ bool read_pcapng_comments(const std::string& path, std::vector<std::string>& com
     const uint32_t len = rd32(p + 4, swap);
     if (len < 12 || len % 4 || len > b.size() - off) break;  // libpcap reports what is wrong here
     const uint8_t* end = p + len - 4;
-    if (type == kEpb && len >= 32) {
-      const uint32_t caplen = rd32(p + 20, swap);
-      const uint8_t* opts = p + 28 + ((caplen + 3u) & ~3u);
-      comments.push_back(opts < end ? option_comment(opts, end, swap) : std::string());
-    } else if (type == kObsoletePb && len >= 32) {
-      const uint32_t caplen = rd32(p + 20, swap);
-      const uint8_t* opts = p + 28 + ((caplen + 3u) & ~3u);
-      comments.push_back(opts < end ? option_comment(opts, end, swap) : std::string());
+    if ((type == kEpb || type == kObsoletePb) && len >= 32) {
+      // Both have 28 bytes before the packet data (EPB: interface, timestamp, lengths; the obsolete
+      // Packet Block: interface, drops, timestamp, lengths), the data padded to 4, then the options.
+      const uint64_t opts = 28 + ((uint64_t{rd32(p + 20, swap)} + 3) & ~uint64_t{3});
+      comments.push_back(opts < len - 4 ? option_comment(p + opts, end, swap) : std::string());
     } else if (type == kSpb) {
       comments.emplace_back();
     }
