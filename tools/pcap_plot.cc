@@ -373,9 +373,33 @@ std::string num(double v, const char* fmt = "%.2f") {
   return b;
 }
 
-std::string xml_escape(std::string_view s) {
+// Bytes of a UTF-8 sequence starting at s[i] when well formed (lead byte and continuation bytes), else 0.
+size_t utf8_len(std::string_view s, size_t i) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  const size_t n = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+// `s` with each byte that is not part of a UTF-8 sequence as '?': a comment or a path is free text, the
+// SVG and the JSON lines are UTF-8.
+std::string utf8_clean(std::string_view s) {
   std::string o;
-  for (char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const size_t n = static_cast<unsigned char>(s[i]) < 0x80 ? 1 : utf8_len(s, i);
+    o += n ? s.substr(i, n) : std::string_view("?");
+    i += n ? n - 1 : 0;
+  }
+  return o;
+}
+
+// Text for an XML 1.0 document: UTF-8, markup characters escaped, control characters other than tab and
+// newline (XML 1.0 allows no others) as '?'.
+std::string xml_escape(std::string_view raw) {
+  std::string o;
+  for (const char c : utf8_clean(raw)) {
     switch (c) {
       case '&':
         o += "&amp;";
@@ -390,8 +414,7 @@ std::string xml_escape(std::string_view s) {
         o += "&quot;";
         break;
       default:
-        // XML 1.0 allows no control characters but tab and newline: a comment is free text.
-        o += (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') ? ' ' : c;
+        o += (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') ? '?' : c;
     }
   }
   return o;
@@ -571,7 +594,7 @@ std::string render_json(const PlotResult& r) {
     j.begin_object().num("frame", p.frame);
     j.num("t_ns", p.t_ns).num("space", static_cast<uint64_t>(p.space)).num("dqpn", p.dqpn).num("psn", p.psn);
     j.num("y", p.y).num("opcode", p.opcode).str("kind", p.kind).str("op", p.op).str("position", p.position);
-    j.str("comment", p.comment);
+    j.str("comment", utf8_clean(p.comment));
     if (!p.bad.empty()) j.str("bad", p.bad);
     if (p.fault_rule >= 0)
       j.num("fault_rule", static_cast<uint64_t>(p.fault_rule)).boolean("dropped", p.dropped);

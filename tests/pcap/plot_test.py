@@ -56,7 +56,7 @@ def write_pcapng(path, frames):
         body = struct.pack("<IIIII", 0, us >> 32, us & 0xFFFFFFFF, len(data), len(data)) + data
         body += b"\0" * (-len(body) % 4)
         if comment:
-            c = comment.encode()
+            c = comment if isinstance(comment, bytes) else comment.encode()
             body += struct.pack("<HH", 1, len(c)) + c + b"\0" * (-len(c) % 4) + struct.pack("<HH", 0, 0)
         out += block(6, body)
     with open(path, "wb") as f:
@@ -91,7 +91,8 @@ def known_capture(path):
         (0.014, frame(A, B, ACK, QP_PEER, 503, aeth=0x2C), out),  # RNR NAK
         (0.015, frame(B, A, SEND_ONLY, QP_N, 503, payload), inn),  # sent again
         (0.016, frame(A, B, ACK, QP_PEER, 503, aeth=0x1F), out),
-        (0.017, frame(B, A, CNP, QP_N, 0), inn),
+        # A process name with markup, a control character, a byte that is not UTF-8, and UTF-8.
+        (0.017, frame(B, A, CNP, QP_N, 0), b"pid 7 (x<&\x01\xff\xc3\xa9) in"),
     ]
     write_pcapng(path, frames)
 
@@ -185,6 +186,11 @@ class KnownCapture(unittest.TestCase):
         for want in ("frame 7", "t 0.006000000 s", "RC RDMA_WRITE_ONLY", "PSN 0x000001 (1)", "fault rule 2: delay"):
             self.assertIn(want, t)
 
+    def test_comment_text_stays_well_formed(self):
+        cnp = with_class(self.marks, "cnp")
+        self.assertEqual(len(cnp), 1)
+        self.assertIn("pid 7 (x<&??\u00e9) in", title_of(cnp[0]))  # parsed back from &lt; &amp;
+
     def test_axis_labels(self):
         texts = [t.firstChild.data for t in self.doc.getElementsByTagName("text") if t.firstChild]
         self.assertEqual(texts.count("time (s) since the connection's first frame"), 2)  # one per PSN space
@@ -204,6 +210,7 @@ class KnownCapture(unittest.TestCase):
         self.assertEqual(by_frame[4]["space"], 0)  # the NAK answers N's requests
         self.assertEqual(by_frame[11]["space"], 1)
         self.assertEqual(by_frame[7]["t_ns"], 6000000)
+        self.assertEqual(by_frame[20]["comment"], "pid 7 (x<&\x01?\u00e9) in")  # UTF-8 lines
 
 
 class Errors(unittest.TestCase):
