@@ -242,7 +242,9 @@ int collect_plot(const std::string& path, uint32_t qpn, PlotResult& r, std::ostr
       if (x.dqpn == qpn && x.dst == addr_n) psns.emplace(x.psn, x.info->is_response);
     std::map<uint32_t, uint64_t> votes, reverse;
     for (const Rec& x : recs) {
-      if (x.src != addr_n || x.dst != addr_p || x.dqpn == qpn || x.info->transport == wire::Transport::cnp)
+      // Both ends may have a QP numbered N; only on one address is a frame to N not one to the peer.
+      if (x.src != addr_n || x.dst != addr_p || (x.dqpn == qpn && addr_n == addr_p) ||
+          x.info->transport == wire::Transport::cnp)
         continue;
       ++reverse[x.dqpn];
       if (psns.contains({x.psn, !x.info->is_response})) ++votes[x.dqpn];

@@ -243,6 +243,20 @@ class Errors(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
 
 
+class SameQpNumberBothEnds(unittest.TestCase):
+    def test_peer_with_the_same_number(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cap, svg = os.path.join(tmp, "s.pcapng"), os.path.join(tmp, "s.svg")
+            write_pcapng(cap, [(0.0, frame(A, B, SEND_ONLY, QP_N, 10, bytes(8)), ""),
+                               (0.001, frame(B, A, ACK, QP_N, 10, aeth=0x1F), "")])
+            r = run("pcap", "plot", cap, "--qp", str(QP_N), "-o", svg)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("peer QP 0x000011 (by answers): 2 frames plotted", r.stderr)
+            found, _ = marks(svg)
+        self.assertEqual(len(with_class(found, "request")), 1)
+        self.assertEqual(len(with_class(found, "ack")), 1)
+
+
 class LossyInterop(unittest.TestCase):
     """A capture with real losses: the SVG's counts equal the ones counted here from `pcap decode --json`."""
 
