@@ -25,7 +25,8 @@ constexpr urxe::tools::Command kCommands[] = {
      urxe::tools::fault_main},
     {"cm", "the RDMA CM service of this namespace (librdmacm); 'urxe cm show': its ids and counters",
      urxe::tools::cm_main},
-    {"pcap", "decode RoCEv2 captures (pcap/pcapng): headers, fields, ICRC verdict", urxe::tools::pcap_main},
+    {"pcap", "decode RoCEv2 captures (pcap/pcapng): headers, fields, ICRC verdict; plot a connection's PSNs",
+     urxe::tools::pcap_main},
 };
 
 constexpr char kEpilog[] =
