@@ -4,8 +4,9 @@
 A pcapng built here with Scapy (IPv4 RoCEv2, Scapy's ICRCs) and per-packet comments as urxe's captures write
 them: a SEND whose middle packet a fault rule dropped ("(not sent)"), the PSN sequence error NAK, the two
 packets sent again across the 24-bit PSN wrap, a WRITE a fault rule delayed; the peer's READ, atomic and an
-RNR-NAKed SEND sent again; a CNP; and another QP pair between the same two hosts that must stay out. Then a
-lossy interop capture, against counts taken here from `urxe pcap decode --json`.
+RNR-NAKed SEND sent again; a CNP; a SEND whose ICRC a fault rule corrupted; and another QP pair between the
+same two hosts that must stay out. Then a lossy interop capture, against counts taken here from
+`urxe pcap decode --json`.
 
 usage: plot_test.py URXE_BINARY FIXTURES_DIR [unittest args]
 """
@@ -41,6 +42,10 @@ def frame(src, dst, opcode, dqpn, psn, rest=b"", aeth=None):
         bth = bth / AETH(syndrome=aeth, msn=1)
     return raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src=src, dst=dst) /
                UDP(sport=0xC000, dport=4791, chksum=0) / bth / Raw(rest))
+
+
+def corrupt(data):
+    return data[:-1] + bytes([data[-1] ^ 0xFF])
 
 
 def write_pcapng(path, frames):
@@ -93,6 +98,8 @@ def known_capture(path):
         (0.016, frame(A, B, ACK, QP_PEER, 503, aeth=0x1F), out),
         # A process name with markup, a control character, a byte that is not UTF-8, and UTF-8.
         (0.017, frame(B, A, CNP, QP_N, 0), b"pid 7 (x<&\x01\xff\xc3\xa9) in"),
+        # A fault rule corrupted the ICRC: still drawn, its BTH reads.
+        (0.018, corrupt(frame(B, A, SEND_ONLY, QP_N, 504, payload)), inn + ", fault rule 4: corrupt icrc"),
     ]
     write_pcapng(path, frames)
 
@@ -144,8 +151,8 @@ class KnownCapture(unittest.TestCase):
         self.assertIn("peer QP 0x000022 (by answers)", self.stderr)
 
     def test_request_marks(self):
-        self.assertEqual(len(with_class(self.marks, "request")), 7)  # first sendings only
-        self.assertEqual(len(with_class(self.marks, "request", "send")), 4)
+        self.assertEqual(len(with_class(self.marks, "request")), 8)  # first sendings only
+        self.assertEqual(len(with_class(self.marks, "request", "send")), 5)
         self.assertEqual(len(with_class(self.marks, "request", "send", "middle")), 1)
         self.assertEqual(len(with_class(self.marks, "request", "write")), 1)
         self.assertEqual(len(with_class(self.marks, "request", "read")), 1)
@@ -174,11 +181,13 @@ class KnownCapture(unittest.TestCase):
         self.assertEqual(dropped[0].tagName, "path")  # the cross
         self.assertIn("fault rule 3: drop (not sent)", title_of(dropped[0]))
         changed = [e for e in with_class(self.marks, "fault") if "dropped" not in e.getAttribute("class")]
-        self.assertEqual([(e.getAttribute("data-frame"), e.getAttribute("data-rule")) for e in changed], [("7", "2")])
+        self.assertEqual([(e.getAttribute("data-frame"), e.getAttribute("data-rule")) for e in changed],
+                         [("7", "2"), ("21", "4")])
+        self.assertIn("bad ICRC", title_of(changed[1]))
 
     def test_other_qps_stay_out(self):
         frames = {int(e.getAttribute("data-frame")) for e in self.marks}
-        self.assertEqual(frames, set(range(1, 21)) - {9, 10})
+        self.assertEqual(frames, set(range(1, 22)) - {9, 10})
 
     def test_tooltips(self):
         e = with_class(self.marks, "request", "write")[0]
