@@ -169,6 +169,7 @@ int collect_plot(const std::string& path, uint32_t qpn, PlotResult& r, std::ostr
   }
   static const std::string kNone;
   std::vector<Rec> recs;
+  bool ud_to_qp = false;  // a UD frame to QP N: named in the error, UD has no connection to draw
   PcapReader::Frame fr;
   std::vector<uint8_t> seg;
   int rc;
@@ -177,9 +178,11 @@ int collect_plot(const std::string& path, uint32_t qpn, PlotResult& r, std::ostr
     auto keep = [&](const DecodedFrame& d) {
       // A frame with a bad ICRC or a malformed tail is kept when its BTH is readable: a fault rule's
       // corruption is one of the things the plot is for.
-      if (!d.roce || !d.bth_parsed || !d.pkt.info || !d.pkt.info->valid() ||
-          d.pkt.info->transport == wire::Transport::ud)
+      if (!d.roce || !d.bth_parsed || !d.pkt.info || !d.pkt.info->valid()) return;
+      if (d.pkt.info->transport == wire::Transport::ud) {
+        ud_to_qp |= d.pkt.bth.dqpn == qpn;
         return;
+      }
       Rec x;
       x.frame = n;
       x.ts_sec = fr.ts_sec;
@@ -230,8 +233,8 @@ int collect_plot(const std::string& path, uint32_t qpn, PlotResult& r, std::ostr
     }
   }
   if (!to_n && !r.have_peer) {
-    err << "urxe pcap plot: " << path << ": no RoCEv2 frame to or from QP " << hex_qp(qpn) << " (" << qpn
-        << ")\n";
+    err << "urxe pcap plot: " << path << ": no RC/UC/XRC frame to or from QP " << hex_qp(qpn) << " (" << qpn
+        << ")" << (ud_to_qp ? "; its frames are UD, which has no connection to plot" : "") << "\n";
     return kPlotExitNoQp;
   }
   wire::Gid addr_n{}, addr_p{};  // QP N's address and its peer's

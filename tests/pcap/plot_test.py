@@ -235,8 +235,14 @@ class Errors(unittest.TestCase):
         out = os.path.join(self.tmp, "x.svg")
         r = run("pcap", "plot", self.cap, "--qp", "0x999", "-o", out)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("no RoCEv2 frame to or from QP 0x000999", r.stderr)
+        self.assertIn("no RC/UC/XRC frame to or from QP 0x000999 (2457)\n", r.stderr)
         self.assertFalse(os.path.exists(out))
+
+    def test_ud_qp(self):
+        r = run("pcap", "plot", os.path.join(FIXTURES, "rxe-linlinw5-pingpong_ud.pcap"), "--qp", "34", "-o",
+                os.path.join(self.tmp, "x.svg"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("QP 0x000022 (34); its frames are UD, which has no connection to plot", r.stderr)
 
     def test_usage_errors(self):
         for args in ([self.cap, "-o", "x.svg"], [self.cap, "--qp", "zz", "-o", "x.svg"], [self.cap, "--qp", "1"],
