@@ -117,6 +117,7 @@ int run_main(Args args);
 int stats_main(Args args);
 int cm_main(Args args);
 int fault_main(Args args);
+int conform_main(Args args);
 
 // True when the provider library `urxe env` would name is readable; otherwise says so on stderr, prefixed
 // by prog, with how to get it.

@@ -23,6 +23,8 @@ constexpr urxe::tools::Command kCommands[] = {
     {"fault",
      "fault injection rules of a device: drop, delay, corrupt, ... chosen frames (add/list/del/clear)",
      urxe::tools::fault_main},
+    {"conform", "drive a live RoCE peer through IBTA conformance scenarios with faults; judge it from the capture",
+     urxe::tools::conform_main},
     {"cm", "the RDMA CM service of this namespace (librdmacm); 'urxe cm show': its ids and counters",
      urxe::tools::cm_main},
     {"pcap", "decode RoCEv2 captures (pcap/pcapng): headers, fields, ICRC verdict; plot a connection's PSNs",

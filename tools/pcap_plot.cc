@@ -16,69 +16,6 @@
 #include "wire/psn.h"
 
 namespace urxe::tools {
-namespace {
-
-// pcapng block types (pcapng spec, section 4) and the one option we read.
-constexpr uint32_t kShb = 0x0A0D0D0A, kEpb = 6, kSpb = 3, kObsoletePb = 2;
-constexpr uint32_t kByteOrderMagic = 0x1A2B3C4D;
-constexpr uint16_t kOptEnd = 0, kOptComment = 1;
-
-uint32_t rd32(const uint8_t* p, bool swap) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return swap ? __builtin_bswap32(v) : v;
-}
-uint16_t rd16(const uint8_t* p, bool swap) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return swap ? __builtin_bswap16(v) : v;
-}
-
-// The first comment among the options in [p, end).
-std::string option_comment(const uint8_t* p, const uint8_t* end, bool swap) {
-  while (end - p >= 4) {
-    const uint16_t code = rd16(p, swap), len = rd16(p + 2, swap);
-    if (code == kOptEnd || end - p - 4 < len) break;
-    if (code == kOptComment) return std::string(reinterpret_cast<const char*>(p + 4), len);
-    p += 4 + ((len + 3u) & ~3u);
-  }
-  return {};
-}
-
-}  // namespace
-
-bool read_pcapng_comments(const std::string& path, std::vector<std::string>& comments, std::string& err) {
-  comments.clear();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    err = path + ": cannot open";
-    return false;
-  }
-  const std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (b.size() < 12 || rd32(b.data(), false) != kShb) return true;  // classic pcap: no comments
-  bool swap = false;
-  for (size_t off = 0; b.size() - off >= 12;) {
-    const uint8_t* p = b.data() + off;
-    uint32_t type = rd32(p, swap);
-    if (type == kShb || rd32(p, false) == kShb) {  // each section names its own byte order
-      swap = rd32(p + 8, false) != kByteOrderMagic;
-      type = kShb;
-    }
-    const uint32_t len = rd32(p + 4, swap);
-    if (len < 12 || len % 4 || len > b.size() - off) break;  // libpcap reports what is wrong here
-    const uint8_t* end = p + len - 4;
-    if ((type == kEpb || type == kObsoletePb) && len >= 32) {
-      // Both have 28 bytes before the packet data (EPB: interface, timestamp, lengths; the obsolete
-      // Packet Block: interface, drops, timestamp, lengths), the data padded to 4, then the options.
-      const uint64_t opts = 28 + ((uint64_t{rd32(p + 20, swap)} + 3) & ~uint64_t{3});
-      comments.push_back(opts < len - 4 ? option_comment(p + opts, end, swap) : std::string());
-    } else if (type == kSpb) {
-      comments.emplace_back();
-    }
-    off += len;
-  }
-  return true;
-}
 
 namespace {
 

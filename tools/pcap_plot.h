@@ -6,11 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace urxe::tools {
+#include "tools/pcapng_file.h"
 
-// The comment of each packet block of a pcapng file, in file order (frame 1 is [0]); "" where a block has
-// none. A classic pcap file gives an empty list. libpcap does not hand out per-packet options.
-bool read_pcapng_comments(const std::string& path, std::vector<std::string>& comments, std::string& err);
+namespace urxe::tools {
 
 // One plotted frame. `space` is the PSN space: 0 for QP N's requests and the responses to them, 1 for the
 // peer's requests and the responses to them. `kind` is the mark: request, retransmission, ack, nak-seq,

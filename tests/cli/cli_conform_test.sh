@@ -1,0 +1,52 @@
+#!/bin/sh
+# `urxe conform` against another urxe (namespaces cfa/cfb joined by a veth, each with its own run directory;
+# the peer's tools run through --peer-exec 'ip netns exec cfb ... urxe run --', its CM service started here):
+# every scenario of the catalogue passes, the report (text, report.json) names each with its verdict and
+# evidence frames, each run's pcapng slice opens in tshark with the fault rule's comment on its frame; and a
+# peer address nobody answers gives an inconclusive verdict and exit 1 within the run's timeout, never a hang.
+#   usage: cli_conform_test.sh URXE
+set -u
+. "$(dirname "$0")/../lib/netns.sh"
+netns_require_root
+for t in ib_write_bw ibv_rc_pingpong rping jq tshark; do
+  command -v $t >/dev/null || { echo "SKIP: $t missing (tools/apt-packages.txt)"; exit 77; }
+done
+netns_private -m -t 200 "$0" "$@"
+U=$1
+unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH URXE_LOG URXE_DEBUG URXE_PCAP
+. "$(dirname "$0")/../lib/check.sh"
+netns_devfs || exit 1
+netns_tmpdir T urxe-conform-test || exit 1
+netns_pair cfa cfb cva cvb 10.89.0.1/24 10.89.0.2/24 || exit 1
+mkdir -p "$T/a" "$T/b"
+A="ip netns exec cfa env URXE_RUN_DIR=$T/a"
+B="ip netns exec cfb env URXE_RUN_DIR=$T/b"
+$A "$U" link add urxe0 netdev cva --port socket >/dev/null || exit 1
+$B "$U" link add urxe1 netdev cvb --port socket >/dev/null || exit 1
+$B "$U" cm --idle-exit 0 || exit 1
+netns_at_exit "kill \$(cat $T/b/cm/*.pid) 2>/dev/null"
+
+out=$(cd "$T" && $A "$U" conform --dev urxe0 --peer 10.89.0.2 --peer-dev urxe1 \
+  --peer-exec "$B $U run --" --out "$T/r" 2>"$T/conform.err")
+expect_rc "urxe conform against urxe: every scenario passes" 0 $?
+n=$("$U" conform --list | tail -1 | cut -d' ' -f1)
+check "  the summary line" "^$n scenarios: $n pass, 0 FAIL, 0 inconclusive" "$out"
+[ "$(jq '[.scenarios[] | select(.verdict == "pass")] | length' "$T/r/report.json")" = "$n" ] &&
+  ok "  report.json: $n passes" || bad "  report.json: $(cat "$T/r/report.json")"
+[ "$(jq '[.scenarios[] | select((.frames | length) == 0 and (.id | test("^(A9|D5)") | not))] | length' \
+  "$T/r/report.json")" = 0 ] && ok "  every stimulus scenario names its evidence frames" ||
+  bad "  scenarios without frames: $(jq -c '[.scenarios[] | select((.frames | length) == 0) | .id]' "$T/r/report.json")"
+check "  A1: the peer's sequence NAK at the lost PSN" "observed: PSN 0x[0-9a-f]+ lost; the peer NAKed the next packet with PSN sequence error" "$out"
+check "  E1: NAK remote access error" "NAK remote access error \(0x62\) at PSN" "$out"
+check "  I7: REJ reason 8" "REJ reason 8 \(invalid service ID\)" "$out"
+c=$(tshark -r "$T/r/write-gap.pcapng" -T fields -e frame.comment 2>&1)
+[ "$(printf '%s\n' "$c" | grep -c 'fault rule [0-9]*: drop (not sent)$')" = 1 ] &&
+  ok "  write-gap.pcapng: the dropped frame marked" || bad "  write-gap.pcapng comments: $(printf '%s' "$c" | head -5)"
+
+t0=$(date +%s)
+out=$(cd "$T" && $A "$U" conform --dev urxe0 --peer 10.89.0.9 --peer-dev urxe1 --only '^I7' \
+  --peer-exec "$B $U run --" --out "$T/r2" 2>&1)
+expect_rc "a peer address nobody answers: exit 1" 1 $?
+check "  an inconclusive verdict saying why" "I7.no-listener  inconclusive" "$out"
+[ $(($(date +%s) - t0)) -le 20 ] && ok "  within the run's timeout" || bad "  took $(($(date +%s) - t0)) s"
+exit $fail

@@ -1,0 +1,38 @@
+// `urxe conform`: the judges, one function per catalogue row (conform_catalog.cc names them). Each reads a
+// run's Trace and says what the peer did; none looks at urxe's own behaviour except to find the stimulus.
+#pragma once
+#include "tools/conform.h"
+
+namespace urxe::tools::conform {
+
+// Sequence errors, ACKs (conform_judges_seq.cc).
+Finding judge_seq_nak(const Trace& t, const Setup& s);
+Finding judge_one_nak_per_gap(const Trace& t, const Setup& s);
+Finding judge_ackreq_covered(const Trace& t, const Setup& s);
+Finding judge_msn(const Trace& t, const Setup& s);
+Finding judge_no_rnr(const Trace& t, const Setup& s);
+Finding judge_no_seq_nak(const Trace& t, const Setup& s);
+
+// Duplicates (conform_judges_dup.cc).
+Finding judge_dup_send_acked(const Trace& t, const Setup& s);
+
+// Error NAKs (conform_judges_err.cc).
+Finding judge_access_nak(const Trace& t, const Setup& s);
+Finding judge_silence_after_error_nak(const Trace& t, const Setup& s);
+
+// Communication management (conform_judges_cm.cc).
+Finding judge_rej_no_listener(const Trace& t, const Setup& s);
+
+// Shared pieces.
+// The first frame the run's rule k hit (k 0-based), or null.
+const Frame* first_hit(const Trace& t, size_t k = 0);
+// A finding saying the stimulus did not happen.
+Finding no_stimulus(const Trace& t, std::string_view what);
+// Whether the peer put any RoCE frame on the wire (a silent or absent peer gives inconclusive verdicts).
+bool peer_spoke(const Trace& t);
+// "frame #N" evidence helpers.
+Finding pass(std::string observed, std::vector<const Frame*> ev);
+Finding fail(std::string observed, std::vector<const Frame*> ev);
+std::string describe(const Frame& f);  // "#12 ACK PSN 0x1f MSN 3 syndrome 0x60 (NAK PSN sequence error)"
+
+}  // namespace urxe::tools::conform

@@ -1,0 +1,32 @@
+// `urxe conform` judges: duplicate requests and responder resources.
+#include "tools/conform_judges.h"
+
+namespace urxe::tools::conform {
+
+Finding judge_dup_send_acked(const Trace& t, const Setup&) {
+  const Frame* h = first_hit(t);
+  if (!h || !peer_spoke(t)) return no_stimulus(t, "the duplicate rule never hit");
+  const uint32_t p = h->psn();
+  std::vector<const Frame*> acks;
+  for (const Frame& f : t.frames)
+    if (f.from_peer() && f.is_ack_opcode() && f.psn() == p) acks.push_back(&f);
+  for (const Frame* a : acks)
+    if (!a->is_ack()) return fail("the duplicate drew a NAK: " + describe(*a), {h, a});
+  // The copy reached the peer right after the original: one ACK after both covers both (coalescing).
+  const std::vector<const Frame*> copies = t.hits(0);
+  const Frame* last_copy = copies.back();
+  const Frame* cover = t.next(
+      last_copy, [&](const Frame& f) { return f.from_peer() && f.is_ack() && psn_diff(p, f.psn()) >= 0; });
+  if (!cover) return fail("no ACK at or beyond PSN " + hex(p) + " after its duplicate", {h, last_copy});
+  if (t.local_status != 0 || t.peer_status != 0)
+    return fail("the pingpong programs did not both complete (urxe " + std::to_string(t.local_status) +
+                    ", peer " + std::to_string(t.peer_status) +
+                    "): the duplicate was executed or lost the "
+                    "connection",
+                {h, cover});
+  return pass("SEND ONLY PSN " + hex(p) + " sent twice; the peer acknowledged it after the copy (" +
+                  describe(*cover) + ") and both programs completed every iteration",
+              {h, last_copy, cover});
+}
+
+}  // namespace urxe::tools::conform
