@@ -1,21 +1,15 @@
-// Runs the CM service fuzz target without libFuzzer, so every build (Release, ASan) checks its invariants:
-// scripted seeds (a passive RC connection with its RTU and DREQ, an active one answered by REP and DREQ, a
-// SIDR exchange, retransmissions and hostile variants), each also cut at every length and with every byte
-// flipped. `--write-seeds DIR` writes the seeds as files instead (the fuzz build's seed corpus); files named
-// on the command line are run instead of the seeds.
+// The CM service fuzz target's replay (tests/fuzz/replay.h): scripted seeds (a passive RC connection with
+// its RTU and DREQ, an active one answered by REP and DREQ, a SIDR exchange, retransmissions and hostile
+// variants), each also cut at every 7th length and with each byte's bits 0 and 7 flipped together.
 #include <arpa/inet.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
-#include <iterator>
-#include <string>
 #include <vector>
 
 #include "hostnet/gid.h"
+#include "tests/fuzz/replay.h"
 #include "wire/mad.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 uint64_t cm_fuzz_random(uint64_t i);
 
 namespace {
@@ -163,42 +157,8 @@ std::vector<Script> seeds() {
   return out;
 }
 
-void feed(const Script& s, size_t len) {
-  std::vector<uint8_t> copy(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(len));
-  LLVMFuzzerTestOneInput(copy.data(), copy.size());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto all = seeds();
-  if (argc == 3 && std::string(argv[1]) == "--write-seeds") {
-    for (size_t i = 0; i < all.size(); ++i) {
-      std::ofstream f(std::string(argv[2]) + "/seed" + std::to_string(i), std::ios::binary);
-      f.write(reinterpret_cast<const char*>(all[i].data()), static_cast<std::streamsize>(all[i].size()));
-    }
-    return 0;
-  }
-  if (argc > 1) {  // files named on the command line (a libFuzzer corpus or crash artifact) instead
-    for (int i = 1; i < argc; ++i) {
-      std::ifstream f(argv[i], std::ios::binary);
-      const Script s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      feed(s, s.size());
-    }
-    return 0;
-  }
-  size_t runs = 0;
-  for (const Script& s : all) {
-    feed(s, s.size());
-    for (size_t len = 0; len < s.size(); len += 7, ++runs) feed(s, len);
-    Script m = s;
-    for (size_t i = 0; i < m.size(); ++i) {
-      m[i] ^= 0x81;
-      feed(m, m.size());
-      m[i] ^= 0x81;
-      ++runs;
-    }
-  }
-  std::printf("cm_service_fuzz_replay: %zu seeds, %zu runs, invariants held\n", all.size(), runs);
-  return 0;
+  return urxe::fuzz::seed_replay_main(argc, argv, seeds(), {.cut_step = 7, .flips = {0x81}});
 }

@@ -1,25 +1,20 @@
-// Runs the fault rule fuzz target without libFuzzer, so every build (Release, ASan) checks its invariants:
-// generated seeds (each rule of a list with each of a set of frames built by the wire builders: every header
-// a rule can corrupt, IPv4 and IPv6, with and without 802.1Q, a CM MAD, Ethernet padding, a UDP checksum),
-// each also cut at every length and with every byte's bit 0 and bit 7 flipped. `--write-seeds DIR`
-// writes the seeds as files instead (the fuzz build's seed corpus); files named on the command line are run
-// instead of the seeds.
+// The fault rule fuzz target's replay (tests/fuzz/replay.h): generated seeds (each rule of a list with each
+// of a set of frames built by the wire builders: every header a rule can corrupt, IPv4 and IPv6, with and
+// without 802.1Q, a CM MAD, Ethernet padding, a UDP checksum), each also cut at every length and with every
+// byte's bit 0 and bit 7 flipped.
+#include <array>
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/replay.h"
 #include "wire/mad.h"
 #include "wire/packet.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
 
 using namespace urxe::wire;
-using Bytes = std::vector<uint8_t>;
+using urxe::fuzz::Bytes;
 
 const char* const kRules[] = {
     "drop",
@@ -142,44 +137,8 @@ std::vector<Bytes> seeds() {
   return out;
 }
 
-void feed(const Bytes& s, size_t len) {
-  Bytes copy(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(len));
-  LLVMFuzzerTestOneInput(copy.data(), copy.size());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto all = seeds();
-  if (argc == 3 && std::string(argv[1]) == "--write-seeds") {
-    for (size_t i = 0; i < all.size(); ++i) {
-      std::ofstream f(std::string(argv[2]) + "/seed" + std::to_string(i), std::ios::binary);
-      f.write(reinterpret_cast<const char*>(all[i].data()), static_cast<std::streamsize>(all[i].size()));
-    }
-    return 0;
-  }
-  if (argc > 1) {  // files named on the command line (a libFuzzer corpus or crash artifact) instead
-    for (int i = 1; i < argc; ++i) {
-      std::ifstream f(argv[i], std::ios::binary);
-      const Bytes s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      feed(s, s.size());
-    }
-    return 0;
-  }
-  size_t runs = 0;
-  for (const Bytes& s : all) {
-    feed(s, s.size());
-    for (size_t len = 0; len < s.size(); ++len, ++runs) feed(s, len);
-    Bytes m = s;
-    for (size_t j = 0; j < m.size(); ++j) {
-      for (uint8_t bit : {uint8_t{0x01}, uint8_t{0x80}}) {
-        m[j] ^= bit;
-        feed(m, m.size());
-        m[j] ^= bit;
-        ++runs;
-      }
-    }
-  }
-  std::printf("fault_rule_fuzz_replay: %zu seeds, %zu runs, invariants held\n", all.size(), runs);
-  return 0;
+  return urxe::fuzz::seed_replay_main(argc, argv, seeds(), {});
 }
