@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "engine/fault_port.h"
 #include "tests/sim/loopback.h"
@@ -18,6 +19,13 @@ namespace {
 using wire::FaultAction;
 using wire::FaultDir;
 
+wire::ParseError parse(const std::vector<uint8_t>& f, wire::Packet& p) {
+  return wire::parse_frame(wire::ByteSpan(f.data(), f.size()), p);
+}
+wire::ParseError parse(const PacketBuf& b, wire::Packet& p) {
+  return wire::parse_frame(wire::ByteSpan(b.data, b.len), p);
+}
+
 // Every frame on the wire, as bytes, in order, with the side that sent it.
 using WireTrace = std::vector<std::pair<uint32_t, std::vector<uint8_t>>>;
 
@@ -27,8 +35,8 @@ void record(Loopback& l, WireTrace& out) {
   l.link.net.on_transmit = [&l, &out](uint32_t from, uint32_t, const uint8_t* d, uint32_t len) {
     std::vector<uint8_t> f(d, d + len);
     wire::Packet p;
-    if (wire::parse_frame(wire::ByteSpan(f.data(), f.size()), p) == wire::ParseError::ok &&
-        (p.present & wire::kReth) && p.info->transport == wire::Transport::rc) {
+    if (parse(f, p) == wire::ParseError::ok && (p.present & wire::kReth) &&
+        p.info->transport == wire::Transport::rc) {
       wire::store_be64(f.data() + p.bth_offset + wire::kBthLen, p.reth.va - l.node[1 - from].addr());
       wire::write_icrc(wire::MutByteSpan(f.data(), p.frame_len));
     }
@@ -43,11 +51,13 @@ long first_difference(const WireTrace& a, const WireTrace& b) {
   return a.size() == b.size() ? -1 : static_cast<long>(std::min(a.size(), b.size()));
 }
 
-// A Loopback with a FaultPort under each engine; run() honours their held frames' due times.
+// A Loopback with a FaultPort under each engine and an RC QP pair (qa on A, qb on B); run() honours the
+// FaultPorts' held frames' due times.
 struct FaultLoop {
   FaultPort* fp[2] = {nullptr, nullptr};
   Loopback lb;
   WireTrace wire;
+  uint32_t qa = 0, qb = 0;
   explicit FaultLoop(FaultPortConfig cfg = {}, size_t mem = 1 << 20)
       : lb(EngineConfig{}, 1500, mem, false, [this, cfg](int side, Port& inner) {
           auto p = std::make_unique<FaultPort>(inner, lb.link.clock, cfg);
@@ -56,6 +66,7 @@ struct FaultLoop {
         }) {
     for (int s = 0; s < 2; s++) lb.wakes.push_back([this, s] { return fp[s]->next_due_ns(); });
     record(lb, wire);
+    std::tie(qa, qb) = lb.connect(QPT_RC);
   }
   // Rules for one side's FaultPort, ids 1, 2, ...
   void rules(int side, std::initializer_list<const char*> texts) {
@@ -68,61 +79,66 @@ struct FaultLoop {
     fp[side]->set_rules(v);
   }
   uint64_t count(int side, Counter c) { return lb.node[side].eng->counter(c); }
+  // The one rule's counters on a side (after a burst ran).
+  FaultRuleStats only_rule(int side) {
+    const auto s = fp[side]->stats();
+    EXPECT_EQ(s.size(), 1u);
+    return s.empty() ? FaultRuleStats{} : s[0];
+  }
+
+  // Posts an RDMA WRITE of `len` bytes from A's offset 0 to B's offset 0x40000 and waits for its completion.
+  Wc write_and_wait(uint32_t len, uint8_t seed) {
+    fill(lb.a().mem, 0, len, seed);
+    Sge sge{lb.a().addr(0), len, lb.a().mr.lkey};
+    post(lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(0x40000), lb.b().mr.rkey, 7));
+    auto wc = lb.poll(lb.a(), 1);
+    EXPECT_EQ(wc.size(), 1u);
+    return wc.empty() ? Wc{} : wc[0];
+  }
+  void expect_written(uint32_t len) {
+    EXPECT_EQ(0, std::memcmp(lb.a().mem.data(), lb.b().mem.data() + 0x40000, len));
+  }
+  // write_and_wait, expecting success and the bytes at B.
+  void write_ok(uint32_t len, uint8_t seed) {
+    EXPECT_EQ(write_and_wait(len, seed).status, WC_SUCCESS);
+    expect_written(len);
+  }
+  // A 64-byte RDMA WRITE from A to B's offset 0 that completes with `status` (expect_remote_error).
+  void write_fails(WcStatus status) {
+    Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+    expect_remote_error(lb, qa, make_rdma_wr(WR_RDMA_WRITE, &sge, lb.b().addr(0), lb.b().mr.rkey, 5), status);
+  }
+
+  // Posts `n` SENDs of `len` bytes each from A (receives posted on B first) and returns B's completions.
+  std::vector<Wc> sends(int n, uint32_t len, int extra_recvs = 0) {
+    for (int i = 0; i < n + extra_recvs; i++) post_recv(lb.b(), qb, 0x1000 * i, 0x1000, 100 + i);
+    for (int i = 0; i < n; i++) {
+      fill(lb.a().mem, 0x1000 * i, len, static_cast<uint8_t>(i + 1));
+      Sge sge{lb.a().addr(0x1000 * i), len, lb.a().mr.lkey};
+      post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 200 + i));
+    }
+    auto wa = lb.poll(lb.a(), n);
+    EXPECT_EQ(wa.size(), static_cast<size_t>(n));
+    for (auto& w : wa) EXPECT_EQ(w.status, WC_SUCCESS) << wc_status_str(w.status);
+    auto wb = lb.poll(lb.b(), n);
+    lb.settle();
+    Wc more[4];
+    EXPECT_EQ(lb.b().eng->poll_cq(lb.b().cq, 4, more), 0);  // each message once
+    for (size_t i = 0; i < wb.size(); i++) {
+      EXPECT_EQ(wb[i].status, WC_SUCCESS);
+      EXPECT_EQ(wb[i].wr_id, 100 + i);
+      EXPECT_EQ(0,
+                std::memcmp(lb.a().mem.data() + 0x1000 * i, lb.b().mem.data() + 0x1000 * i, wb[i].byte_len));
+    }
+    return wb;
+  }
 };
-
-// The one rule's counters on a side (after a burst ran).
-FaultRuleStats rule_stats(FaultPort& p) {
-  const auto s = p.stats();
-  EXPECT_EQ(s.size(), 1u);
-  return s.empty() ? FaultRuleStats{} : s[0];
-}
-
-// Posts an RDMA WRITE of `len` bytes from A's offset 0 to B's offset 0x40000 and waits for its completion.
-Wc write_and_wait(FaultLoop& t, uint32_t qa, uint32_t len, uint8_t seed) {
-  fill(t.lb.a().mem, 0, len, seed);
-  Sge sge{t.lb.a().addr(0), len, t.lb.a().mr.lkey};
-  post(t.lb.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &sge, t.lb.b().addr(0x40000), t.lb.b().mr.rkey, 7));
-  auto wc = t.lb.poll(t.lb.a(), 1);
-  EXPECT_EQ(wc.size(), 1u);
-  return wc.empty() ? Wc{} : wc[0];
-}
-
-void expect_written(FaultLoop& t, uint32_t len) {
-  EXPECT_EQ(0, std::memcmp(t.lb.a().mem.data(), t.lb.b().mem.data() + 0x40000, len));
-}
-
-// Posts `n` SENDs of `len` bytes each from A (receives posted on B first) and returns B's completions.
-std::vector<Wc> sends(FaultLoop& t, uint32_t qa, uint32_t qb, int n, uint32_t len, int extra_recvs = 0) {
-  for (int i = 0; i < n + extra_recvs; i++) post_recv(t.lb.b(), qb, 0x1000 * i, 0x1000, 100 + i);
-  for (int i = 0; i < n; i++) {
-    fill(t.lb.a().mem, 0x1000 * i, len, static_cast<uint8_t>(i + 1));
-    Sge sge{t.lb.a().addr(0x1000 * i), len, t.lb.a().mr.lkey};
-    post(t.lb.a(), qa, make_wr(WR_SEND, &sge, 1, 200 + i));
-  }
-  auto wa = t.lb.poll(t.lb.a(), n);
-  EXPECT_EQ(wa.size(), static_cast<size_t>(n));
-  for (auto& w : wa) EXPECT_EQ(w.status, WC_SUCCESS) << wc_status_str(w.status);
-  auto wb = t.lb.poll(t.lb.b(), n);
-  t.lb.settle();
-  Wc more[4];
-  EXPECT_EQ(t.lb.b().eng->poll_cq(t.lb.b().cq, 4, more), 0);  // each message once
-  for (size_t i = 0; i < wb.size(); i++) {
-    EXPECT_EQ(wb[i].status, WC_SUCCESS);
-    EXPECT_EQ(wb[i].wr_id, 100 + i);
-    EXPECT_EQ(
-        0, std::memcmp(t.lb.a().mem.data() + 0x1000 * i, t.lb.b().mem.data() + 0x1000 * i, wb[i].byte_len));
-  }
-  return wb;
-}
 
 TEST(FaultPortTest, DropOneWriteMiddleGoBackN) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir tx opcode rc_rdma_write_middle psn +2 first 1 drop"});
-  const Wc wc = write_and_wait(t, qa, 8192, 3);  // 8 packets of 1024: FIRST, 6 MIDDLE, LAST
-  EXPECT_EQ(wc.status, WC_SUCCESS);
-  expect_written(t, 8192);
-  const FaultRuleStats s = rule_stats(*t.fp[0]);
+  t.write_ok(8192, 3);  // 8 packets of 1024: FIRST, 6 MIDDLE, LAST
+  const FaultRuleStats s = t.only_rule(0);
   EXPECT_EQ(s.id, 1u);
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.applied, 1u);
@@ -137,11 +153,10 @@ TEST(FaultPortTest, DropOneWriteMiddleGoBackN) {
 
 TEST(FaultPortTest, DropOneAckAtRequester) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir rx class ack first 1 drop"});
-  const auto wb = sends(t, qa, qb, 1, 64);
+  const auto wb = t.sends(1, 64);
   EXPECT_EQ(wb.size(), 1u);
-  EXPECT_EQ(rule_stats(*t.fp[0]).hits, 1u);
+  EXPECT_EQ(t.only_rule(0).hits, 1u);
   EXPECT_EQ(t.fp[0]->dropped(), 1u);
   // the requester resent (tail loss probe or timeout) and the responder answered the duplicate
   EXPECT_GE(t.count(1, Counter::duplicate_request), 1u);
@@ -150,9 +165,8 @@ TEST(FaultPortTest, DropOneAckAtRequester) {
 
 TEST(FaultPortTest, DuplicateSendExecutedOnce) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir tx opcode rc_send_only first 1 duplicate"});
-  const auto wb = sends(t, qa, qb, 1, 64, /*extra_recvs=*/1);
+  const auto wb = t.sends(1, 64, /*extra_recvs=*/1);
   EXPECT_EQ(wb.size(), 1u);
   EXPECT_EQ(t.fp[0]->duplicated(), 1u);
   EXPECT_EQ(t.count(1, Counter::duplicate_request), 1u);
@@ -161,16 +175,13 @@ TEST(FaultPortTest, DuplicateSendExecutedOnce) {
 
 TEST(FaultPortTest, DelayedPacketInStream) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir tx opcode rc_rdma_write_middle psn +2 first 1 delay 5ms"});
   const uint64_t t0 = t.lb.link.clock.t;
-  const Wc wc = write_and_wait(t, qa, 8192, 5);
-  EXPECT_EQ(wc.status, WC_SUCCESS);
+  t.write_ok(8192, 5);
   t.lb.settle();
-  expect_written(t, 8192);
   EXPECT_EQ(t.fp[0]->held(), 0u);
   EXPECT_EQ(t.fp[0]->next_due_ns(), UINT64_MAX);
-  EXPECT_EQ(rule_stats(*t.fp[0]).hits, 1u);
+  EXPECT_EQ(t.only_rule(0).hits, 1u);
   EXPECT_GE(t.count(1, Counter::out_of_seq_request), 1u);  // the packets after it came first
   // the resent 0x102 and, 5 ms later, the delayed original (a duplicate to the responder)
   const auto psns = psns_of(t.lb.link, 0, wire::op::write_middle);
@@ -181,11 +192,10 @@ TEST(FaultPortTest, DelayedPacketInStream) {
 
 TEST(FaultPortTest, ReorderTwo) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir tx opcode rc_send_only first 1 reorder 2"});
-  const auto wb = sends(t, qa, qb, 3, 256);
+  const auto wb = t.sends(3, 256);
   EXPECT_EQ(wb.size(), 3u);
-  EXPECT_EQ(rule_stats(*t.fp[0]).hits, 1u);
+  EXPECT_EQ(t.only_rule(0).hits, 1u);
   const auto psns = psns_of(t.lb.link, 0, wire::op::send_only);
   ASSERT_GE(psns.size(), 3u);
   EXPECT_EQ(psns[0], 0x101u);
@@ -196,33 +206,26 @@ TEST(FaultPortTest, ReorderTwo) {
 
 TEST(FaultPortTest, CorruptIcrcOnReceive) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(1, {"dir rx opcode rc_send_only first 1 corrupt icrc"});
-  const auto wb = sends(t, qa, qb, 1, 128);
+  const auto wb = t.sends(1, 128);
   EXPECT_EQ(wb.size(), 1u);
   EXPECT_EQ(t.count(1, Counter::rx_drop_icrc), 1u);
-  EXPECT_EQ(rule_stats(*t.fp[1]).applied, 1u);
+  EXPECT_EQ(t.only_rule(1).applied, 1u);
 }
 
 TEST(FaultPortTest, CorruptRkeyIsRemoteAccessError) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir tx opcode rc_rdma_write_only first 1 corrupt reth.rkey"});
-  Sge sge{t.lb.a().addr(0), 64, t.lb.a().mr.lkey};
-  expect_remote_error(t.lb, qa, make_rdma_wr(WR_RDMA_WRITE, &sge, t.lb.b().addr(0), t.lb.b().mr.rkey, 5),
-                      WC_REM_ACCESS_ERR);
+  t.write_fails(WC_REM_ACCESS_ERR);
   EXPECT_EQ(t.count(1, Counter::resp_remote_access_errors), 1u);
-  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 1u);
+  EXPECT_EQ(t.only_rule(0).applied, 1u);
 }
 
 TEST(FaultPortTest, EcnCeMakesCnps) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir tx class request ecn-ce"});
-  const Wc wc = write_and_wait(t, qa, 16384, 9);
-  EXPECT_EQ(wc.status, WC_SUCCESS);
-  expect_written(t, 16384);
-  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 16u);
+  t.write_ok(16384, 9);
+  EXPECT_EQ(t.only_rule(0).applied, 16u);
   EXPECT_EQ(t.count(1, Counter::np_ecn_marked_roce_packets), 16u);
   EXPECT_GE(t.count(1, Counter::np_cnp_sent), 1u);
   EXPECT_GE(t.count(0, Counter::rp_cnp_handled), 1u);
@@ -232,57 +235,49 @@ TEST(FaultPortTest, EcnCeMakesCnps) {
 // message; a WRITE ONLY no longer matches its RETH length, which the responder NAKs as an invalid request.
 TEST(FaultPortTest, TruncateSendAndWrite) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
   t.rules(0, {"dir tx opcode rc_send_only first 1 truncate 4"});
-  const auto wb = sends(t, qa, qb, 1, 64);
+  const auto wb = t.sends(1, 64);
   ASSERT_EQ(wb.size(), 1u);
   EXPECT_EQ(wb[0].byte_len, 60u);
-  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 1u);
+  EXPECT_EQ(t.only_rule(0).applied, 1u);
 
   t.rules(0, {"dir tx opcode rc_rdma_write_only first 1 truncate 4"});
-  Sge sge{t.lb.a().addr(0), 64, t.lb.a().mr.lkey};
-  expect_remote_error(t.lb, qa, make_rdma_wr(WR_RDMA_WRITE, &sge, t.lb.b().addr(0), t.lb.b().mr.rkey, 5),
-                      WC_REM_INV_REQ_ERR);
-  EXPECT_EQ(rule_stats(*t.fp[0]).applied, 1u);
+  t.write_fails(WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(t.only_rule(0).applied, 1u);
 }
 
 // The same traffic with and without a FaultPort that has no rules: the same bytes on the wire.
-WireTrace plain_run(bool with_fault_port, bool rules_set_and_cleared) {
-  std::unique_ptr<FaultLoop> t;
-  FaultLoop* f = nullptr;
-  WireTrace plain;
-  std::unique_ptr<Loopback> lb;
-  Loopback* l = nullptr;
-  if (with_fault_port) {
-    t = std::make_unique<FaultLoop>();
-    f = t.get();
-    l = &f->lb;
-    if (rules_set_and_cleared) {
-      f->rules(0, {"dir rx class request drop"});  // matches nothing on A
-      f->fp[0]->set_rules({});
-    }
-  } else {
-    lb = std::make_unique<Loopback>(EngineConfig{}, 1500, 1 << 20);
-    l = lb.get();
-    record(*l, plain);
-  }
-  auto [qa, qb] = l->connect(QPT_RC);
-  for (int i = 0; i < 4; i++) post_recv(l->b(), qb, 0x1000 * i, 0x1000, i);
-  fill(l->a().mem, 0, 0x8000, 1);
+void plain_traffic(Loopback& l, uint32_t qa, uint32_t qb) {
+  for (int i = 0; i < 4; i++) post_recv(l.b(), qb, 0x1000 * i, 0x1000, i);
+  fill(l.a().mem, 0, 0x8000, 1);
   for (int i = 0; i < 4; i++) {
-    Sge sge{l->a().addr(0x1000 * i), 3000, l->a().mr.lkey};
-    post(l->a(), qa, make_wr(WR_SEND, &sge, 1, i));
-    Sge w{l->a().addr(0), 5000, l->a().mr.lkey};
-    post(l->a(), qa, make_rdma_wr(WR_RDMA_WRITE, &w, l->b().addr(0x20000), l->b().mr.rkey, 10 + i));
+    Sge sge{l.a().addr(0x1000 * i), 3000, l.a().mr.lkey};
+    post(l.a(), qa, make_wr(WR_SEND, &sge, 1, i));
+    Sge w{l.a().addr(0), 5000, l.a().mr.lkey};
+    post(l.a(), qa, make_rdma_wr(WR_RDMA_WRITE, &w, l.b().addr(0x20000), l.b().mr.rkey, 10 + i));
   }
-  EXPECT_EQ(l->poll(l->a(), 8).size(), 8u);
-  l->settle();
-  if (f) {
-    EXPECT_TRUE(f->fp[0]->stats().empty());
-    EXPECT_EQ(f->fp[0]->held(), 0u);
-    return f->wire;
+  EXPECT_EQ(l.poll(l.a(), 8).size(), 8u);
+  l.settle();
+}
+
+WireTrace plain_run(bool with_fault_port, bool rules_set_and_cleared) {
+  if (!with_fault_port) {
+    WireTrace plain;
+    Loopback l;
+    record(l, plain);
+    auto [qa, qb] = l.connect(QPT_RC);
+    plain_traffic(l, qa, qb);
+    return plain;
   }
-  return plain;
+  FaultLoop t;
+  if (rules_set_and_cleared) {
+    t.rules(0, {"dir rx class request drop"});  // matches nothing on A
+    t.fp[0]->set_rules({});
+  }
+  plain_traffic(t.lb, t.qa, t.qb);
+  EXPECT_TRUE(t.fp[0]->stats().empty());
+  EXPECT_EQ(t.fp[0]->held(), 0u);
+  return t.wire;
 }
 
 TEST(FaultPortTest, NoRulesFramesUntouched) {
@@ -295,16 +290,13 @@ TEST(FaultPortTest, NoRulesFramesUntouched) {
 // Rules set mid-run act on what follows; cleared, they stop, and nothing stays held.
 TEST(FaultPortTest, RulesSetAndClearedMidRun) {
   FaultLoop t;
-  auto [qa, qb] = t.lb.connect(QPT_RC);
-  EXPECT_EQ(write_and_wait(t, qa, 4096, 1).status, WC_SUCCESS);
+  EXPECT_EQ(t.write_and_wait(4096, 1).status, WC_SUCCESS);
   t.rules(0, {"dir tx class request every 3 drop"});
-  EXPECT_EQ(write_and_wait(t, qa, 8192, 2).status, WC_SUCCESS);
-  expect_written(t, 8192);
+  t.write_ok(8192, 2);
   const uint64_t dropped = t.fp[0]->dropped();
   EXPECT_GE(dropped, 2u);
   t.fp[0]->set_rules({});
-  EXPECT_EQ(write_and_wait(t, qa, 8192, 3).status, WC_SUCCESS);
-  expect_written(t, 8192);
+  t.write_ok(8192, 3);
   EXPECT_EQ(t.fp[0]->dropped(), dropped);
   EXPECT_TRUE(t.fp[0]->stats().empty());
 }
@@ -312,8 +304,7 @@ TEST(FaultPortTest, RulesSetAndClearedMidRun) {
 // set_rules from another thread while frames flow: every message completes, data intact; the rules seen
 // are the ones set (ids only from the sets given).
 TEST(FaultPortTest, SetRulesFromAnotherThread) {
-  FaultLoop t(FaultPortConfig{}, 4 << 20);
-  auto [qa, qb] = t.lb.connect(QPT_RC);
+  FaultLoop t({}, 4 << 20);
   wire::FaultRule drop = *wire::parse_fault_rule("dir tx class request prob 0.05 seed 3 drop").rule;
   wire::FaultRule dup = *wire::parse_fault_rule("dir rx class ack prob 0.1 duplicate").rule;
   std::atomic<bool> stop{false};
@@ -329,11 +320,7 @@ TEST(FaultPortTest, SetRulesFromAnotherThread) {
       std::this_thread::yield();
     }
   });
-  for (int i = 0; i < 20; i++) {
-    const Wc wc = write_and_wait(t, qa, 16384, static_cast<uint8_t>(i));
-    EXPECT_EQ(wc.status, WC_SUCCESS);
-    expect_written(t, 16384);
-  }
+  for (int i = 0; i < 20; i++) t.write_ok(16384, static_cast<uint8_t>(i));
   stop = true;
   control.join();
   EXPECT_EQ(bad_ids.load(), 0u);
@@ -344,20 +331,17 @@ TEST(FaultPortTest, SetRulesFromAnotherThread) {
 
 // A pool of 2 buffers and a rule that wants 4 copies of each SEND received: 2 made, 2 counted as exhausted.
 TEST(FaultPortTest, FullPoolLetsDuplicatesPass) {
-  FaultPortConfig cfg;
-  cfg.pool_frames = 2;
-  FaultLoop t(cfg);
-  auto [qa, qb] = t.lb.connect(QPT_RC);
+  FaultLoop t({.pool_frames = 2});
   t.rules(1, {"dir rx opcode rc_send_only duplicate 4"});
-  const auto wb = sends(t, qa, qb, 3, 64);
+  const auto wb = t.sends(3, 64);
   EXPECT_EQ(wb.size(), 3u);
   // the three SENDs come in one burst: the first one's copies take both buffers until the engine frees them
-  EXPECT_EQ(rule_stats(*t.fp[1]).hits, 3u);
+  EXPECT_EQ(t.only_rule(1).hits, 3u);
   EXPECT_EQ(t.fp[1]->duplicated(), 2u);
   EXPECT_EQ(t.fp[1]->pool_exhausted(), 10u);
   EXPECT_EQ(t.count(1, Counter::duplicate_request), 2u);
   // the next SEND finds the pool refilled
-  const auto more = sends(t, qa, qb, 1, 64);
+  const auto more = t.sends(1, 64);
   EXPECT_EQ(more.size(), 1u);
   EXPECT_EQ(t.fp[1]->duplicated(), 4u);
   EXPECT_EQ(t.fp[1]->pool_exhausted(), 12u);
@@ -389,17 +373,13 @@ struct Replay {
 };
 Replay replay(const char* seed) {
   Notes notes;
-  FaultPortConfig cfg;
-  cfg.observer = &notes;
-  FaultLoop t(cfg);
-  auto [qa, qb] = t.lb.connect(QPT_RC);
+  FaultLoop t({.observer = &notes});
   const std::string s = seed;
   const std::string r1 = "dir tx class request prob 0.1 seed " + s + " drop";
   const std::string r2 = "dir tx class request prob 0.1 seed " + s + "1 delay 200us";
   const std::string r3 = "dir rx class ack prob 0.2 seed " + s + "2 duplicate 2";
   t.rules(0, {r1.c_str(), r2.c_str(), r3.c_str()});
-  for (int i = 0; i < 5; i++)
-    EXPECT_EQ(write_and_wait(t, qa, 20000, static_cast<uint8_t>(i)).status, WC_SUCCESS);
+  for (int i = 0; i < 5; i++) EXPECT_EQ(t.write_and_wait(20000, static_cast<uint8_t>(i)).status, WC_SUCCESS);
   t.lb.settle();
   return {t.wire, notes.hits, t.fp[0]->stats(), t.lb.link.clock.t};
 }
@@ -484,6 +464,14 @@ std::vector<uint8_t> middle_frame(uint32_t psn, uint32_t payload) {
   return f;
 }
 
+// Copies `f` into a buffer from `port`'s tx_alloc, ready for its tx_burst.
+bool tx_buf(Port& port, const std::vector<uint8_t>& f, PacketBuf& buf) {
+  if (!port.tx_alloc(static_cast<uint32_t>(f.size()), buf)) return false;
+  std::memcpy(buf.data, f.data(), f.size());
+  buf.len = static_cast<uint32_t>(f.size());
+  return true;
+}
+
 wire::FaultRule rule(const char* text) {
   wire::FaultParse r = wire::parse_fault_rule(text);
   EXPECT_TRUE(r) << r.error;
@@ -496,18 +484,11 @@ TEST(FaultPortTest, MarksObserverAndDueTime) {
   StubPort stub;
   ManualClock clock;
   Notes notes;
-  FaultPortConfig cfg;
-  cfg.observer = &notes;
-  FaultPort fp(stub, clock, cfg);
+  FaultPort fp(stub, clock, {.observer = &notes});
   fp.set_rules(
       {{7, rule("psn 1 duplicate 2")}, {8, rule("psn 2 delay 1us")}, {9, rule("psn 3 corrupt payload")}});
   PacketBuf bufs[4];
-  for (uint32_t i = 0; i < 4; i++) {
-    const auto f = middle_frame(i, 64);
-    ASSERT_TRUE(fp.tx_alloc(static_cast<uint32_t>(f.size()), bufs[i]));
-    std::memcpy(bufs[i].data, f.data(), f.size());
-    bufs[i].len = static_cast<uint32_t>(f.size());
-  }
+  for (uint32_t i = 0; i < 4; i++) ASSERT_TRUE(tx_buf(fp, middle_frame(i, 64), bufs[i]));
   EXPECT_EQ(fp.tx_burst(bufs, 4), 4u);
   // 0, 1, its two copies, 3 (corrupted); 2 is held
   ASSERT_EQ(stub.sent.size(), 5u);
@@ -522,8 +503,7 @@ TEST(FaultPortTest, MarksObserverAndDueTime) {
   }
   EXPECT_EQ(stub.sent[2].bytes, stub.sent[1].bytes);
   wire::Packet p;
-  ASSERT_EQ(wire::parse_frame(wire::ByteSpan(stub.sent[4].bytes.data(), stub.sent[4].bytes.size()), p),
-            wire::ParseError::ok);  // a wrong field, a right ICRC
+  ASSERT_EQ(parse(stub.sent[4].bytes, p), wire::ParseError::ok);  // a wrong field, a right ICRC
   EXPECT_EQ(p.payload[0], static_cast<uint8_t>(3 ^ 1));
   ASSERT_EQ(notes.hits.size(), 3u);
   EXPECT_EQ(notes.hits[0], (Notes::Hit{FaultDir::tx, bufs[1].len, 7, FaultAction::duplicate}));
@@ -567,8 +547,7 @@ TEST(FaultPortTest, BatchFramesCutBeforeMatching) {
   for (uint32_t i = 0; i < k; i++) {
     EXPECT_EQ(bufs[i].batch, 0u);
     wire::Packet p;
-    ASSERT_EQ(wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), p),
-              wire::ParseError::ok);  // ICRC too
+    ASSERT_EQ(parse(bufs[i], p), wire::ParseError::ok);  // ICRC too
     EXPECT_EQ(p.bth.psn, psns[i]);
     EXPECT_EQ(p.payload_len, 256u);
   }
@@ -578,16 +557,13 @@ TEST(FaultPortTest, BatchFramesCutBeforeMatching) {
   EXPECT_EQ(fp.dropped(), 1u);
   // tx: the same cut through the inner port's buffers
   PacketBuf b;
-  const auto f = middle_frame(0x10, 1024);
-  ASSERT_TRUE(fp.tx_alloc(static_cast<uint32_t>(f.size()), b));
-  std::memcpy(b.data, f.data(), f.size());
+  ASSERT_TRUE(tx_buf(fp, middle_frame(0x10, 1024), b));
   b.batch = 4;
   EXPECT_EQ(fp.tx_burst(&b, 1), 1u);
   ASSERT_EQ(stub.sent.size(), 3u);
   for (uint32_t i = 0; i < 3; i++) {
     wire::Packet p;
-    ASSERT_EQ(wire::parse_frame(wire::ByteSpan(stub.sent[i].bytes.data(), stub.sent[i].bytes.size()), p),
-              wire::ParseError::ok);
+    ASSERT_EQ(parse(stub.sent[i].bytes, p), wire::ParseError::ok);
     EXPECT_EQ(p.bth.psn, psns[i]);
   }
   EXPECT_EQ(stub.tx_freed, 2u);  // the batch and the dropped packet
@@ -615,7 +591,7 @@ class MiddlePort final : public Port {
     const uint32_t k = in_.rx_burst(bufs, n);
     for (uint32_t i = 0; i < k; i++) {
       wire::Packet p;
-      EXPECT_EQ(wire::parse_frame(wire::ByteSpan(bufs[i].data, bufs[i].len), p), wire::ParseError::ok);
+      EXPECT_EQ(parse(bufs[i], p), wire::ParseError::ok);
       seen.push_back({p.bth.psn, bufs[i].fault_rule, static_cast<FaultAction>(bufs[i].fault_action)});
     }
     return k;
@@ -650,10 +626,7 @@ TEST(FaultPortTest, SplitFacesShareOneTable) {
   fp.set_rules({{3, rule("dir rx psn 5 duplicate")}, {4, rule("psn 0-3 every 2 drop")}});
   PacketBuf bufs[4];
   const auto send = [&](uint32_t psn) {
-    const auto f = middle_frame(psn, 64);
-    ASSERT_TRUE(fp.tx_alloc(static_cast<uint32_t>(f.size()), bufs[0]));
-    std::memcpy(bufs[0].data, f.data(), f.size());
-    bufs[0].len = static_cast<uint32_t>(f.size());
+    ASSERT_TRUE(tx_buf(fp, middle_frame(psn, 64), bufs[0]));
     EXPECT_EQ(fp.tx_burst(bufs, 1), 1u);
   };
   send(0);  // rule 4's 1st match
