@@ -10,10 +10,11 @@
 // pointers into the slots, returned in order.
 //
 // Sleep: a receiver about to sleep sets `sleeping` and then checks its lanes once more; a sender that pushed
-// reads `sleeping` after a full fence and, when set, writes a byte to the segment's FIFO (name + ".wake"),
-// which the receiver polls beside its other descriptors. So a busy receiver costs its senders no syscall.
+// reads `sleeping` after a full fence and, when set, sends a byte to the segment's wake socket (name +
+// ".wake", a unix datagram socket: a FIFO would SIGPIPE a sender whose receiver died), which the receiver
+// polls beside its other descriptors. So a busy receiver costs its senders no syscall.
 //
-// Files: NAME.seg (the mapped segment, published by rename once initialised) and NAME.wake (the FIFO), both
+// Files: NAME.seg (the mapped segment, published by rename once initialised) and NAME.wake (the socket), both
 // mode 0600, removed by the receiver when it closes; a crashed receiver's files are recognised by their
 // owner's liveness (the caller's check) and removed by whoever finds them.
 #pragma once
@@ -52,7 +53,7 @@ class LocalReceiver {
   // Whether `data` points into this segment (a frame rx_burst handed out).
   bool owns(const uint8_t* data) const;
   // Sleep: arm(true) before the last look at the lanes, then poll wake_fd(); arm(false) after waking
-  // (drains the FIFO).
+  // (drains the wake socket).
   int wake_fd() const { return wake_rd_; }
   void arm(bool armed);
   // After arm(false): when the first sender kicked during the sleep (CLOCK_MONOTONIC ns), 0 if none did.
@@ -92,7 +93,7 @@ class LocalSender {
   bool push(const uint8_t* frame, uint32_t len, bool icrc_absent = false);
   // The same for an engine frame, whose payload may be elsewhere (PacketBuf::gather).
   bool push(const engine::PacketBuf& b);
-  // After a burst of pushes: wakes the receiver if it sleeps (one write to its FIFO).
+  // After a burst of pushes: wakes the receiver if it sleeps (one datagram to its wake socket).
   void kick();
   bool closed() const;
   uint32_t slot_bytes() const;
