@@ -367,10 +367,12 @@ void SocketPort::tx_free(engine::PacketBuf& buf) {
 }
 
 // How many frames from bufs[0] make one GSO batch: one flow (same_flow), each as long as the first but the
-// last, which may be shorter, within kGsoMaxSegs/kGsoMaxBytes. 1 when bufs[0] cannot start one.
+// last, which may be shorter, within kGsoMaxSegs/kGsoMaxBytes. 1 when bufs[0] cannot start one. A frame a
+// fault rule made or changed goes on its own: a batch gives its frames new IPv4 IDs and ICRCs, which would
+// repair a corrupted ICRC.
 uint32_t SocketPort::gso_run(const engine::PacketBuf* bufs, uint32_t n) const {
   const engine::PacketBuf& b = bufs[0];
-  if (n < 2 || b.gather || b.len > max_frame_) return 1;
+  if (n < 2 || b.gather || b.fault_rule || b.len > max_frame_) return 1;
   const uint32_t hdr = wire::gso_headers_len(b.data, b.len);
   if (hdr == 0 || b.len <= hdr) return 1;
   const uint32_t seg = b.len - hdr;
@@ -378,7 +380,7 @@ uint32_t SocketPort::gso_run(const engine::PacketBuf* bufs, uint32_t n) const {
   uint32_t k = 1;
   while (k < n && k < most) {
     const engine::PacketBuf& c = bufs[k];
-    if (c.gather || c.len > b.len || c.len <= hdr || !same_flow(b.data, c.data, hdr)) break;
+    if (c.gather || c.fault_rule || c.len > b.len || c.len <= hdr || !same_flow(b.data, c.data, hdr)) break;
     ++k;
     if (c.len < b.len) break;
   }
