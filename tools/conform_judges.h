@@ -12,13 +12,19 @@ Finding judge_ackreq_covered(const Trace& t, const Setup& s);
 Finding judge_msn(const Trace& t, const Setup& s);
 Finding judge_no_rnr(const Trace& t, const Setup& s);
 Finding judge_no_seq_nak(const Trace& t, const Setup& s);
+Finding judge_silent_drop(const Trace& t, const Setup& s);  // F3/F5: dropped without a NAK, then resent
+Finding judge_ce_no_loss(const Trace& t, const Setup& s);
+Finding judge_cnp_for_ce(const Trace& t, const Setup& s);
 
 // Duplicates (conform_judges_dup.cc).
 Finding judge_dup_send_acked(const Trace& t, const Setup& s);
+Finding judge_dup_atomic_replayed(const Trace& t, const Setup& s);
 
 // Error NAKs (conform_judges_err.cc).
 Finding judge_access_nak(const Trace& t, const Setup& s);
 Finding judge_silence_after_error_nak(const Trace& t, const Setup& s);
+Finding judge_range_nak(const Trace& t, const Setup& s);
+Finding judge_invalid_request_nak(const Trace& t, const Setup& s);
 
 // Communication management (conform_judges_cm.cc).
 Finding judge_rej_no_listener(const Trace& t, const Setup& s);

@@ -42,6 +42,14 @@ Finding judge_access_nak(const Trace& t, const Setup&) {
   return expect_nak(t, 2, "NAK remote access error (0x62)");
 }
 
+Finding judge_range_nak(const Trace& t, const Setup&) {
+  return expect_nak(t, 2, "NAK remote access error (0x62)");
+}
+
+Finding judge_invalid_request_nak(const Trace& t, const Setup&) {
+  return expect_nak(t, 1, "NAK invalid request (0x61)");
+}
+
 Finding judge_silence_after_error_nak(const Trace& t, const Setup&) {
   const Frame* nak = t.next(nullptr, [](const Frame& f) {
     return f.from_peer() && f.is_ack_opcode() && f.is_nak() && !f.is_nak(0);

@@ -66,14 +66,16 @@ struct Gap {
 };
 Gap find_gap(const Trace& t) {
   Gap g;
+  // A request the rule dropped before the wire, or changed so the peer must discard it (a bad ICRC).
   for (const Frame* f : t.hits(0))
-    if (f->not_sent && f->is_request()) {
+    if ((f->not_sent || (f->to_peer() && !f->d.pkt.icrc_ok)) && f->is_request()) {
       g.lost = f;
       break;
     }
   if (g.lost)
     g.resend = t.next(g.lost, [&](const Frame& f) {
-      return f.to_peer() && f.is_request() && f.dqpn() == g.lost->dqpn() && f.psn() == g.lost->psn();
+      return f.to_peer() && f.fault_rule < 0 && f.is_request() && f.dqpn() == g.lost->dqpn() &&
+             f.psn() == g.lost->psn();
     });
   return g;
 }
@@ -191,6 +193,32 @@ Finding judge_no_rnr(const Trace& t, const Setup&) {
   const Frame* rnr = t.next(nullptr, [](const Frame& f) { return f.from_peer() && f.is_rnr_nak(); });
   if (rnr) return fail("RNR NAK for a request that consumes no receive WQE: " + describe(*rnr), {rnr});
   return pass("no RNR NAK", {});
+}
+
+Finding judge_silent_drop(const Trace& t, const Setup&) {
+  const Frame* m = nullptr;
+  for (const Frame* f : t.hits(0))
+    if (f->to_peer() && f->is_request()) {
+      m = f;
+      break;
+    }
+  if (!m || !peer_spoke(t)) return no_stimulus(t, "the rule never changed a request");
+  const uint32_t p = m->psn();
+  const Frame* resend = t.next(
+      m, [&](const Frame& f) { return f.to_peer() && f.fault_rule < 0 && f.is_request() && f.psn() == p; });
+  const Frame* answer = t.next(
+      m, [&](const Frame& f) { return f.from_peer() && f.is_ack_opcode() && psn_diff(p, f.psn()) >= 0; });
+  if (!resend) return no_stimulus(t, "urxe never resent the changed request");
+  if (answer && answer < resend)
+    return fail("the peer answered the changed request: " + describe(*answer), {m, answer});
+  if (!answer || !answer->is_ack())
+    return fail("the request resent unchanged was not acknowledged" +
+                    (answer ? ": " + describe(*answer) : std::string()),
+                {m, resend, answer});
+  return pass("no answer to the changed PSN " + hex(p) + " (" + m->fault_action + "); urxe resent it after " +
+                  std::to_string((resend->t_ns - m->t_ns) / 1000000) +
+                  " ms and the peer acknowledged that (" + describe(*answer) + ")",
+              {m, resend, answer});
 }
 
 Finding judge_no_seq_nak(const Trace& t, const Setup&) {
