@@ -63,6 +63,10 @@ const Run kRuns[] = {
      .peer_cmd = PERF("ib_atomic_bw", "-A FETCH_AND_ADD -n 20"),
      .local_cmd = PERF_L("ib_atomic_bw", "-A FETCH_AND_ADD -n 20"),
      .rules = {"dir rx class atomic-ack skip 2 first 1 drop"}},
+    {.id = "send-gap",
+     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 65536 -n 5",
+     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 65536 -n 5 {peer_ip}",
+     .rules = {"dir tx opcode rc_send_middle skip 3 first 1 drop"}},
     {.id = "cm-no-listener",
      .peer_cmd = "sleep 1",
      .local_cmd = "rping -c -a {peer_ip} -p {port} -C 1 -S 64",
@@ -211,6 +215,24 @@ const Scenario kScenarios[] = {
          "two ATOMIC ACKNOWLEDGEs at the duplicated FETCH_ADD's PSN with the same original data; the next "
          "FETCH_ADD on the address sees one add",
      .judge = judge_dup_atomic_replayed,
+     .rxe_note = ""},
+    {.id = "A1.send",
+     .run = "send-gap",
+     .clause =
+         "IBTA vol. 1 ch. 9, responder PSN check: a request PSN ahead of the expected PSN is a PSN sequence "
+         "error (class B); the responder NAKs it with the expected PSN and discards the packet",
+     .expect =
+         "a NAK with syndrome 0x60 naming the lost SEND MIDDLE's PSN, and no ACK beyond the hole before urxe "
+         "resends it",
+     .judge = judge_seq_nak,
+     .rxe_note = ""},
+    {.id = "A2.send",
+     .run = "send-gap",
+     .clause =
+         "IBTA vol. 1 ch. 9, responder PSN check: after a sequence-error NAK the responder discards later "
+         "out-of-sequence packets silently until the expected PSN arrives",
+     .expect = "exactly one PSN sequence error NAK for the hole in a 64 KiB SEND",
+     .judge = judge_one_nak_per_gap,
      .rxe_note = ""},
     {.id = "I7.no-listener",
      .run = "cm-no-listener",
