@@ -32,6 +32,8 @@ Finding judge_rej_no_listener(const Trace& t, const Setup& s);
 // Shared pieces.
 // The first frame the run's rule k hit (k 0-based), or null.
 const Frame* first_hit(const Trace& t, size_t k = 0);
+// The first request urxe sent to the peer that rule 0 hit (changed or duplicated), or null.
+const Frame* first_request_hit(const Trace& t);
 // A finding saying the stimulus did not happen.
 Finding no_stimulus(const Trace& t, std::string_view what);
 // Whether the peer put any RoCE frame on the wire (a silent or absent peer gives inconclusive verdicts).

@@ -11,11 +11,7 @@ struct Answer {
 };
 Answer answer_to_mutated(const Trace& t) {
   Answer a;
-  for (const Frame* f : t.hits(0))
-    if (f->to_peer() && f->is_request()) {
-      a.req = f;
-      break;
-    }
+  a.req = first_request_hit(t);
   if (a.req)
     a.reply = t.next(a.req, [&](const Frame& f) {
       return f.from_peer() && f.is_ack_opcode() && psn_diff(a.req->psn(), f.psn()) >= 0;

@@ -13,6 +13,12 @@ const Frame* first_hit(const Trace& t, size_t k) {
   return h.empty() ? nullptr : h[0];
 }
 
+const Frame* first_request_hit(const Trace& t) {
+  for (const Frame* f : t.hits(0))
+    if (f->to_peer() && f->is_request()) return f;
+  return nullptr;
+}
+
 bool peer_spoke(const Trace& t) {
   for (const Frame& f : t.frames)
     if (f.from_peer() && f.d.bth_parsed) return true;
@@ -98,7 +104,7 @@ Finding judge_seq_nak(const Trace& t, const Setup&) {
                     " never reached it: " + describe(*beyond),
                 {g.lost, beyond});
   const Frame* nak = t.next(g.lost, [&](const Frame& f) { return f.from_peer() && f.is_nak(); });
-  if (!before(nak, g.resend) && !nak)
+  if (!nak)
     return fail("no NAK from the peer after PSN " + hex(p) + " was lost" +
                     (g.resend ? "; urxe resent it after its own timeout" : ""),
                 {g.lost, g.resend});
@@ -196,12 +202,7 @@ Finding judge_no_rnr(const Trace& t, const Setup&) {
 }
 
 Finding judge_silent_drop(const Trace& t, const Setup&) {
-  const Frame* m = nullptr;
-  for (const Frame* f : t.hits(0))
-    if (f->to_peer() && f->is_request()) {
-      m = f;
-      break;
-    }
+  const Frame* m = first_request_hit(t);
   if (!m || !peer_spoke(t)) return no_stimulus(t, "the rule never changed a request");
   const uint32_t p = m->psn();
   const Frame* resend = t.next(
