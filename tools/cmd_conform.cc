@@ -17,8 +17,8 @@
 #include "provider/device_tree.h"
 #include "tools/command.h"
 #include "tools/conform.h"
+#include "tools/conform_report.h"
 #include "tools/conform_run.h"
-#include "tools/json_writer.h"
 #include "tools/pcap_plot.h"
 
 namespace urxe::tools {
@@ -38,7 +38,8 @@ constexpr char kUsage[] =
     "Per scenario the report gives the clause, what the spec expects, what the peer did, the verdict\n"
     "(pass, FAIL, inconclusive: the stimulus did not happen) and the frames that show it; each run's frames\n"
     "are written to DIR/RUN.pcapng (Wireshark shows the fault rules in the packet comments) and, for a run\n"
-    "with a failing scenario, its connection as DIR/RUN.svg ('urxe pcap plot').\n"
+    "with a failing scenario, its connection as DIR/RUN.svg ('urxe pcap plot'). DIR/report.html is the\n"
+    "report as one page with those plots embedded; DIR/report.txt and DIR/report.json the other forms.\n"
     "  --dev DEV         the local urxe device (its port's capture is turned on for the runs)\n"
     "  --peer IP         the peer's address, as the peer's tools listen on it\n"
     "  --peer-dev NAME   the peer's RDMA device (mlx5_0, rxe0, urxe0, ...)\n"
@@ -48,7 +49,7 @@ constexpr char kUsage[] =
     "  --peer-gid N      the peer's GID index (default 1; 3 on a ConnectX with RoCE v1 and v2 GIDs)\n"
     "  --local-ip IP     urxe's address, for runs in which the peer connects (default: DEV's GID)\n"
     "  --only REGEX      only scenarios whose id matches (extended regex: 'A1|E', '^I')\n"
-    "  --out DIR         where logs, slices and report.json go (default ./conform-YYYYmmdd-HHMMSS)\n"
+    "  --out DIR         where logs, slices and the reports go (default ./conform-YYYYmmdd-HHMMSS)\n"
     "  --tcp-port N      the first TCP port the tools' side channels use (default 18600; one per run)\n"
     "  --server-wait MS  wait after starting a server before its client (default 500)\n"
     "  --json            print the report as JSON (also written to DIR/report.json)\n"
@@ -101,12 +102,6 @@ int list_catalogue() {
   std::printf("%zu scenarios in %zu runs\n", cf::scenarios().size(), cf::runs().size());
   return 0;
 }
-
-struct Result {
-  const cf::Scenario* s;
-  cf::Finding f;
-  std::string slice, plot;
-};
 
 // The data connection of a run: the DestQP of urxe's first RC request or the peer's first response.
 int64_t run_qpn(const cf::Trace& t) {
@@ -215,7 +210,7 @@ int conform_main(Args args) {
   }
 
   // The selected scenarios, by run in catalogue order.
-  std::vector<Result> results;
+  std::vector<cf::ScenarioResult> results;
   std::map<std::string_view, std::vector<size_t>> by_run;
   for (const cf::Scenario& s : cf::scenarios())
     if (std::regex_search(std::string(s.id), re)) {
@@ -261,53 +256,12 @@ int conform_main(Args args) {
   }
 
   // The report.
-  size_t n_pass = 0, n_fail = 0, n_inc = 0;
-  JsonWriter w;
-  w.begin_object().str("peer", cx.setup.peer_ip).str("peer_dev", cx.setup.peer_dev).str("dev", cx.setup.dev);
-  w.begin_array("scenarios");
-  std::ostringstream text;
-  for (const Result& r : results) {
-    const cf::Scenario& s = *r.s;
-    (r.f.verdict == cf::Verdict::pass ? n_pass : r.f.verdict == cf::Verdict::fail ? n_fail : n_inc)++;
-    std::string ev;
-    for (uint64_t n : r.f.evidence) ev += (ev.empty() ? "#" : ", #") + std::to_string(n);
-    text << std::string(s.id) << "  " << cf::verdict_name(r.f.verdict) << "\n"
-         << "  clause:   " << s.clause << "\n  expect:   " << s.expect << "\n  observed: " << r.f.observed
-         << "\n"
-         << "  frames:   " << (ev.empty() ? "-" : ev) << " in " << r.slice << "\n";
-    if (!r.plot.empty()) text << "  plot:     " << r.plot << "\n";
-    if (r.f.verdict != cf::Verdict::pass && !s.rxe_note.empty()) text << "  known:    " << s.rxe_note << "\n";
-    w.begin_object()
-        .str("id", s.id)
-        .str("run", s.run)
-        .str("clause", s.clause)
-        .str("expect", s.expect)
-        .str("verdict", r.f.verdict == cf::Verdict::pass   ? "pass"
-                        : r.f.verdict == cf::Verdict::fail ? "fail"
-                                                           : "inconclusive")
-        .str("observed", r.f.observed)
-        .str("pcapng", r.slice);
-    w.begin_array("frames");
-    for (uint64_t n : r.f.evidence) w.num(n);
-    w.end_array();
-    if (!r.plot.empty()) w.str("plot", r.plot);
-    if (!s.rxe_note.empty()) w.str("known_rxe_deviation", s.rxe_note);
-    w.end_object();
-  }
-  w.end_array();
-  w.begin_object("summary")
-      .num("scenarios", uint64_t{results.size()})
-      .num("pass", uint64_t{n_pass})
-      .num("fail", uint64_t{n_fail})
-      .num("inconclusive", uint64_t{n_inc})
-      .end_object();
-  w.end_object();
-  text << results.size() << " scenarios: " << n_pass << " pass, " << n_fail << " FAIL, " << n_inc
-       << " inconclusive (" << cx.out_dir << ")\n";
-  std::ofstream(cx.out_dir + "/report.json") << w.text() << "\n";
-  std::ofstream(cx.out_dir + "/report.txt") << text.str();
-  std::cout << (json ? w.text() + "\n" : text.str());
-  return n_fail || n_inc ? 1 : 0;
+  const cf::Report rep = cf::make_report(cx.setup, results, cx.out_dir);
+  std::ofstream(cx.out_dir + "/report.json") << rep.json;
+  std::ofstream(cx.out_dir + "/report.txt") << rep.text;
+  std::ofstream(cx.out_dir + "/report.html") << rep.html;
+  std::cout << (json ? rep.json : rep.text);
+  return rep.fail || rep.inconclusive ? 1 : 0;
 }
 
 }  // namespace urxe::tools

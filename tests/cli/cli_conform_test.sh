@@ -2,8 +2,10 @@
 # `urxe conform` against another urxe (namespaces cfa/cfb joined by a veth, each with its own run directory;
 # the peer's tools run through --peer-exec 'ip netns exec cfb ... urxe run --', its CM service started here):
 # every scenario of the catalogue passes, the report (text, report.json) names each with its verdict and
-# evidence frames, each run's pcapng slice opens in tshark with the fault rule's comment on its frame; and a
-# peer address nobody answers gives an inconclusive verdict and exit 1 within the run's timeout, never a hang.
+# evidence frames, each run's pcapng slice opens in tshark with the fault rule's comment on its frame; a peer
+# that deviates (urxe with its notification point off: no CNPs) fails H1 with exit 1, and report.html embeds
+# the plot of that run; and a peer address nobody answers gives an inconclusive verdict and exit 1 within
+# the run's timeout, never a hang.
 #   usage: cli_conform_test.sh URXE
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
@@ -42,6 +44,18 @@ check "  I7: REJ reason 8" "REJ reason 8 \(invalid service ID\)" "$out"
 c=$(tshark -r "$T/r/write-gap.pcapng" -T fields -e frame.comment 2>&1)
 [ "$(printf '%s\n' "$c" | grep -c 'fault rule [0-9]*: drop (not sent)$')" = 1 ] &&
   ok "  write-gap.pcapng: the dropped frame marked" || bad "  write-gap.pcapng comments: $(printf '%s' "$c" | head -5)"
+[ "$(grep -c '<tr class="pass">' "$T/r/report.html")" = "$n" ] && ok "  report.html: $n rows, all pass" ||
+  bad "  report.html: $(grep -c '<tr class=' "$T/r/report.html") rows"
+
+echo 0 >"$T/b/sys/class/infiniband/urxe1/cc_params/np_enable"
+out=$(cd "$T" && $A "$U" conform --dev urxe0 --peer 10.89.0.2 --peer-dev urxe1 --only '^H1' \
+  --peer-exec "$B $U run --" --out "$T/r3" 2>&1)
+expect_rc "a peer sending no CNPs: exit 1" 1 $?
+check "  H1 fails" "H1.cnp  FAIL" "$out"
+[ -s "$T/r3/write-ce.svg" ] && grep -q '<tr class="fail"><td>H1.cnp</td>' "$T/r3/report.html" &&
+  grep -q '<figure id="plot-write-ce">' "$T/r3/report.html" && grep -q '<svg' "$T/r3/report.html" &&
+  ok "  report.html: the failing row and the run's plot embedded" || bad "  report.html: $(head -c 600 "$T/r3/report.html")"
+echo 1 >"$T/b/sys/class/infiniband/urxe1/cc_params/np_enable"
 
 t0=$(date +%s)
 out=$(cd "$T" && $A "$U" conform --dev urxe0 --peer 10.89.0.9 --peer-dev urxe1 --only '^I7' \
