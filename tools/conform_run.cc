@@ -86,9 +86,13 @@ struct Child {
   bool done = false, killed = false;
   std::string log;
 
+  // Also starts it again (a client retried): the state is the new process's.
   bool start(const std::vector<std::string>& argv,
              const std::vector<std::pair<std::string, std::string>>& env, const std::string& log_path) {
     log = log_path;
+    pid = -1;
+    status = -1;
+    done = killed = false;
     const pid_t p = ::fork();
     if (p < 0) return false;
     if (p == 0) {
