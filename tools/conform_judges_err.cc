@@ -57,9 +57,11 @@ Finding judge_silence_after_error_nak(const Trace& t, const Setup&) {
   });
   if (later)
     return fail("after " + describe(*nak) + " the peer still acknowledged " + describe(*later), {nak, later});
-  const size_t sent = t.count([&](const Frame& f) { return f.to_peer() && f.is_request() && &f > nak; });
+  // The requests beyond the NAKed PSN that reached the peer, in flight when it NAKed or sent later.
+  const size_t sent = t.count(
+      [&](const Frame& f) { return f.to_peer() && f.is_request() && psn_diff(nak->psn(), f.psn()) > 0; });
   return pass("nothing acknowledged after " + describe(*nak) + " (" + std::to_string(sent) +
-                  " requests urxe had in flight or sent later)",
+                  " requests beyond its PSN reached the peer)",
               {nak});
 }
 
