@@ -19,6 +19,7 @@
 #include "tools/conform.h"
 #include "tools/conform_report.h"
 #include "tools/conform_run.h"
+#include "tools/json_writer.h"
 #include "tools/pcap_plot.h"
 
 namespace urxe::tools {
@@ -28,7 +29,7 @@ namespace cf = conform;
 
 constexpr char kUsage[] =
     "usage: urxe conform --dev DEV --peer IP --peer-dev PEERDEV [options]\n"
-    "       urxe conform --list\n"
+    "       urxe conform --list [--json]\n"
     "Drive a live RoCE peer through a catalogue of IBTA transport and CM scenarios while urxe's port\n"
     "injects faults, and judge the peer from urxe's capture. Both sides run stock tools (perftest,\n"
     "ibv_rc_pingpong, rping): urxe's under 'urxe run' on DEV, the peer's through --peer-exec, so the peer\n"
@@ -53,7 +54,8 @@ constexpr char kUsage[] =
     "  --tcp-port N      the first TCP port the tools' side channels use (default 18600; one per run)\n"
     "  --server-wait MS  wait after starting a server before its client (default 500)\n"
     "  --json            print the report as JSON (also written to DIR/report.json)\n"
-    "  --list            print the catalogue (id, run, clause, expectation) and exit\n"
+    "  --list            print the catalogue (id, run, clause, expectation) and exit; with --json also\n"
+    "                    each run's roles, commands and timeout and the known kernel rxe deviation\n"
     "\n"
     "examples:\n"
     "  urxe conform --dev urxe0 --peer 10.0.0.2 --peer-dev mlx5_0 --peer-gid 3 --peer-exec 'ssh root@host2'\n"
@@ -94,7 +96,27 @@ std::string now_stamp() {
   return b;
 }
 
-int list_catalogue() {
+// The catalogue; with --json one object per scenario, with its run's roles and commands and the known kernel
+// rxe deviation (tests/interop derives the verdicts rxe must get from it).
+int list_catalogue(bool json) {
+  if (json) {
+    JsonWriter w;
+    w.begin_object().begin_array("scenarios");
+    for (const cf::Scenario& s : cf::scenarios()) {
+      const cf::Run* run = cf::find_run(s.run);
+      w.begin_object().str("id", s.id).str("run", s.run).str("clause", s.clause).str("expect", s.expect);
+      w.str("rxe_note", s.rxe_note);
+      if (run)
+        w.boolean("peer_is_server", run->peer_is_server)
+            .str("peer_cmd", run->peer_cmd)
+            .str("local_cmd", run->local_cmd)
+            .num("timeout_ms", int64_t{run->timeout_ms});
+      w.end_object();
+    }
+    w.end_array().end_object();
+    std::printf("%s\n", w.text().c_str());
+    return 0;
+  }
   for (const cf::Scenario& s : cf::scenarios())
     std::printf("%-18s %-16s %s\n%18s %16s expect: %s\n", std::string(s.id).c_str(),
                 std::string(s.run).c_str(), std::string(s.clause).c_str(), "", "",
@@ -160,7 +182,7 @@ int conform_main(Args args) {
                          : cx.server_wait_ms) = x;
     }
   }
-  if (list) return list_catalogue();
+  if (list) return list_catalogue(json);
   if (cx.setup.dev.empty() || cx.setup.peer_ip.empty() || cx.setup.peer_dev.empty())
     return usage_error("urxe conform", "--dev, --peer and --peer-dev are needed", kUsage);
   std::regex re;
@@ -219,6 +241,7 @@ int conform_main(Args args) {
     }
   if (results.empty())
     return usage_error("urxe conform", "no scenario matches --only '" + only + "'", kUsage);
+  std::vector<cf::RunRecord> run_records;
   int index = 0;
   for (const cf::Run& run : cf::runs()) {
     ++index;
@@ -233,6 +256,8 @@ int conform_main(Args args) {
       std::fprintf(stderr, "urxe conform: run %s: %s\n", std::string(run.id).c_str(), err.c_str());
       return 2;
     }
+    run_records.push_back({run.id, run.peer_is_server, trace.duration_ns / 1000000, trace.local_status,
+                           trace.peer_status, trace.local_timed_out, trace.peer_timed_out});
     const std::string slice = cx.out_dir + "/" + std::string(run.id) + ".pcapng";
     std::vector<const PcapngPacket*> pk;
     for (const PcapngPacket& p : trace.packets) pk.push_back(&p);
@@ -256,7 +281,7 @@ int conform_main(Args args) {
   }
 
   // The report.
-  const cf::Report rep = cf::make_report(cx.setup, results, cx.out_dir);
+  const cf::Report rep = cf::make_report(cx.setup, results, run_records, cx.out_dir);
   std::ofstream(cx.out_dir + "/report.json") << rep.json;
   std::ofstream(cx.out_dir + "/report.txt") << rep.text;
   std::ofstream(cx.out_dir + "/report.html") << rep.html;

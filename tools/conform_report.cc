@@ -62,7 +62,8 @@ constexpr char kStyle[] =
 
 }  // namespace
 
-Report make_report(const Setup& setup, std::span<const ScenarioResult> results, const std::string& out_dir) {
+Report make_report(const Setup& setup, std::span<const ScenarioResult> results,
+                   std::span<const RunRecord> runs, const std::string& out_dir) {
   Report rep;
   JsonWriter w;
   w.begin_object().str("peer", setup.peer_ip).str("peer_dev", setup.peer_dev).str("dev", setup.dev);
@@ -112,6 +113,18 @@ Report make_report(const Setup& setup, std::span<const ScenarioResult> results, 
               << read_file(r.plot) << "\n</figure>\n";
     }
   }
+  w.end_array();
+  w.begin_array("runs");
+  for (const RunRecord& r : runs)
+    w.begin_object()
+        .str("id", r.id)
+        .boolean("peer_is_server", r.peer_is_server)
+        .num("ms", r.ms)
+        .num("local_status", int64_t{r.local_status})
+        .num("peer_status", int64_t{r.peer_status})
+        .boolean("local_timed_out", r.local_timed_out)
+        .boolean("peer_timed_out", r.peer_timed_out)
+        .end_object();
   w.end_array();
   w.begin_object("summary")
       .num("scenarios", uint64_t{results.size()})

@@ -16,11 +16,21 @@ struct ScenarioResult {
   std::string plot;   // the run's SVG (a run with a scenario not passing), or ""
 };
 
+// What one run took and how its tools ended (report.json "runs": a slow peer shows here).
+struct RunRecord {
+  std::string_view id;
+  bool peer_is_server = true;
+  int64_t ms = 0;
+  int local_status = -1, peer_status = -1;
+  bool local_timed_out = false, peer_timed_out = false;
+};
+
 struct Report {
   size_t pass = 0, fail = 0, inconclusive = 0;
   std::string text, json, html;
 };
 
-Report make_report(const Setup& setup, std::span<const ScenarioResult> results, const std::string& out_dir);
+Report make_report(const Setup& setup, std::span<const ScenarioResult> results,
+                   std::span<const RunRecord> runs, const std::string& out_dir);
 
 }  // namespace urxe::tools::conform
