@@ -174,7 +174,8 @@ const Scenario kScenarios[] = {
          "packet sends a CNP (opcode 0x81) to the sending QP",
      .expect = "at least one CNP from the peer, addressed to urxe's QP",
      .judge = judge_cnp_for_ce,
-     .rxe_note = "kernel rxe has no congestion control: it sends no CNP"},
+     .rxe_note = "kernel rxe has no congestion control: rxe_rcv never reads the IP ECN field and rxe builds "
+                 "no CNP (0x81), so CE marks draw nothing"},
     {.id = "E2.range",
      .run = "write-range",
      .clause =
