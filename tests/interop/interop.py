@@ -6,6 +6,7 @@ QEMU guest booted by tools/rxe-peer/.
   interop.py teardown           stop what setup started
   interop.py smoke              host-roce-demo.py (Python RC client) against ibv_rc_pingpong in the guest
   interop.py run GROUP...       run the matrix groups (see `list`); exit 0 / 1 / 77 (skipped, reason printed)
+  interop.py conform            `urxe conform` against rxe: the verdicts the catalogue's rxe notes imply
   interop.py list               print the matrix
   interop.py fixtures DIR [CASE...]   copy passed runs' captures (trimmed) + a provenance file to DIR
   interop.py urxe-side ...      (internal) the urxe side of one run, inside a private mount namespace
@@ -39,25 +40,14 @@ import time
 from interop_common import (OOB_PORT, PEER_IP, PEER_IP6, PEER_MAC, PEER_TOOLS, RESULTS, STATE_FILE, TOP,
     URXE_IF, URXE_IP, URXE_IP6, URXE_MAC, URXE_NS, log, nsx, peer_exec, sh, skip, urxe_bin)
 from interop_peer import cmd_setup, cmd_teardown, load_state, set_mtu
+from interop_conform import cmd_conform
 from interop_capture import Capture, check_capture, last_send_unacked, tshark_rows
 from interop_matrix import GROUPS, cmd_list, fixture_cases, matrix
-from interop_urxe import UrxeProc, cmd_urxe_side, urxe_available
+from interop_urxe import UrxeProc, cmd_urxe_side, stop_urxe_cm, urxe_available, urxe_cm_show, wait_until
 
 
 # ---------------------------------------------------------------------------------------------------------
 # one case
-
-
-def wait_until(ready, timeout, proc=None, step=0.2):
-    """Polls ready() until it holds (True) or timeout seconds pass, or proc (a UrxeProc) ends (False)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc is not None and proc.proc.poll() is not None:
-            return False
-        if ready():
-            return True
-        time.sleep(step)
-    return False
 
 
 def wait_urxe_listen(proc, port, timeout=30):
@@ -69,11 +59,6 @@ def wait_urxe_cm_listen(proc, timeout=30):
     """A librdmacm server has no TCP port to wait for: it is ready once `urxe cm show` (the CM service of
     its run directory and namespace) lists an id in state LISTEN."""
     return wait_until(lambda: re.search(r"state LISTEN", urxe_cm_show(proc).stdout), timeout, proc)
-
-
-def urxe_cm_show(proc):
-    return sh(["ip", "netns", "exec", URXE_NS, urxe_bin(), "cm", "show"], timeout=10,
-              env=dict(os.environ, URXE_RUN_DIR=proc.run_dir))
 
 
 def cm_ids(proc):
@@ -101,25 +86,6 @@ def wait_rxe_cm_listen():
     r = peer_exec("i=0; while [ $i -lt 150 ] && ! rdma resource show cm_id | grep -q LISTEN; do sleep 0.1; "
                   "i=$((i+1)); done; rdma resource show cm_id", timeout=40)
     return "LISTEN" in r.stdout
-
-
-def stop_urxe_cm(proc):
-    """Stops the CM service the urxe side started (it outlives the app by its idle time and would keep
-    answering on QP1 of uxv0 for a run directory that the next case no longer uses): by the PID in its pid
-    file, after checking that PID is a `urxe cm`. First it may finish what the app left it: a disconnect whose
-    DREQ or DREP was lost is retransmitted (after ~4.1 s) by the service, not by the app, which has ended."""
-    wait_until(lambda: (r := urxe_cm_show(proc)).returncode != 0 or re.search(r"^ids: 0$", r.stdout, re.M), 15)
-    cm_dir = os.path.join(proc.run_dir, "cm")
-    for f in os.listdir(cm_dir) if os.path.isdir(cm_dir) else []:
-        if not f.endswith(".pid"):
-            continue
-        try:
-            pid = int(open(os.path.join(cm_dir, f)).read().strip())
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if b"cm" in cmdline[1:3] and os.path.basename(cmdline[0]) == b"urxe":
-            os.kill(pid, signal.SIGTERM)
 
 
 def rdmacm_commands(case):
@@ -697,7 +663,6 @@ def cmd_smoke():
     return 1 if problems else 0
 
 
-
 FIXTURE_MAX_FRAMES = 800
 
 
@@ -779,6 +744,8 @@ def main():
         return cmd_teardown()
     if c == "smoke":
         return cmd_smoke()
+    if c == "conform":
+        return cmd_conform()
     if c == "run":
         return cmd_run(sys.argv[2:] or list(GROUPS))
     if c == "fixtures" and len(sys.argv) >= 3:

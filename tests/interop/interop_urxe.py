@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 from interop_common import HERE, URXE_IF, URXE_NS, sh, urxe_bin
 from interop_peer import sysfs_gid_to_addr
@@ -44,9 +45,11 @@ def urxe_available():
 
 def cmd_urxe_side(argv):
     """Inside `ip netns exec uxnet unshare --mount`: a tmpfs on /dev/infiniband, `urxe link add`, GID index
-    lookup (@GID@ in the command becomes the index of address --gid), then `urxe run -- CMD`."""
+    lookup (@GID@ in the command becomes the index of address --gid), then `urxe run -- CMD` (after `--`) or
+    CMD itself (after `--exec`: a command that runs its own tools under `urxe run`, as `urxe conform`)."""
     urxe, gid_addr = argv[0], argv[1]
-    cmd = argv[argv.index("--") + 1:]
+    direct = argv[2] == "--exec"
+    cmd = argv[3:]
     run_dir = os.environ["URXE_RUN_DIR"]
     os.makedirs(run_dir, exist_ok=True)
     os.makedirs("/dev/infiniband", exist_ok=True)
@@ -70,6 +73,9 @@ def cmd_urxe_side(argv):
         print(f"urxe-side: urxe0 has no GID {gid_addr} (SYSFS_PATH {sysfs.group(1) if sysfs else '?'})")
         sys.exit(3)
     cmd = [a.replace("@GID@", idx) for a in cmd]
+    if direct:
+        print(f"+ {' '.join(cmd)}", flush=True)
+        os.execvp(cmd[0], cmd)
     print(f"+ urxe run -- {' '.join(cmd)}", flush=True)
     os.execvp(urxe, [urxe, "run", "--"] + cmd)
 
@@ -77,7 +83,7 @@ def cmd_urxe_side(argv):
 class UrxeProc:
     """The urxe side of a run, in its own session so the whole process tree can be stopped."""
 
-    def __init__(self, cmd, gid_addr, logpath, case_dir):
+    def __init__(self, cmd, gid_addr, logpath, case_dir, direct=False):
         self.logf = open(logpath, "w")
         # a fresh device tree for every run. Not under case_dir: the CM service's unix socket lies in it
         # (RUN_DIR/cm/<netns>.sock), and a socket path has at most 107 bytes, which a build tree's results
@@ -87,7 +93,7 @@ class UrxeProc:
         env = dict(os.environ, URXE_RUN_DIR=run_dir)
         full = ["ip", "netns", "exec", URXE_NS, "unshare", "--mount", "--propagation", "private",
                 sys.executable, os.path.join(HERE, "interop.py"), "urxe-side", urxe_side_bin(), gid_addr,
-                "--"] + cmd
+                "--exec" if direct else "--"] + cmd
         self.logf.write("$ " + " ".join(shlex.quote(a) for a in full) + "\n")
         self.logf.flush()
         self.proc = subprocess.Popen(full, stdout=self.logf, stderr=subprocess.STDOUT, env=env,
@@ -107,3 +113,39 @@ class UrxeProc:
             except ProcessLookupError:
                 pass
             self.proc.wait()
+
+
+def wait_until(ready, timeout, proc=None, step=0.2):
+    """Polls ready() until it holds (True) or timeout seconds pass, or proc (a UrxeProc) ends (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.proc.poll() is not None:
+            return False
+        if ready():
+            return True
+        time.sleep(step)
+    return False
+
+
+def urxe_cm_show(proc):
+    return sh(["ip", "netns", "exec", URXE_NS, urxe_bin(), "cm", "show"], timeout=10,
+              env=dict(os.environ, URXE_RUN_DIR=proc.run_dir))
+
+
+def stop_urxe_cm(proc):
+    """Stops the CM service the urxe side started (it outlives the app by its idle time and would keep
+    answering on QP1 of uxv0 for a run directory that the next case no longer uses): by the PID in its pid
+    file, after checking that PID is a `urxe cm`. First it may finish what the app left it: a disconnect whose
+    DREQ or DREP was lost is retransmitted (after ~4.1 s) by the service, not by the app, which has ended."""
+    wait_until(lambda: (r := urxe_cm_show(proc)).returncode != 0 or re.search(r"^ids: 0$", r.stdout, re.M), 15)
+    cm_dir = os.path.join(proc.run_dir, "cm")
+    for f in os.listdir(cm_dir) if os.path.isdir(cm_dir) else []:
+        if not f.endswith(".pid"):
+            continue
+        try:
+            pid = int(open(os.path.join(cm_dir, f)).read().strip())
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"cm" in cmdline[1:3] and os.path.basename(cmdline[0]) == b"urxe":
+            os.kill(pid, signal.SIGTERM)
