@@ -93,9 +93,10 @@ def cmd_conform():
         problems.append(f"the guest lacks {missing}, which the catalogue's peer commands run: add their Debian "
                         "packages to GUEST_PKGS in tools/rxe-peer/build-guest.sh")
     else:
-        # bounded by the runs' own timeouts, plus each run's setup (tool start in the guest, capture flush)
+        # bounded by the runs' own timeouts, plus each run's setup (tool start in the guest, capture flush),
+        # within ctest's TIMEOUT (600 s) so that a hang still leaves its report here
         timeouts = {s["run"]: s["timeout_ms"] for s in scenarios}
-        bound = sum(ms / 1000 + 5 for ms in timeouts.values()) + 60
+        bound = min(sum(ms / 1000 + 5 for ms in timeouts.values()) + 60, 540)
         cmd = [urxe, "conform", "--dev", "urxe0", "--gid", "@GID@", "--local-ip", URXE_IP, "--peer", PEER_IP,
                "--peer-dev", "rxe0", "--peer-gid", str(st["peer_gid_index"]["v4"]),
                "--peer-exec", f"{os.path.join(PEER_TOOLS, 'peer-exec.sh')} {PEER}", "--out", d]
