@@ -1,5 +1,5 @@
 #!/bin/bash
-# Soak: two urxe devices in namespaces ska/skb joined by a veth, random fault rules on both (drop, duplicate,
+# Soak: two urxe devices in namespaces skaPID/skbPID joined by a veth, random fault rules on both (drop, duplicate,
 # delay, reorder, bad ICRC, CE marks; each `prob P seed N`, so a seed names the fault pattern), and for
 # SECONDS three kinds of work side by side, each a bounded loop:
 #   cm    rping clients (-V: each ping's data checked) connecting to and disconnecting from one persistent
@@ -11,7 +11,7 @@
 # every fault rule hit; the long-lived processes (the persistent server, both CM services) are still alive
 # and their resident memory stayed flat (growth from the first quarter of the run to its end at most
 # URXE_SOAK_RSS_GROWTH_KB, default 2048); no process of a killed run is left on either device.
-# URXE_SOAK_LOGS=DIR keeps the tools' outputs there. Prints one summary line (counts, hits, RSS) and, with SUMMARY_FILE, writes it there as JSON.
+# URXE_SOAK_LOGS=DIR keeps the outputs of the runs that failed (and of the rping server) there. Prints one summary line (counts, hits, RSS) and, with SUMMARY_FILE, writes it there as JSON.
 #   usage: soak.sh URXE RDMA_CHECK SECONDS SEED [SUMMARY_FILE]
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
@@ -25,14 +25,16 @@ unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH URXE_LOG URXE_DEBUG URXE_PCAP
 . "$(dirname "$0")/../lib/check.sh"
 netns_devfs || exit 1
 netns_tmpdir T urxe-soak || exit 1
-netns_pair ska skb sk0 sk1 10.91.0.1/24 10.91.0.2/24 || exit 1
+na=ska$$ nb=skb$$
+ns() { if [ "$1" = a ]; then echo $na; else echo $nb; fi; }
+netns_pair $na $nb sk0 sk1 10.91.0.1/24 10.91.0.2/24 || exit 1
 mkdir -p "$T/a" "$T/b" "$T/log"
-A="ip netns exec ska env URXE_RUN_DIR=$T/a $U run --"
-B="ip netns exec skb env URXE_RUN_DIR=$T/b $U run --"
-ip netns exec ska env URXE_RUN_DIR="$T/a" "$U" link add urxe0 netdev sk0 --port socket >/dev/null || exit 1
-ip netns exec skb env URXE_RUN_DIR="$T/b" "$U" link add urxe1 netdev sk1 --port socket >/dev/null || exit 1
+A="ip netns exec $na env URXE_RUN_DIR=$T/a $U run --"
+B="ip netns exec $nb env URXE_RUN_DIR=$T/b $U run --"
+ip netns exec $na env URXE_RUN_DIR="$T/a" "$U" link add urxe0 netdev sk0 --port socket >/dev/null || exit 1
+ip netns exec $nb env URXE_RUN_DIR="$T/b" "$U" link add urxe1 netdev sk1 --port socket >/dev/null || exit 1
 for s in a b; do
-  ip netns exec sk$s env URXE_RUN_DIR="$T/$s" "$U" cm --idle-exit 0 || exit 1
+  ip netns exec $(ns $s) env URXE_RUN_DIR="$T/$s" "$U" cm --idle-exit 0 || exit 1
 done
 netns_at_exit "kill \$(cat $T/a/cm/*.pid $T/b/cm/*.pid) 2>/dev/null"
 
@@ -41,8 +43,8 @@ rules=("prob 0.002 drop" "prob 0.002 duplicate" "prob 0.002 delay 1ms" "prob 0.0
   "dir rx prob 0.001 corrupt icrc" "prob 0.01 ecn-ce")
 nrules=${#rules[@]}
 for k in "${!rules[@]}"; do
-  ip netns exec ska env URXE_RUN_DIR="$T/a" "$U" fault add urxe0 "${rules[k]} seed $((SEED * 16 + k))" >/dev/null &&
-    ip netns exec skb env URXE_RUN_DIR="$T/b" "$U" fault add urxe1 "${rules[k]} seed $((SEED * 16 + k + 8))" \
+  ip netns exec $na env URXE_RUN_DIR="$T/a" "$U" fault add urxe0 "${rules[k]} seed $((SEED * 16 + k))" >/dev/null &&
+    ip netns exec $nb env URXE_RUN_DIR="$T/b" "$U" fault add urxe1 "${rules[k]} seed $((SEED * 16 + k + 8))" \
       >/dev/null || { echo "FAIL: the rule '${rules[k]}' was refused"; exit 1; }
 done
 
@@ -89,12 +91,16 @@ cm_loop() {
       run_bounded _s "$T/log/cmk.$_n.s" timeout 40 $A rping -s -V -S $_size -C $_count -a 10.91.0.1 -p $_port
       run_bounded _c "$T/log/cmk.$_n.c" timeout 40 $B rping -c -V -S $_size -C $_count -a 10.91.0.1 -p $_port
       kill_pair "$_s" "$_c"
+      rm -f "$T/log/cmk.$_n."*
       _killed=$((_killed + 1))
       continue
     fi
     run_bounded _p "$T/log/cm.$_n" timeout 40 $B rping -c -v -V -a 10.91.0.1 -p 7471 -C $_count -S $_size
     # -v prints each ping's data after -V checked it: a run that ended early without an error is caught too.
-    if wait "$_p" && [ "$(grep -c '^ping data: ' "$T/log/cm.$_n")" = $_count ]; then _ok=$((_ok + 1)); else
+    if wait "$_p" && [ "$(grep -c '^ping data: ' "$T/log/cm.$_n")" = $_count ]; then
+      _ok=$((_ok + 1))
+      rm -f "$T/log/cm.$_n"*  # only a failed run's output is kept
+    else
       _bad=$((_bad + 1))
       echo "FAIL: rping client $_n: $(grep -c '^ping data: ' "$T/log/cm.$_n") of $_count pings; $(tail -n 3 "$T/log/cm.$_n.err" | tr '\n' ' ')"
     fi
@@ -110,13 +116,16 @@ data_loop() {
     _size=$((4096 * (1 + RANDOM % 64)))
     _m=$((1 + RANDOM % 16))  # READs per pass (rdma_check takes at most 32)
     run_bounded _s "$T/log/data.$_n.s" timeout 40 $A "$RDMA_CHECK" -d urxe0 -g 1 -s $_size -p $_port
-    netns_wait_listen "$_s" ska $_port
+    netns_wait_listen "$_s" $na $_port
     run_bounded _c "$T/log/data.$_n.c" timeout 40 $B "$RDMA_CHECK" -d urxe1 -g 1 -s $_size \
       -c $(((_size + _m - 1) / _m)) -n $((1 + RANDOM % 64)) -p $_port 10.91.0.1
     wait "$_c"
     _crc=$?
     wait "$_s"
-    if [ $? = 0 ] && [ $_crc = 0 ]; then _ok=$((_ok + 1)); else
+    if [ $? = 0 ] && [ $_crc = 0 ]; then
+      _ok=$((_ok + 1))
+      rm -f "$T/log/data.$_n."*
+    else
       _bad=$((_bad + 1))
       echo "FAIL: rdma_check $_n: $(tail -n 3 -q "$T/log/data.$_n.s.err" "$T/log/data.$_n.c.err" | tr '\n' ' ')"
     fi
@@ -130,18 +139,22 @@ qps_loop() {
     _n=$((_n + 1))
     _port=$((21000 + _n))
     run_bounded _s "$T/log/qps.$_n.s" timeout 40 $A ib_write_bw -d urxe0 -x 1 -q 32 -s 8192 -n 200 -p $_port
-    netns_wait_listen "$_s" ska $_port
+    netns_wait_listen "$_s" $na $_port
     run_bounded _c "$T/log/qps.$_n.c" timeout 40 $B ib_write_bw -d urxe1 -x 1 -q 32 -s 8192 -n 200 \
       -p $_port 10.91.0.1
     if [ $((_n % 2)) = 0 ]; then
       kill_pair "$_s" "$_c"
+      rm -f "$T/log/cmk.$_n."*
       _killed=$((_killed + 1))
       continue
     fi
     wait "$_c"
     _crc=$?
     wait "$_s"
-    if [ $? = 0 ] && [ $_crc = 0 ]; then _ok=$((_ok + 1)); else
+    if [ $? = 0 ] && [ $_crc = 0 ]; then
+      _ok=$((_ok + 1))
+      rm -f "$T/log/qps.$_n."*
+    else
       _bad=$((_bad + 1))
       echo "FAIL: ib_write_bw $_n: $(tail -n 2 -q "$T/log/qps.$_n.s"* "$T/log/qps.$_n.c"* | tr '\n' ' ')"
     fi
@@ -188,9 +201,9 @@ hits=""
 for s in a b; do
   d=urxe0
   [ $s = b ] && d=urxe1
-  h=$(ip netns exec sk$s env URXE_RUN_DIR="$T/$s" "$U" fault list $d --json | jq -r '[.rules[].hits] | join(",")')
+  h=$(ip netns exec $(ns $s) env URXE_RUN_DIR="$T/$s" "$U" fault list $d --json | jq -r '[.rules[].hits] | join(",")')
   hits="$hits $d:$h"
-  n=$(ip netns exec sk$s env URXE_RUN_DIR="$T/$s" "$U" fault list $d --json | jq '[.rules[] | select(.hits > 0)] | length')
+  n=$(ip netns exec $(ns $s) env URXE_RUN_DIR="$T/$s" "$U" fault list $d --json | jq '[.rules[] | select(.hits > 0)] | length')
   [ "$n" = "$nrules" ] && ok "$d: every fault rule hit ($h)" || bad "$d: rules hit: $h"
 done
 kill "$rping_srv" 2>/dev/null
