@@ -415,6 +415,8 @@ class StubPort final : public Port {
     return true;
   }
   uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    n = std::min(n, accept);
+    if (accept != UINT32_MAX) accept -= n;
     for (uint32_t i = 0; i < n; i++)
       sent.push_back({std::vector<uint8_t>(bufs[i].data, bufs[i].data + bufs[i].len), bufs[i]});
     return n;
@@ -434,6 +436,7 @@ class StubPort final : public Port {
   }
   void rx_free(PacketBuf*, uint32_t n) override { rx_freed += n; }
   std::vector<Frame> sent;
+  uint32_t accept = UINT32_MAX;  // room left in the transmit ring (UINT32_MAX: unbounded; 0: full)
   std::vector<std::vector<uint8_t>> rx;
   uint8_t rx_batch = 0;
   uint64_t tx_freed = 0, rx_freed = 0;
@@ -527,6 +530,67 @@ TEST(FaultPortTest, MarksObserverAndDueTime) {
   EXPECT_EQ(s[0].applied, 1u);
   EXPECT_EQ(s[1].id, 8u);
   EXPECT_EQ(s[2].id, 9u);
+}
+
+// A reorder hold whose stream stops (fewer than N frames follow) ends 10 ms after it began: the held frame
+// goes then, after the frames that passed it, and next_due_ns said when.
+TEST(FaultPortTest, ReorderHoldEndsWhenTheStreamStops) {
+  StubPort stub;
+  ManualClock clock;
+  FaultPort fp(stub, clock);
+  fp.set_rules({{1, rule("psn 1 reorder 5")}});
+  PacketBuf bufs[3];
+  for (uint32_t i = 0; i < 3; i++) ASSERT_TRUE(tx_buf(fp, middle_frame(i, 64), bufs[i]));
+  EXPECT_EQ(fp.tx_burst(bufs, 3), 3u);
+  ASSERT_EQ(stub.sent.size(), 2u);  // 0 and 2; 1 waits for 5 frames that do not come
+  EXPECT_EQ(fp.held(), 1u);
+  const uint64_t began = clock.t;
+  EXPECT_EQ(fp.next_due_ns(), began + 10'000'000);
+  clock.t = began + 10'000'000 - 1;
+  EXPECT_EQ(fp.rx_burst(bufs, 3), 0u);
+  EXPECT_EQ(stub.sent.size(), 2u);  // not before the bound
+  clock.t = began + 10'000'000;
+  EXPECT_EQ(fp.rx_burst(bufs, 3), 0u);
+  ASSERT_EQ(stub.sent.size(), 3u);
+  wire::Packet p;
+  ASSERT_EQ(parse(stub.sent[2].bytes, p), wire::ParseError::ok);
+  EXPECT_EQ(p.bth.psn, 1u);
+  EXPECT_EQ(stub.sent[2].buf.fault_rule, 1u);
+  EXPECT_EQ(stub.sent[2].buf.fault_action, static_cast<uint8_t>(FaultAction::reorder));
+  EXPECT_EQ(fp.held(), 0u);
+  EXPECT_EQ(fp.next_due_ns(), UINT64_MAX);
+}
+
+// An inner port that takes nothing (its ring full): the frames the FaultPort already took (a duplicate's
+// copies included) wait in order, and while they wait the FaultPort takes nothing more, so the engine keeps
+// its frames (backpressure, not loss); once the inner port takes again, everything goes, in order, once.
+TEST(FaultPortTest, InnerPortBackpressureKeepsOrderAndLosesNothing) {
+  StubPort stub;
+  ManualClock clock;
+  FaultPort fp(stub, clock);
+  fp.set_rules({{1, rule("psn 1 duplicate")}});
+  stub.accept = 0;
+  PacketBuf bufs[6];
+  for (uint32_t i = 0; i < 6; i++) ASSERT_TRUE(tx_buf(fp, middle_frame(i, 64), bufs[i]));
+  EXPECT_EQ(fp.tx_burst(bufs, 4), 4u);  // taken, none sent
+  EXPECT_TRUE(stub.sent.empty());
+  EXPECT_EQ(fp.tx_burst(bufs + 4, 2), 0u);  // refused while the first wait
+  stub.accept = 2;                          // room for two
+  EXPECT_EQ(fp.tx_burst(bufs + 4, 2), 0u);  // two of the five went; three still wait
+  EXPECT_EQ(stub.sent.size(), 2u);
+  stub.accept = UINT32_MAX;
+  EXPECT_EQ(fp.rx_burst(bufs, 1), 0u);  // any burst hands on what waits
+  EXPECT_EQ(stub.sent.size(), 5u);
+  EXPECT_EQ(fp.tx_burst(bufs + 4, 2), 2u);
+  ASSERT_EQ(stub.sent.size(), 7u);
+  const uint32_t want[] = {0, 1, 1, 2, 3, 4, 5};
+  for (size_t i = 0; i < 7; i++) {
+    wire::Packet p;
+    ASSERT_EQ(parse(stub.sent[i].bytes, p), wire::ParseError::ok) << i;
+    EXPECT_EQ(p.bth.psn, want[i]) << i;
+  }
+  EXPECT_EQ(fp.duplicated(), 1u);
+  EXPECT_EQ(fp.pool_exhausted(), 0u);
 }
 
 // A batch frame that comes while rules are set is cut into its packets, each matched alone; while rules are
