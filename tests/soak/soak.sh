@@ -144,7 +144,7 @@ qps_loop() {
       -p $_port 10.91.0.1
     if [ $((_n % 2)) = 0 ]; then
       kill_pair "$_s" "$_c"
-      rm -f "$T/log/cmk.$_n."*
+      rm -f "$T/log/qps.$_n."*
       _killed=$((_killed + 1))
       continue
     fi
