@@ -291,13 +291,16 @@ void read_qps(const std::string& path, std::vector<QpCounters>& out) {
   }
 }
 
+// (/proc files have size 0 to fstat: read_whole would read nothing)
 std::string self_comm() {
-  std::string s;
+  char buf[64];
+  ssize_t n = -1;
   const int fd = ::open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
-    read_whole(fd, s);
+    n = ::read(fd, buf, sizeof buf);
     ::close(fd);
   }
+  std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
   while (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
 }
