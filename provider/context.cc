@@ -62,7 +62,7 @@ ContextState::~ContextState() {
     std::lock_guard<std::mutex> lock(g_live_mu);
     g_live.erase(std::remove(g_live.begin(), g_live.end(), this), g_live.end());
   }
-  fault_watcher.stop();
+  faults.stop_watch();
   counter_file.stop_mirror();  // its per-QP source uses the engine
   stop.store(true);
   wake();
@@ -91,12 +91,10 @@ ContextState::~ContextState() {
     }
     URXE_DEBUG("counters:%s", line.c_str());
   }
-  // Each before what it stands on: the fault port gives back its held frames through the capture and the
-  // port; its receive face (the capture's inner port) goes with it, and the capture's destructor no longer
-  // calls its inner port.
+  // Each before what it stands on (the fault stack gives back its held frames through the capture and the
+  // port).
   engine.reset();
-  faults.reset();
-  capture.reset();
+  faults.close();
   port.reset();
   if (async_wr >= 0) ::close(async_wr);
   if (doorbell_fd >= 0) ::close(doorbell_fd);
@@ -392,19 +390,12 @@ std::string qp_counter_lines(ContextState* st) {
   return text;
 }
 
-// The engine on the fault port on the port, with the capture between the fault port's two faces when on
-// (engine → FaultPort: transmit rules → capture → receive face: receive rules → port), so the capture
-// records frames as they went out and as the engine took them, those the rules dropped, made or changed
-// marked; its events to `st`, the counter file's sources set and its mirror started.
+// The engine on the device's fault rules and capture (provider/fault_stack.h) on the port; its events to
+// `st`, the counter file's sources set and its mirror started.
 bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConfig& ecfg, AllocFailure& f) {
   try {
-    st->faults = std::make_unique<en::FaultPort>(*st->port, st->clock);
-    st->faults->split_rx([st](en::Port& rx_face) {
-      st->capture = urxe::provider::open_capture(rx_face, st->config);
-      return st->capture.get();
-    });
-    st->faults->set_observer(dynamic_cast<en::FaultObserver*>(st->capture.get()));  // it records drops
-    st->engine = std::make_unique<en::Engine>(*st->faults, st->clock, ecfg);
+    st->faults.open(*st->port, st->clock, st->config);
+    st->engine = std::make_unique<en::Engine>(st->faults.port(), st->clock, ecfg);
   } catch (const std::exception& ex) {
     f = {ENOMEM, std::string("engine: ") + ex.what()};
     return false;
@@ -423,28 +414,13 @@ bool start_engine(ContextState* st, const char* ibdev_path, const en::EngineConf
     std::string e;
     refresh_port_state(path, cfg, e);
   });
-  st->counter_file.set_fault_source([st] {
-    std::vector<urxe::provider::FaultRuleCounters> v;
-    for (const en::FaultRuleStats& r : st->faults->stats()) v.push_back({r.id, r.matched, r.hits, r.applied});
-    return v;
+  // The device's fault rules: read now, then followed by the watcher's thread (none for a device without
+  // urxe.fault/); their counters published with the others.
+  st->faults.follow(ibdev_path, st->counter_file, [st](en::LogLevel level, const std::string& line) {
+    log_printf(level, st->config.name, "%s", line.c_str());
   });
   st->counter_file.start_mirror();
   return true;
-}
-
-// The device's fault rules: read now, then followed by the watcher's thread (none for a device without
-// urxe.fault/), each list handed to the fault port.
-void start_fault_watcher(const char* ibdev_path, ContextState* st) {
-  st->fault_watcher.init(
-      ibdev_path,
-      [st](const FaultRuleList& rules) {
-        st->faults->set_rules(rules);
-        log_printf(en::LogLevel::info, st->config.name, "fault rules: %zu rule(s) in force (generation %llu)",
-                   rules.size(), static_cast<unsigned long long>(st->fault_watcher.generation()));
-      },
-      [st](const std::string& line) { log_printf(en::LogLevel::warn, st->config.name, "%s", line.c_str()); });
-  st->fault_watcher.check();
-  st->fault_watcher.start();
 }
 
 // The progress thread (ContextState::run), named urxe-progress, at its nice.
@@ -483,7 +459,6 @@ verbs_context* urxe_alloc_context(ibv_device* ibdev, int cmd_fd, const verbs_con
     if (!open_event_fds(ctx, st, f) || !open_port(dev, st, f)) return fail_context(dev, ctx, f);
     const en::EngineConfig ecfg = configure_engine(dev, st);
     if (!start_engine(st, dev->ibdev_path, ecfg, f)) return fail_context(dev, ctx, f);
-    start_fault_watcher(dev->ibdev_path, st);
     verbs_set_ops(&ctx->vctx, &ops);
     ctx->vctx.context.num_comp_vectors = 1;
     if (!start_progress_thread(st, f)) return fail_context(dev, ctx, f);

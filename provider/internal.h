@@ -27,6 +27,7 @@
 #include "provider/abi34.h"
 #include "provider/device_tree.h"
 #include "provider/fault_rules.h"
+#include "provider/fault_stack.h"
 #include "provider/gid_watch.h"
 #include "provider/log.h"
 #include "provider/progress_policy.h"
@@ -292,12 +293,10 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   urxe::provider::NetdevInfo netdev{};
   SteadyClock clock;
   std::unique_ptr<en::Port> port;
-  // pcap tap between the fault port's two faces, or null (--pcap, $URXE_PCAP: dpdk/capture_port.h)
-  std::unique_ptr<en::Port> capture;
-  // The device's fault rules (engine/fault_port.h) on both sides of the capture (FaultPort::split_rx), so
-  // the capture shows the frames as they went out and as the engine took them; with no rules it passes
-  // everything through. Destroyed (~ContextState) after the engine, before the capture and the port.
-  std::unique_ptr<en::FaultPort> faults;
+  // The device's fault rules on both sides of the capture (--pcap, $URXE_PCAP), following the device's
+  // rules file (provider/fault_stack.h); with no rules it passes everything through. Its watcher is stopped
+  // first at close; the stack is closed (~ContextState) after the engine, before the port.
+  urxe::provider::FaultStack faults;
   std::unique_ptr<en::Engine> engine;
   int async_rd = -1, async_wr = -1;  // async_fd = async_rd (16-byte records)
   int qpn_lock_fd = -1;              // holds the OFD lock naming this context's QPN block
@@ -315,9 +314,6 @@ struct ContextState final : urxe::provider::LoggingSink, ProgressShared {
   // GIDs follow the interface's addresses (provider/gid_watch.h): its rtnetlink fd is in the progress
   // thread's waits.
   urxe::provider::GidWatch gid_watch;
-  // Follows the device's fault rules file (provider/fault_rules.h): read once at open, then within ~100 ms
-  // of each change, on its thread urxe-faults, handed to `faults`. Stopped first at close.
-  urxe::provider::FaultRulesWatcher fault_watcher;
   // One IBV_EVENT_GID_CHANGE (element: port 1) per changed entry, as the kernel raises them.
   // The port follows the interface (up and carrier), as rxe's: IBV_EVENT_PORT_ERR / _ACTIVE, and sysfs's
   // link_downed (counted from the kernel's carrier_down_count, provider/stats.h) mirrored at once.

@@ -290,7 +290,7 @@ class ProgressLoop {
   void sleep(bool with_port) {
     const uint64_t now = st_.clock.now_ns();
     const uint64_t deadline =
-        std::min({eng_.next_deadline_ns(false), st_.faults->next_due_ns(),
+        std::min({eng_.next_deadline_ns(false), st_.faults.next_due_ns(),
                   now + (with_port ? ProgressShared::kMaxSleepNs : ProgressShared::kQuietNapNs)});
     st_.sleep_until.store(deadline, std::memory_order_seq_cst);
     uint64_t wait_ns = deadline > now ? deadline - now : 0;
