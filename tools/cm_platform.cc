@@ -4,8 +4,10 @@
 
 #include <algorithm>
 
+#include "cm/service/common.h"
 #include "dpdk/socket_port.h"
 #include "hostnet/gid.h"
+#include "provider/fault_stack.h"
 #include "provider/ports.h"
 #include "provider/stats.h"
 #include "wire/mad.h"
@@ -15,14 +17,37 @@ namespace {
 
 namespace prov = urxe::provider;
 
-// A socket port letting in destination QP 1 only, under the device's live capture (urxe link add --pcap,
-// $URXE_PCAP) as every process of the device has one: the CM MADs land in the same directory as the apps'
-// frames.
+// The service's clock (cm/service/common.h) for the fault port: its due times are what the loop waits for.
+class ServiceClock final : public engine::Clock {
+ public:
+  uint64_t now_ns() const override { return cm::monotonic_ns(); }
+};
+
+// A socket port letting in destination QP 1 only, under the device's fault rules and live capture as every
+// process of the device has them (provider/fault_stack.h: urxe link add --pcap, $URXE_PCAP; urxe fault): the
+// CM MADs land in the same directory as the apps' frames, and a rule (class cm:req, ...) acts on them.
+// The rules' counters go to a counters file of the service's own (no counters but the rules'), summed by
+// `urxe stats` and `urxe fault list` with the apps'.
 class SocketQp1Port final : public cm::Qp1Port {
  public:
-  SocketQp1Port(std::unique_ptr<dpdk::SocketPort> port, const prov::DeviceConfig& config)
-      : port_(std::move(port)), capture_(prov::open_capture(*port_, config)) {}
-  ~SocketQp1Port() override { capture_.reset(); }
+  SocketQp1Port(std::unique_ptr<dpdk::SocketPort> port, const prov::DeviceConfig& config,
+                const std::string& ibdev_path)
+      : port_(std::move(port)) {
+    faults_.open(*port_, clock_, config);
+    if (ibdev_path.empty()) return;
+    std::string err;
+    if (!counters_.open(ibdev_path, {}, wire::kQp1, err))
+      cm::service_log("%s: fault rule counters stay private: %s", config.name.c_str(), err.c_str());
+    faults_.follow(ibdev_path, counters_, [name = config.name](engine::LogLevel, const std::string& line) {
+      cm::service_log("%s: %s", name.c_str(), line.c_str());
+    });
+    counters_.start_mirror();
+  }
+  ~SocketQp1Port() override {
+    faults_.stop_watch();
+    counters_.close();  // the rules' last counts, folded into the device's total
+    faults_.close();
+  }
 
   int wait_fd() const override { return port_->rx_wait_fd(); }
 
@@ -40,6 +65,8 @@ class SocketQp1Port final : public cm::Qp1Port {
     return n;
   }
 
+  uint64_t next_due_ns() const override { return faults_.next_due_ns(); }
+
   bool send(uint32_t max_len, const std::function<uint32_t(wire::MutByteSpan)>& build) override {
     engine::PacketBuf b;
     if (!io().tx_alloc(max_len, b)) return false;
@@ -52,9 +79,11 @@ class SocketQp1Port final : public cm::Qp1Port {
   }
 
  private:
-  engine::Port& io() { return capture_ ? *capture_ : *port_; }
+  engine::Port& io() { return faults_.port(); }
+  ServiceClock clock_;
   std::unique_ptr<dpdk::SocketPort> port_;
-  std::unique_ptr<engine::Port> capture_;  // nullptr when capture is off
+  prov::FaultStack faults_;
+  prov::CounterFile counters_;
 };
 
 }  // namespace
@@ -101,7 +130,7 @@ std::unique_ptr<cm::Qp1Port> CmPlatformImpl::open_qp1(const cm::FoundDevice& d, 
     port.reset();
   }
   if (!port) return nullptr;
-  return std::make_unique<SocketQp1Port>(std::move(port), configs_[d.dev.name]);
+  return std::make_unique<SocketQp1Port>(std::move(port), configs_[d.dev.name], d.ibdev_path);
 }
 
 bool CmPlatformImpl::write_counters(const cm::FoundDevice& d, const cm::CmService::Counters& k,

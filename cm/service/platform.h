@@ -28,6 +28,9 @@ class Qp1Port {
   // Sends the frame `build` writes into a buffer of `max_len` bytes (returning its length; 0 = nothing to
   // send). False when there was no buffer, nothing was built or the port refused it.
   virtual bool send(uint32_t max_len, const std::function<uint32_t(wire::MutByteSpan)>& build) = 0;
+  // When the port must be served (receive) though its wait fd stays quiet, in monotonic_ns() time: a frame
+  // a fault rule holds (delay, reorder) is due then, in either direction. UINT64_MAX: no such time.
+  virtual uint64_t next_due_ns() const { return UINT64_MAX; }
 };
 
 // A urxe device of this namespace as the platform finds it.

@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cm/service/qp1_frame.h"
@@ -113,6 +114,19 @@ void Qp1Devices::port_event(uint32_t slot, bool error) {
     const uint32_t n = s.port->receive(kRxBurst, [&](wire::ByteSpan f) { handle_frame(slot, f); });
     if (n < kRxBurst || !s.port) return;
   }
+}
+
+uint64_t Qp1Devices::next_due_ns() const {
+  uint64_t due = UINT64_MAX;
+  for (const DeviceSlot& s : slots_)
+    if (s.port) due = std::min(due, s.port->next_due_ns());
+  return due;
+}
+
+void Qp1Devices::serve_due(uint64_t now_ns) {
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].port && slots_[i].port->next_due_ns() <= now_ns)
+      port_event(static_cast<uint32_t>(i), false);
 }
 
 void Qp1Devices::handle_frame(uint32_t slot, wire::ByteSpan frame) {

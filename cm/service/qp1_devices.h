@@ -47,6 +47,10 @@ class Qp1Devices {
   void port_event(uint32_t slot, bool error);
   void send_mad(const MadOut& m);
   RouteResult lookup_route(const wire::Gid& dst, const wire::Gid& src, int ifindex, bool trigger) const;
+  // The earliest port's next_due_ns (UINT64_MAX: none), for the loop's wait; serve_due: the ports whose
+  // time has come served (their held frames go out or are taken).
+  uint64_t next_due_ns() const;
+  void serve_due(uint64_t now_ns);
   // Each device's counters into its tree when they changed (once a second: `urxe stats` and sysfs readers).
   void mirror_counters();
 

@@ -6,6 +6,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -115,8 +116,10 @@ void ServiceLoop::rescan() {
   devices_->rescan();
 }
 
+// The timerfd holds the earliest of the core's deadline and a port's held frame (fault rules): otherwise
+// the loop sleeps until a frame, a client or the tick.
 void ServiceLoop::arm_timer() {
-  const uint64_t d = service_->next_deadline_ns();
+  const uint64_t d = std::min(service_->next_deadline_ns(), devices_->next_due_ns());
   if (d == armed_) return;
   armed_ = d;
   itimerspec its{};  // all zero: disarmed
@@ -205,7 +208,9 @@ void ServiceLoop::on_timer() {
   if (read(timer_, &ticks, sizeof ticks) < 0) { /* spurious wakeup: the deadline is checked anyway */
   }
   armed_ = UINT64_MAX;
-  if (service_->next_deadline_ns() <= monotonic_ns()) service_->on_timer();
+  const uint64_t now = monotonic_ns();
+  if (service_->next_deadline_ns() <= now) service_->on_timer();
+  devices_->serve_due(now);
 }
 
 void ServiceLoop::on_tick() {

@@ -5,7 +5,12 @@
 #    cm_rx_duplicates) with one REQ/REP/RTU/DREQ/DREP each way as rping sends them, and the text output
 #    lists them; the same numbers are in sysfs at ports/1/cm_*/<message>;
 #  - the server device's live capture holds the CM service's MADs (its own ring of files next to rping's)
-#    and rping's RC frames, every frame passing `urxe pcap decode --strict`.
+#    and rping's RC frames, every frame passing `urxe pcap decode --strict`;
+#  - fault rules act on the CM services' MADs as on an app's frames: rules added by `urxe fault add` while
+#    the services run (each takes its rule at once: its log line) lose the client's first REQ and duplicate
+#    the server's first REP; rping still connects, the REQ resent after its timeout (4.6 s), each rule's
+#    hits (1) counted in `urxe fault list` and the service's own counters file (`urxe stats -p`: comm
+#    "urxe", QPNs from 1), the service's capture marking the REP's copy.
 #   usage: cm_stats_test.sh URXE PROVIDER_SO
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
@@ -13,6 +18,7 @@ set -u
 netns_require_root
 command -v rping >/dev/null || { echo "SKIP: rping (rdmacm-utils) not installed"; exit 77; }
 command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
+command -v tshark >/dev/null || { echo "SKIP: tshark not installed"; exit 77; }
 urxe=$1; so=$2
 mkdir -p /dev/infiniband
 a=ucmA$$; b=ucmB$$
@@ -82,4 +88,49 @@ if [ -n "$app" ]; then
   expect_rc "rping's capture decodes strictly (flushed at exit)" 0 $?
   check "it holds RC traffic" 'RC (SEND|RDMA_READ|RDMA_WRITE)' "$d"
 fi
+
+# --- fault rules on the CM services' MADs, added while both services run (idle exit after 60 s)
+fault() {  # fault NS RUN_DIR ARGS
+  _ns=$1 _run=$2
+  shift 2
+  ip netns exec "$_ns" env URXE_RUN_DIR="$_run" "$urxe" fault "$@"
+}
+fault $b "$tmp/runB" add urxe0 dir tx class cm:req first 1 drop >/dev/null
+fault $a "$tmp/runA" add urxe0 dir tx class cm:rep first 1 duplicate >/dev/null
+# shellcheck disable=SC2317  # called through netns_wait_for
+took_rule() { grep -q "urxe0: fault rules: 1 rule(s) in force" "$1"/cm/*.log; }
+netns_wait_for 2 took_rule "$tmp/runB" && ok "the client's CM service took its rule" ||
+  bad "the client's CM service did not take its rule: $(cat "$tmp/runB"/cm/*.log)"
+netns_wait_for 2 took_rule "$tmp/runA" && ok "the server's CM service took its rule" ||
+  bad "the server's CM service did not take its rule: $(cat "$tmp/runA"/cm/*.log)"
+netns_urxe_side_in "$tmp/runA" $a va "$tmp/server2" "$urxe" "$so" "" rping -s -a 10.91.0.1 -C 3 &
+srv=$!
+netns_wait_for 20 listening || bad "rping -s (with rules): not listening after 20 s"
+t0=$(date +%s%N)
+netns_urxe_side_in "$tmp/runB" $b vb "$tmp/client2" "$urxe" "$so" "" rping -c -a 10.91.0.1 -C 3 -v
+expect_rc "rping client, its first REQ lost and the REP duplicated" 0 $?
+took=$((($(date +%s%N) - t0) / 1000000))
+wait $srv
+expect_rc "  and its server" 0 $?
+[ "$took" -ge 4000 ] && ok "  connected after the REQ's resend ($took ms)" || bad "  connected after $took ms"
+# The services publish their rules' counters once a second.
+# shellcheck disable=SC2317  # called through netns_wait_for
+hits_of() { ip netns exec "$1" env URXE_RUN_DIR="$2" "$urxe" fault list urxe0 --json | jq -c '[.rules[] | [.hits, .applied]]'; }
+# shellcheck disable=SC2317
+one_hit() { [ "$(hits_of "$1" "$2")" = "[[1,1]]" ]; }
+netns_wait_for 3 one_hit $b "$tmp/runB" && ok "  fault list: the REQ rule hit once (client)" ||
+  bad "  client's rule counters: $(hits_of $b "$tmp/runB")"
+netns_wait_for 3 one_hit $a "$tmp/runA" && ok "  fault list: the REP rule hit once (server)" ||
+  bad "  server's rule counters: $(hits_of $a "$tmp/runA")"
+# shellcheck disable=SC2317
+req_counts() { stats $b "$tmp/runB" --json | jq -c '[.cm.cm_tx_msgs.req, .cm.cm_tx_retries.req]'; }
+# shellcheck disable=SC2317
+req_resent() { [ "$(req_counts)" = "[3,1]" ]; }
+netns_wait_for 3 req_resent && ok "  the client's REQ sent twice more, one a retry" ||
+  bad "  the client's REQ counts (sent, retries): $(req_counts)"
+jc=$(stats $b "$tmp/runB" -p --json)
+check "  the client's service: its own counters file with the rule's hit" '^\["urxe",1,1\]$' \
+  "$(printf '%s' "$jc" | jq -c '[.processes[] | select(.alive and .comm == "urxe")][0] | [.comm, .qpn_base, .faults[0].hits]')"
+c=$(for f in "$tmp"/pcap/*_urxe_*; do tshark -r "$f" -T fields -e frame.comment 2>/dev/null; done)
+check "  the server's service capture marks the REP's copy" 'pid [0-9]+ \(urxe\) out, .*fault rule 1: duplicate$' "$c"
 exit $fail
