@@ -43,13 +43,16 @@ void Service::send_with_retry(Id& id, const wire::CmMessage& msg, uint64_t timeo
 }
 
 void Service::send_rej(const Id& id, wire::CmRejReason reason, uint8_t msg_rejected,
-                       std::span<const uint8_t> pd) {
+                       std::span<const uint8_t> pd, std::span<const uint8_t> ari) {
   if (id.device < 0) return;
   wire::CmRej rej;
   rej.local_comm_id = id.local_comm_id;
   rej.remote_comm_id = id.remote_comm_id;
   rej.message_rejected = msg_rejected;
   rej.reason = static_cast<uint16_t>(reason);
+  rej.reject_info_length =
+      static_cast<uint8_t>(std::min(ari.size(), rej.additional_reject_information.size()));
+  std::copy_n(ari.begin(), rej.reject_info_length, rej.additional_reject_information.begin());
   std::copy_n(pd.begin(), std::min(pd.size(), rej.private_data.size()), rej.private_data.begin());
   MadOut o = address(id);
   send(o, rej, id.tid);
@@ -150,8 +153,9 @@ Id* Service::by_local_comm_id(uint32_t comm_id) {
 }
 
 void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmReq& req) {
-  // A retransmitted REQ (same remote CA GUID and comm ID): MRA while the app has not accepted, the REP
-  // again once it has; nothing after that.
+  // A retransmitted REQ (same remote CA GUID and comm ID), as cm_dup_req_handler: MRA while the app has not
+  // accepted (the kernel's rdma_cm holds the REQ in MRA_REQ_SENT, its MRA withheld until a duplicate);
+  // ignored once the REP is out (only the REP's timer sends it again) and after.
   for (auto& [h, id] : ids_) {
     if (id.remote_comm_id == req.local_comm_id && id.remote_ca_guid == req.local_ca_guid &&
         id.listener != h && id.state != State::closed && id.state != State::listen) {
@@ -164,8 +168,6 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
         mra.service_timeout = kMraServiceTimeout;
         MadOut o = reply_address(m);
         send(o, mra, hdr.transaction_id);
-      } else if (id.state == State::rep_sent) {
-        resend(id);
       }
       return;
     }
@@ -239,7 +241,9 @@ void Service::handle(const MadIn& m, const wire::MadHeader& hdr, const wire::CmR
   kid.srq = req.srq;
   kid.path_mtu = std::min(req.path_mtu, path_mtu_code(devices_[m.device].mtu));
   kid.local_ack_timeout = req.primary.local_ack_timeout ? req.primary.local_ack_timeout : kPacketLifeTime + 1;
-  kid.peer_response_timeout = req.remote_cm_response_timeout;
+  // How long the active side may take to answer our REP (or DREQ): the REQ's Local CM Response Timeout, its
+  // own (cm_req_handler's timeout_ms).
+  kid.peer_response_timeout = req.local_cm_response_timeout;
   kid.max_cm_retries = req.max_cm_retries;
   kid.flow_label = req.primary.flow_label;
   kid.hop_limit = req.primary.hop_limit ? req.primary.hop_limit : 64;
@@ -289,7 +293,20 @@ void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmRtu& rt
 }
 
 void Service::handle(const MadIn&, const wire::MadHeader&, const wire::CmRej& rej) {
-  Id* id = by_local_comm_id(rej.remote_comm_id);
+  // A "timeout" REJ may come from a side that never learnt our comm ID (its REQ unanswered): it names
+  // itself by node GUID (ARI) and its own comm ID (cm_acquire_rejected_id).
+  Id* id = nullptr;
+  if (rej.reason == static_cast<uint16_t>(wire::CmRejReason::timeout) && rej.reject_info_length >= 8 &&
+      rej.local_comm_id) {
+    uint64_t guid = 0;
+    for (int i = 0; i < 8; ++i) guid = guid << 8 | rej.additional_reject_information[i];
+    for (auto& [h, x] : ids_)
+      if (x.remote_ca_guid == guid && x.remote_comm_id == rej.local_comm_id && x.state != State::listen) {
+        id = &x;
+        break;
+      }
+  }
+  if (!id) id = by_local_comm_id(rej.remote_comm_id);
   if (!id) return;
   if (id->state != State::req_sent && id->state != State::rep_sent && id->state != State::rep_rcvd &&
       id->state != State::established)

@@ -332,7 +332,8 @@ class Service final : public CmService {
   // Sends and keeps the MAD for retransmission every `timeout_ns`, `retries` times.
   void send_with_retry(Id& id, const wire::CmMessage& msg, uint64_t timeout_ns, uint32_t retries);
 
-  void send_rej(const Id& id, wire::CmRejReason reason, uint8_t msg_rejected, std::span<const uint8_t> pd);
+  void send_rej(const Id& id, wire::CmRejReason reason, uint8_t msg_rejected, std::span<const uint8_t> pd,
+                std::span<const uint8_t> ari = {});
 
   void send_dreq(Id& id);
   void send_rtu(const Id& id);

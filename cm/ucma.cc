@@ -187,14 +187,25 @@ void Service::destroy_id(uint32_t handle) {
       if (k.listener == handle && k.state == State::req_rcvd && k.uid == 0) kids.push_back(h);
     for (uint32_t k : kids) destroy_id(k);
   }
+  // REJs as cm_destroy_id sends them; MessageRejected as cm_format_rej gives it for the state (the peer's
+  // REQ, its REP, or none of its messages).
   switch (id.state) {
     case State::req_sent:
-    case State::rep_rcvd:
-      send_rej(id, wire::CmRejReason::timeout, id.state == State::req_sent ? 2 : 1, {});
+      if (id.device >= 0) {  // "timeout", our node GUID as the ARI
+        std::array<uint8_t, 8> guid;
+        for (size_t i = 0; i < guid.size(); ++i)
+          guid[i] = static_cast<uint8_t>(devices_[id.device].node_guid >> (56 - 8 * i));
+        send_rej(id, wire::CmRejReason::timeout, 2, {}, guid);
+      }
       break;
     case State::req_rcvd:
+      send_rej(id, wire::CmRejReason::consumer_reject, 0, {});
+      break;
+    case State::rep_rcvd:
+      send_rej(id, wire::CmRejReason::consumer_reject, 1, {});
+      break;
     case State::rep_sent:
-      send_rej(id, wire::CmRejReason::consumer_reject, id.state == State::req_rcvd ? 0 : 1, {});
+      send_rej(id, wire::CmRejReason::consumer_reject, 2, {});
       break;
     case State::established:
       send_dreq(id);

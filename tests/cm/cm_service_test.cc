@@ -168,6 +168,74 @@ TEST(CmService, DuplicateReqBeforeAcceptGetsMra) {
   EXPECT_EQ(c.net.sent_attrs.size(), before);
 }
 
+// A REQ again once the REP went out (cm_dup_req_handler in REP_SENT): ignored; the REP goes again only on
+// its own timer.
+TEST(CmService, DuplicateReqAfterAcceptIsIgnored) {
+  Connected c;
+  c.setup_listener();
+  c.resolve();
+  ASSERT_EQ(c.client.connect(c.cid, 0x11), 0);
+  ASSERT_EQ(c.net.wire.size(), 1u);
+  const auto req = c.net.wire.front();  // the REQ, to be delivered again
+  c.net.run();
+  rdma_ucm_event_resp e{};
+  c.server.expect_event(0, UcmaEvent::connect_request, &e);
+  c.sid = e.id;
+  ASSERT_EQ(c.server.accept(c.sid, 0x3000, 0x22), 0);
+  c.net.wire.push_back(req);  // behind the REP
+  c.net.run();
+  const auto reps = [&] { return std::count(c.net.sent_attrs.begin(), c.net.sent_attrs.end(), 0x13); };
+  EXPECT_EQ(reps(), 1);
+  EXPECT_EQ(c.net.nodes[1].svc->device_counters(0).rx_duplicates[0], 1u);  // counted as a duplicate REQ
+  c.client.expect_event(c.cid, UcmaEvent::connect_response);
+  ASSERT_EQ(c.client.accept(c.cid, 0, 0), 0);
+  c.net.run(10'000'000'000);
+  c.server.expect_event(c.sid, UcmaEvent::established);
+  EXPECT_EQ(reps(), 1);
+}
+
+// An id destroyed before its connection is up tells the peer by REJ as cm_destroy_id does: "timeout" with
+// the node GUID while its REQ is unanswered (MessageRejected: none of the peer's messages), "consumer" in
+// REP_SENT (none either) and REP_RCVD (the peer's REP).
+TEST(CmService, DestroyBeforeEstablishedRejectsAsTheKernel) {
+  for (const int step : {0, 1, 2}) {
+    SCOPED_TRACE(step);
+    Connected c;
+    c.setup_listener();
+    c.resolve();
+    std::vector<wire::CmRej> rejs;
+    c.net.drop = [&](const wire::CmMad& m) {
+      if (const auto* r = std::get_if<wire::CmRej>(&m.msg)) rejs.push_back(*r);
+      return step < 2 && m.header.attribute_id == 0x13;  // the REP lost: the client stays in REQ_SENT
+    };
+    ASSERT_EQ(c.client.connect(c.cid, 0x11), 0);
+    c.net.run();
+    rdma_ucm_event_resp e{};
+    c.server.expect_event(0, UcmaEvent::connect_request, &e);
+    c.sid = e.id;
+    ASSERT_EQ(c.server.accept(c.sid, 0x3000, 0x22), 0);
+    c.net.run();
+    if (step == 2) c.client.expect_event(c.cid, UcmaEvent::connect_response);
+    ASSERT_EQ((step == 1 ? c.server : c.client).destroy(step == 1 ? c.sid : c.cid), 0);
+    c.net.run(1'000'000);
+    ASSERT_EQ(rejs.size(), 1u);
+    const wire::CmRej& r = rejs[0];
+    if (step == 0) {
+      EXPECT_EQ(r.reason, static_cast<uint16_t>(wire::CmRejReason::timeout));
+      EXPECT_EQ(r.message_rejected, 2);
+      ASSERT_EQ(r.reject_info_length, 8);
+      uint64_t guid = 0;
+      for (int i = 0; i < 8; ++i) guid = guid << 8 | r.additional_reject_information[i];
+      EXPECT_EQ(guid, c.net.nodes[0].dev.node_guid);
+    } else {
+      EXPECT_EQ(r.reason, static_cast<uint16_t>(wire::CmRejReason::consumer_reject));
+      EXPECT_EQ(r.message_rejected, step == 1 ? 2 : 1);
+      EXPECT_EQ(r.reject_info_length, 0);
+    }
+    (step == 1 ? c.client : c.server).expect_event(step == 1 ? c.cid : c.sid, UcmaEvent::rejected, &e);
+  }
+}
+
 TEST(CmService, UnansweredReqEndsUnreachableAfterRetries) {
   Connected c;
   c.setup_listener();
