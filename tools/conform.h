@@ -114,6 +114,9 @@ struct Run {
   int timeout_ms = 10000;
   int server_wait_ms = 0;       // extra wait after starting the server (CM listeners); 0: the setup's default
   bool tools_may_fail = false;  // the stimulus makes a tool fail or hang (an error NAK, a lost UD message)
+  // After both tools ended, the rules stay and the capture window stays open this long: the CM services'
+  // own retries outlive the tools (a DREQ resent after rping exited).
+  int linger_ms = 0;
 };
 
 using Judge = Finding (*)(const Trace& t, const Setup& s);

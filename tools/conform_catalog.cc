@@ -67,6 +67,43 @@ const Run kRuns[] = {
      .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 65536 -n 5",
      .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 65536 -n 5 {peer_ip}",
      .rules = {"dir tx opcode rc_send_middle skip 3 first 1 drop"}},
+    // CM retransmissions and duplicates (conform_judges_cm_retry.cc): rping; the peer's CM timers make the
+    // resends come seconds apart, so each run combines stimuli that do not interfere.
+    {.id = "cm-dup",
+     .peer_cmd = "rping -s -a {peer_ip} -p {port} -C 3 -S 64",
+     .local_cmd = "rping -c -a {peer_ip} -p {port} -C 3 -S 64",
+     .rules = {"dir tx class cm:req first 1 duplicate", "dir tx class cm:dreq first 1 duplicate"},
+     .timeout_ms = 5000},
+    {.id = "cm-lost",
+     .peer_cmd = "rping -s -a {peer_ip} -p {port} -C 3 -S 64",
+     .local_cmd = "rping -c -a {peer_ip} -p {port} -C 3 -S 64",
+     .rules = {"dir rx class cm:rep first 1 drop", "dir rx class cm:drep first 1 drop"},
+     .timeout_ms = 9000,
+     .linger_ms = 4400},  // urxe's DREQ resent 4096 ms after rping's disconnect
+    {.id = "cm-peer-active",
+     .peer_is_server = false,
+     .peer_cmd = "rping -c -a {local_ip} -p {port} -C 3 -S 64",
+     .local_cmd = "rping -s -a {local_ip} -p {port} -C 3 -S 64",
+     .rules = {"dir rx class cm:req first 1 drop", "dir tx class cm:rep first 1 duplicate"},
+     .timeout_ms = 9000,
+     .server_wait_ms = 1000},  // urxe's CM service up: the first REQ must reach it to be dropped
+    // The peer's rping killed (timeout(1)) before its connection is up: its CM rejects as it destroys the id.
+    // Passive side in REP_SENT: urxe's RTU and first SEND never reach it (no COMM_EST either).
+    {.id = "cm-kill-passive",
+     .peer_cmd = "timeout 2 rping -s -a {peer_ip} -p {port} -C 3 -S 64",
+     .local_cmd = "rping -c -a {peer_ip} -p {port} -C 3 -S 64",
+     .rules = {"dir tx class cm:rtu drop", "dir tx opcode rc_send_only drop"},
+     .timeout_ms = 3000,
+     .tools_may_fail = true},
+    // Active side in REQ_SENT: urxe's REPs never reach it.
+    {.id = "cm-kill-active",
+     .peer_is_server = false,
+     .peer_cmd = "timeout 2 rping -c -a {local_ip} -p {port} -C 3 -S 64",
+     .local_cmd = "rping -s -a {local_ip} -p {port} -C 3 -S 64",
+     .rules = {"dir tx class cm:rep drop"},
+     .timeout_ms = 3500,
+     .server_wait_ms = 1000,
+     .tools_may_fail = true},
     {.id = "cm-no-listener",
      .peer_cmd = "sleep 1",
      .local_cmd = "rping -c -a {peer_ip} -p {port} -C 1 -S 64",
@@ -234,6 +271,80 @@ const Scenario kScenarios[] = {
          "out-of-sequence packets silently until the expected PSN arrives",
      .expect = "exactly one PSN sequence error NAK for the hole in a 64 KiB SEND",
      .judge = judge_one_nak_per_gap,
+     .rxe_note = ""},
+    // CM retransmissions and duplicates (conform_judges_cm_retry.cc).
+    {.id = "I1.req-resend",
+     .run = "cm-peer-active",
+     .clause = "IBTA vol. 1 ch. 12, REQ timeout: a REQ not answered within its timeout is sent again, the "
+               "same message (transaction ID, local comm ID), up to Max CM Retries times (the kernel's "
+               "ib_send_cm_req: 2 x PacketLifeTime + Remote CM Response Timeout)",
+     .expect = "the peer's REQ urxe lost is sent again with the same transaction ID and comm ID, no sooner "
+               "than 0.95 x 4.096 us x 2^(the REQ's Remote CM Response Timeout) less 100 ms (capture jitter)",
+     .judge = judge_req_resent,
+     .rxe_note = ""},
+    {.id = "I4.dup-rep",
+     .run = "cm-peer-active",
+     .clause = "IBTA vol. 1 ch. 12, duplicate REP at the active side (the kernel's cm_dup_rep_handler): "
+               "answered with the RTU again once established, with an MRA while one was sent for it, "
+               "otherwise ignored",
+     .expect = "no REJ; one RTU, or one for each copy the peer received once established; rping completes",
+     .judge = judge_dup_rep,
+     .rxe_note = ""},
+    {.id = "I3.dup-req",
+     .run = "cm-dup",
+     .clause = "IBTA vol. 1 ch. 12, duplicate REQ at the passive side (the kernel's cm_dup_req_handler): "
+               "ignored while the REQ is being handled, answered with an MRA (REQ) once the CM sent or "
+               "withheld one, ignored once the REP is out (the REP is resent only by its own timer)",
+     .expect =
+         "for the REQ sent twice: one REP (a second only after the REP timeout), at most an MRA for the "
+         "copy, no REJ; rping completes",
+     .judge = judge_dup_req,
+     .rxe_note = ""},
+    {.id = "I9.dup-dreq",
+     .run = "cm-dup",
+     .clause = "IBTA vol. 1 ch. 12, DREQ: answered with a DREP; a duplicate DREQ is answered again in "
+               "TimeWait and may be ignored while the first is being handled (the kernel's "
+               "cm_dreq_handler in DREQ_RCVD)",
+     .expect = "a DREP for urxe's DREQ sent twice back to back, no more DREPs than DREQs, and one for every "
+               "copy that reached the peer after its first DREP",
+     .judge = judge_dup_dreq,
+     .rxe_note = ""},
+    {.id = "I2.rep-resend",
+     .run = "cm-lost",
+     .clause = "IBTA vol. 1 ch. 12, REP timeout: a REP not answered by an RTU is sent again after the "
+               "active side's Local CM Response Timeout from the REQ (the kernel's cm_req_handler), up to "
+               "Max CM Retries",
+     .expect =
+         "the REP urxe lost is sent again, same transaction ID and comm IDs, no sooner than 0.95 x "
+         "4.096 us x 2^(the REQ's Local CM Response Timeout) less 100 ms (capture jitter); the connection "
+         "completes",
+     .judge = judge_rep_resent,
+     .rxe_note = ""},
+    {.id = "I9.drep-lost",
+     .run = "cm-lost",
+     .clause =
+         "IBTA vol. 1 ch. 12, DREQ: a DREQ for a connection in TimeWait, or one the CM no longer knows, "
+         "is answered with a DREP (the kernel's cm_dreq_handler, cm_issue_drep)",
+     .expect = "urxe's DREQ, resent after the peer's DREP was lost, answered with a DREP",
+     .judge = judge_dreq_resend_answered,
+     .rxe_note = ""},
+    {.id = "I8.rep-sent",
+     .run = "cm-kill-passive",
+     .clause = "IBTA vol. 1 ch. 12, REJ: a passive side that gives up a connection after its REP, before the "
+               "RTU, rejects it (the kernel's cm_destroy_id in REP_SENT: consumer reject, MessageRejected "
+               "'no message' from cm_format_rej)",
+     .expect = "once the peer's rping is killed with its REP unanswered: a REJ with reason 28 and "
+               "MessageRejected 2 for the connection",
+     .judge = judge_rej_destroyed_rep_sent,
+     .rxe_note = ""},
+    {.id = "I8.req-sent",
+     .run = "cm-kill-active",
+     .clause = "IBTA vol. 1 ch. 12, REJ: an active side that gives up its REQ before a REP rejects it with "
+               "reason 4 'timeout', its node GUID as the additional reject information (the kernel's "
+               "cm_destroy_id in REQ_SENT)",
+     .expect = "once the peer's rping is killed with urxe's REPs lost: a REJ with reason 4, ARI = the REQ's "
+               "local CA GUID, MessageRejected 2, naming the REQ's comm ID",
+     .judge = judge_rej_destroyed_req_sent,
      .rxe_note = ""},
     {.id = "I7.no-listener",
      .run = "cm-no-listener",

@@ -29,6 +29,16 @@ Finding judge_invalid_request_nak(const Trace& t, const Setup& s);
 // Communication management (conform_judges_cm.cc).
 Finding judge_rej_no_listener(const Trace& t, const Setup& s);
 
+// CM retransmissions and duplicates (conform_judges_cm_retry.cc).
+Finding judge_req_resent(const Trace& t, const Setup& s);
+Finding judge_dup_rep(const Trace& t, const Setup& s);
+Finding judge_dup_req(const Trace& t, const Setup& s);
+Finding judge_dup_dreq(const Trace& t, const Setup& s);
+Finding judge_rep_resent(const Trace& t, const Setup& s);
+Finding judge_dreq_resend_answered(const Trace& t, const Setup& s);
+Finding judge_rej_destroyed_rep_sent(const Trace& t, const Setup& s);
+Finding judge_rej_destroyed_req_sent(const Trace& t, const Setup& s);
+
 // Shared pieces.
 // The first frame the run's rule k hit (k 0-based), or null.
 const Frame* first_hit(const Trace& t, size_t k = 0);

@@ -231,6 +231,7 @@ bool execute_run(const RunContext& cx, const Run& run, int index, Trace& t, std:
   if (!server.done || !client.done) sleep_ms(300);
   client.kill_group();
   server.kill_group();
+  sleep_ms(run.linger_ms);
   std::string e2;
   std::vector<uint32_t> none;
   Run clear = run;

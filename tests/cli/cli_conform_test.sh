@@ -2,10 +2,10 @@
 # `urxe conform` against another urxe (namespaces cfa/cfb joined by a veth, each with its own run directory;
 # the peer's tools run through --peer-exec 'ip netns exec cfb ... urxe run --', its CM service started here):
 # every scenario of the catalogue passes, the report (text, report.json) names each with its verdict and
-# evidence frames, each run's pcapng slice opens in tshark with the fault rule's comment on its frame; a peer
-# that deviates (urxe with its notification point off: no CNPs) fails H1 with exit 1, and report.html embeds
-# the plot of that run; and a peer address nobody answers gives an inconclusive verdict and exit 1 within
-# the run's timeout, never a hang.
+# evidence frames, each run's pcapng slice opens in tshark with the fault rule's comment on its frame (the
+# CM service's frames too: rules act on its MADs); a peer that deviates (urxe with its notification point
+# off: no CNPs) fails H1 with exit 1, and report.html embeds the plot of that run; and a peer address nobody
+# answers gives an inconclusive verdict and exit 1 within the run's timeout, never a hang.
 #   usage: cli_conform_test.sh URXE
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
@@ -44,6 +44,11 @@ check "  I7: REJ reason 8" "REJ reason 8 \(invalid service ID\)" "$out"
 c=$(tshark -r "$T/r/write-gap.pcapng" -T fields -e frame.comment 2>&1)
 [ "$(printf '%s\n' "$c" | grep -c 'fault rule [0-9]*: drop (not sent)$')" = 1 ] &&
   ok "  write-gap.pcapng: the dropped frame marked" || bad "  write-gap.pcapng comments: $(printf '%s' "$c" | head -5)"
+# the CM service's frames under the run's rules: the peer's REP and DREP it lost, marked in its capture
+c=$(tshark -r "$T/r/cm-lost.pcapng" -T fields -e frame.comment 2>&1)
+[ "$(printf '%s\n' "$c" | grep -c '^pid [0-9]* (urxe) in, .*fault rule [0-9]*: drop (not delivered)$')" = 2 ] &&
+  ok "  cm-lost.pcapng: the CM service's lost REP and DREP marked" ||
+  bad "  cm-lost.pcapng comments: $(printf '%s' "$c" | head -8)"
 [ "$(grep -c '<tr class="pass">' "$T/r/report.html")" = "$n" ] && ok "  report.html: $n rows, all pass" ||
   bad "  report.html: $(grep -c '<tr class=' "$T/r/report.html") rows"
 
