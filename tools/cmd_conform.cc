@@ -1,9 +1,11 @@
 // `urxe conform`: options, the run loop and the report (tools/conform.h has the design).
 #include <arpa/inet.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include "cm/protocol.h"
+#include "hostnet/netns.h"
 #include "provider/device_tree.h"
 #include "tools/command.h"
 #include "tools/conform.h"
@@ -134,6 +138,23 @@ int64_t run_qpn(const cf::Trace& t) {
   return -1;
 }
 
+// A CM service (urxe cm) of this namespace that runs already captures the CM MADs where $URXE_PCAP pointed
+// when it started, not in this run's pcap directory: the CM scenarios (family I) then see no MAD.
+void warn_running_cm_service(const provider::Paths& paths, const std::vector<Result>& results) {
+  bool cm = false;
+  for (const Result& r : results) cm |= r.s->id.starts_with("I");
+  const std::string ns = hostnet::current_netns().to_string();
+  if (!cm || ns.empty()) return;
+  std::ifstream in(cm::cm_pid_path(paths.run_dir, ns));
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return;
+  std::fprintf(stderr,
+               "urxe conform: the CM service of this namespace (pid %ld) runs already: it records the CM "
+               "MADs where it was told when it started, so the CM scenarios may find none (inconclusive); "
+               "stop it first (kill %ld) or let it exit when idle\n",
+               pid, pid);
+}
+
 }  // namespace
 
 int conform_main(Args args) {
@@ -241,6 +262,7 @@ int conform_main(Args args) {
     }
   if (results.empty())
     return usage_error("urxe conform", "no scenario matches --only '" + only + "'", kUsage);
+  warn_running_cm_service(paths, results);
   std::vector<cf::RunRecord> run_records;
   int index = 0;
   for (const cf::Run& run : cf::runs()) {
