@@ -4,8 +4,9 @@
 
 namespace urxe::provider {
 
-void FaultStack::open(engine::Port& port, const engine::Clock& clock, const DeviceConfig& config) {
-  faults_ = std::make_unique<engine::FaultPort>(port, clock);
+void FaultStack::open(engine::Port& port, const engine::Clock& clock, const DeviceConfig& config,
+                      const engine::FaultPortConfig& fault) {
+  faults_ = std::make_unique<engine::FaultPort>(port, clock, fault);
   faults_->split_rx([this, &config](engine::Port& rx_face) {
     capture_ = open_capture(rx_face, config);
     return capture_.get();

@@ -27,10 +27,11 @@ class FaultStack {
   FaultStack(const FaultStack&) = delete;
   FaultStack& operator=(const FaultStack&) = delete;
 
-  // Builds the fault port over `port` with the device's capture (open_capture: `config`, $URXE_PCAP)
-  // between its two faces, told of each rule's hits. With no rules it passes every frame through. Throws
-  // what FaultPort's constructor throws (std::bad_alloc).
-  void open(engine::Port& port, const engine::Clock& clock, const DeviceConfig& config);
+  // Builds the fault port over `port` (`fault`: its pool) with the device's capture (open_capture: `config`,
+  // $URXE_PCAP) between its two faces, told of each rule's hits. With no rules it passes every frame
+  // through. Throws what FaultPort's constructor throws (std::bad_alloc).
+  void open(engine::Port& port, const engine::Clock& clock, const DeviceConfig& config,
+            const engine::FaultPortConfig& fault = {});
   // What the user sends to and receives from (after open).
   engine::FaultPort& port() const { return *faults_; }
   // When the next held frame (delay, reorder) is due, Clock ns (UINT64_MAX: none): a user that sleeps

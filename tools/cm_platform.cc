@@ -33,7 +33,10 @@ class SocketQp1Port final : public cm::Qp1Port {
   SocketQp1Port(std::unique_ptr<dpdk::SocketPort> port, const prov::DeviceConfig& config,
                 const std::string& ibdev_path)
       : port_(std::move(port)) {
-    faults_.open(*port_, clock_, config);
+    engine::FaultPortConfig fc;  // a pool for CM MADs (duplicates, held frames), not for an engine's bursts
+    fc.pool_frames = 32;
+    fc.pool_frame_bytes = 2048;
+    faults_.open(*port_, clock_, config, fc);
     if (ibdev_path.empty()) return;
     std::string err;
     if (!counters_.open(ibdev_path, {}, wire::kQp1, err))
@@ -130,7 +133,12 @@ std::unique_ptr<cm::Qp1Port> CmPlatformImpl::open_qp1(const cm::FoundDevice& d, 
     port.reset();
   }
   if (!port) return nullptr;
-  return std::make_unique<SocketQp1Port>(std::move(port), configs_[d.dev.name], d.ibdev_path);
+  try {
+    return std::make_unique<SocketQp1Port>(std::move(port), configs_[d.dev.name], d.ibdev_path);
+  } catch (const std::exception& ex) {  // the fault port's pool
+    err = std::string("fault port: ") + ex.what();
+    return nullptr;
+  }
 }
 
 bool CmPlatformImpl::write_counters(const cm::FoundDevice& d, const cm::CmService::Counters& k,
