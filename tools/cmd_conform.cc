@@ -140,9 +140,9 @@ int64_t run_qpn(const cf::Trace& t) {
 
 // A CM service (urxe cm) of this namespace that runs already captures the CM MADs where $URXE_PCAP pointed
 // when it started, not in this run's pcap directory: the CM scenarios (family I) then see no MAD.
-void warn_running_cm_service(const provider::Paths& paths, const std::vector<Result>& results) {
+void warn_running_cm_service(const provider::Paths& paths, const std::vector<cf::ScenarioResult>& results) {
   bool cm = false;
-  for (const Result& r : results) cm |= r.s->id.starts_with("I");
+  for (const cf::ScenarioResult& r : results) cm |= r.s->id.starts_with("I");
   const std::string ns = hostnet::current_netns().to_string();
   if (!cm || ns.empty()) return;
   std::ifstream in(cm::cm_pid_path(paths.run_dir, ns));
