@@ -81,9 +81,14 @@ struct Responder {
   void fatal(wire::NakCode code, WcStatus recv_status) {
     // READ responses / atomic ACKs owed for earlier requests go first: the NAK acknowledges them
     if (q.reliable) e.responder_tx(q, UINT32_MAX);
-    if (q.reliable)
+    if (q.reliable) {
       emit_ack(e, q, wire::make_syndrome(wire::AethType::nak, static_cast<uint8_t>(code)), pkt.bth.psn,
                q.resp.msn);
+      // To the port now, before the error completion below is visible: the app polls its CQ without the
+      // engine lock and usually exits on an error, and a NAK left for the round's end (or held for an
+      // answer: hold_acks) would end with its process, unsent, its requester retrying into silence.
+      e.tx_flush();
+    }
     if (q.resp.have_recv && recv_status != WC_SUCCESS)
       complete_recv(recv_status, WC_RECV, 0, 0, 0, q.attr.dest_qp_num, false);
     if (code == wire::NakCode::remote_access_error) e.count(Counter::resp_remote_access_errors);
@@ -664,6 +669,7 @@ bool EngineImpl::responder_tx(Qp& q, uint32_t budget, bool paced) {
                  wire::make_syndrome(wire::AethType::nak,
                                      static_cast<uint8_t>(wire::NakCode::remote_access_error)),
                  r.cur_psn, q.resp.msn);
+        tx_flush();  // before the flush completions qp_set_error makes visible (fatal says why)
         log_qp_line(LogLevel::error, q, "to error: an MR was deregistered while READ responses were owed");
         qp_set_error(q, true, EVENT_QP_ACCESS_ERR);
         return true;

@@ -1,6 +1,6 @@
 // RC error NAKs and PSN gaps: each remote error status (access, invalid request, operational) with the
 // flush after it, the PSN-sequence NAK and go-back-N, an error NAK racing a READ response, and the error
-// of a bad local key. (Invalidation: mw_test.cc.)
+// of a bad local key, the error NAK sent before the error completion shows. (Invalidation: mw_test.cc.)
 #include "tests/sim/loopback.h"
 
 namespace urxe::engine::test {
@@ -93,6 +93,59 @@ TEST_F(RcNak, InvalidRequestReceiveBufferTooSmallForALongSend) {
   auto wb = lb.poll(lb.b(), 1);
   ASSERT_EQ(wb.size(), 1u);
   EXPECT_EQ(wb[0].status, WC_LOC_LEN_ERR);
+}
+
+// A port that polls B's CQ whenever the engine hands it frames, as an app thread polls without the engine
+// lock while a round runs.
+class PollAtTxPort final : public Port {
+ public:
+  explicit PollAtTxPort(Port& inner) : inner_(inner) {}
+  const PortAttr& attr() const override { return inner_.attr(); }
+  bool tx_alloc(uint32_t size, PacketBuf& buf) override { return inner_.tx_alloc(size, buf); }
+  uint32_t tx_burst(PacketBuf* bufs, uint32_t n) override {
+    if (poll) poll();
+    return inner_.tx_burst(bufs, n);
+  }
+  void tx_free(PacketBuf& buf) override { inner_.tx_free(buf); }
+  uint32_t rx_burst(PacketBuf* bufs, uint32_t n) override { return inner_.rx_burst(bufs, n); }
+  void rx_free(PacketBuf* bufs, uint32_t n) override { inner_.rx_free(bufs, n); }
+  std::function<void()> poll;
+
+ private:
+  Port& inner_;
+};
+
+// The error NAK reaches the port before the error completion is visible, in any round, an app's that may
+// hold ACKs included: an app exits on the completion (ibv_rc_pingpong does), and a NAK still queued would
+// die with its process while the requester retries into silence.
+TEST(RcNakOrder, ErrorNakReachesThePortBeforeTheErrorCompletion) {
+  for (const Engine::Round round : {Engine::Round::app, Engine::Round::thread}) {
+    SCOPED_TRACE(round == Engine::Round::app ? "app round" : "progress thread's round");
+    EngineConfig cfg;
+    cfg.hold_acks = true;
+    PollAtTxPort* ports[2] = {};
+    Loopback lb(cfg, 1500, 1 << 20, false, wrap_side(1, ports));
+    const auto [qa, qb] = lb.connect(QPT_RC);
+    Engine& b = *lb.b().eng;
+    std::vector<Wc> seen;
+    ports[1]->poll = [&] {
+      Wc wc[4];
+      for (int n = b.poll_cq(lb.b().cq, 4, wc), i = 0; i < n; i++) seen.push_back(wc[i]);
+    };
+    post_recv(lb.b(), qb, 0, 64, 1);
+    Sge sa{lb.a().addr(0), 128, lb.a().mr.lkey};
+    post(lb.a(), qa, make_wr(WR_SEND, &sa, 1, 2));
+    lb.a().eng->progress();
+    const uint64_t next = lb.link.net.next_event_time();
+    if (next != UINT64_MAX && next > lb.link.clock.t) lb.link.clock.t = next;
+    b.try_progress(nullptr, round);
+    EXPECT_EQ(count_naks(lb.link, 1, wire::AethType::nak, 1), 1);
+    EXPECT_TRUE(seen.empty());  // polled as the NAK went: no completion yet
+    ports[1]->poll();
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].status, WC_LOC_LEN_ERR);
+    EXPECT_FALSE(b.acks_held());
+  }
 }
 
 TEST_F(RcNak, RemoteOperationalErrorBadReceiveLkey) {
