@@ -104,6 +104,61 @@ const Run kRuns[] = {
      .timeout_ms = 3500,
      .server_wait_ms = 1000,
      .tools_may_fail = true},
+    // B3 (CMP_SWAP), E3/E6/E7 (error NAKs), F4/F5/F6 (silent drops), G (framing), H2 (READ CNPs), A10.
+    {.id = "atomic-cas-dup",
+     .peer_cmd = PERF("ib_atomic_bw", "-A CMP_AND_SWAP -n 20"),
+     .local_cmd = PERF_L("ib_atomic_bw", "-A CMP_AND_SWAP -n 20"),
+     .rules = {"dir rx class atomic-ack skip 2 first 1 drop"}},
+    // ib_send_bw's receive buffer is registered for local write only, its QP takes remote WRITEs: urxe's
+    // ib_write_bw writes to the rkey and address the server advertises.
+    {.id = "write-rights",
+     .peer_cmd = PERF("ib_send_bw", "-s 1024 -n 5"),
+     .local_cmd = PERF_L("ib_write_bw", "-s 1024 -n 5"),
+     .rules = {},
+     .timeout_ms = 4000,
+     .tools_may_fail = true},
+    {.id = "write-short",
+     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 5"),
+     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 5"),
+     .rules = {"dir tx opcode rc_rdma_write_first skip 1 first 1 truncate 8"},
+     .timeout_ms = 4000,
+     .tools_may_fail = true},
+    {.id = "send-overflow",
+     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 2",
+     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 4096 -n 2 {peer_ip}",
+     .rules = {},
+     .timeout_ms = 4000,
+     .tools_may_fail = true},
+    {.id = "atomic-align",
+     .peer_cmd = PERF("ib_atomic_bw", "-A FETCH_AND_ADD -n 5"),
+     .local_cmd = PERF_L("ib_atomic_bw", "-A FETCH_AND_ADD -n 5"),
+     .rules = {"dir tx opcode rc_fetch_add skip 1 first 1 corrupt atomiceth.va"},
+     .timeout_ms = 4000,
+     .tools_may_fail = true},
+    // UD never resends: the pingpong stops at the message the peer drops; the run ends at its timeout.
+    {.id = "ud-qkey",
+     .peer_cmd = "ibv_ud_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 509 -n 5",
+     .local_cmd = "ibv_ud_pingpong -d {dev} -g {gid} -p {port} -s 509 -n 5 {peer_ip}",
+     .rules = {"dir tx opcode ud_send_only skip 2 first 1 corrupt deth.qkey"},
+     .timeout_ms = 2000,
+     .tools_may_fail = true},
+    // 4099 bytes: FIRST, MIDDLEs and a LAST of 3 bytes (PadCnt 1) each way, for the G rows too.
+    {.id = "send-tver",
+     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 4099 -n 5",
+     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 4099 -n 5 {peer_ip}",
+     .rules = {"dir tx opcode rc_send_last first 1 corrupt bth.tver=1"}},
+    // urxe sends one message more than the peer waits for: the peer completes only if the messages after
+    // the broken one are delivered.
+    {.id = "uc-gap",
+     .peer_cmd = PERF("ib_send_bw", "-c UC -s 65536 -n 5"),
+     .local_cmd = PERF_L("ib_send_bw", "-c UC -s 65536 -n 6"),
+     .rules = {"dir tx opcode uc_send_middle skip 3 first 1 drop"},
+     .timeout_ms = 4000},
+    {.id = "read-ce",
+     .peer_is_server = false,
+     .peer_cmd = "ib_read_bw -d {peer_dev} -x {peer_gid} -p {port} -F -s 65536 -n 20 {local_ip}",
+     .local_cmd = "ib_read_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
+     .rules = {"dir tx class read-response every 8 ecn-ce"}},
     {.id = "cm-no-listener",
      .peer_cmd = "sleep 1",
      .local_cmd = "rping -c -a {peer_ip} -p {port} -C 1 -S 64",
@@ -346,6 +401,115 @@ const Scenario kScenarios[] = {
                "local CA GUID, MessageRejected 2, naming the REQ's comm ID",
      .judge = judge_rej_destroyed_req_sent,
      .rxe_note = ""},
+    // B3 (CMP_SWAP), E3/E6/E7 (error NAKs), F4/F5/F6 (silent drops), G (framing), H2 (READ CNPs), A10.
+    {.id = "B3.cas",
+     .run = "atomic-cas-dup",
+     .clause =
+         "IBTA vol. 1 ch. 9, duplicate atomic requests: answered from the saved result, never executed again",
+     .expect = "a second ATOMIC ACKNOWLEDGE at the duplicated CMP_SWAP's PSN with the same original data "
+               "(perftest swaps 0 for 0: a second execution would change nothing, so this row shows the "
+               "replayed answer, not the absence of a second execution)",
+     .judge = judge_dup_atomic_replayed,
+     .rxe_note = ""},
+    {.id = "E3.rights",
+     .run = "write-rights",
+     .clause =
+         "IBTA vol. 1 ch. 9 (remote access error) and ch. 10 (memory region access rights): an RDMA WRITE "
+         "to a region registered without remote write access is a class C error",
+     .expect =
+         "a NAK with syndrome 0x62 (remote access error) at the PSN of urxe's first WRITE, which names the "
+         "rkey of a receive buffer the peer registered for local write only",
+     .judge = judge_rights_nak,
+     .rxe_note = ""},
+    {.id = "E6.write",
+     .run = "write-short",
+     .clause = "IBTA vol. 1 ch. 9, length checks: a FIRST or MIDDLE packet carries exactly the path MTU of "
+               "payload; any other length is an invalid request",
+     .expect =
+         "a NAK with syndrome 0x61 (invalid request) at the PSN of the WRITE FIRST urxe cut 8 bytes from",
+     .judge = judge_invalid_request_nak,
+     .rxe_note = ""},
+    {.id = "E6.send",
+     .run = "send-overflow",
+     .clause = "IBTA vol. 1 ch. 9, length checks: a SEND longer than the receive WQE's buffers is an invalid "
+               "request",
+     .expect = "a NAK with syndrome 0x61 at a PSN of urxe's 4096-byte SEND (the peer posted 1024-byte "
+               "receives), and no ACK for the whole message",
+     .judge = judge_overflow_nak,
+     .rxe_note = ""},
+    {.id = "E7.align",
+     .run = "atomic-align",
+     .clause = "IBTA vol. 1 ch. 9, atomic operations: the virtual address of an atomic must be 8-byte "
+               "aligned; a misaligned one is an invalid request",
+     .expect = "a NAK with syndrome 0x61 at the PSN of the FETCH_ADD whose VA urxe made odd",
+     .judge = judge_invalid_request_nak,
+     .rxe_note = ""},
+    {.id = "F4.qkey",
+     .run = "ud-qkey",
+     .clause = "IBTA vol. 1 ch. 9 and 10, UD: a datagram whose DETH Q_Key differs from the QP's Q_Key is "
+               "dropped silently (and counted)",
+     .expect = "no reply to the UD SEND whose Q_Key urxe changed (the peer answered the earlier ones)",
+     .judge = judge_qkey_dropped,
+     .rxe_note = ""},
+    {.id = "F5.tver",
+     .run = "send-tver",
+     .clause = "IBTA vol. 1 ch. 9, packet header validation: a BTH transport header version other than 0 is "
+               "dropped silently",
+     .expect = "no answer to the SEND LAST with TVer 1; urxe's timeout resend of it is acknowledged",
+     .judge = judge_tver_dropped,
+     .rxe_note = ""},
+    {.id = "F6.uc",
+     .run = "uc-gap",
+     .clause = "IBTA vol. 1 ch. 9, UC responder: after a missing packet the rest of the message is dropped "
+               "silently and the next message starting with FIRST or ONLY is received; UC has no ACK or NAK",
+     .expect =
+         "no frame at all from the peer; its ib_send_bw receives the 5 messages it waits for from the 5 "
+         "of 6 urxe sent whole",
+     .judge = judge_uc_gap,
+     .rxe_note = "kernel rxe drops the next message too: its FIRST meets the broken message's opcode state "
+                 "(check_op_seq, class D1: the receive WQE is reset and that packet dropped), so the peer "
+                 "receives 4 of the 5 it waits for"},
+    {.id = "G1.udp",
+     .run = "send-tver",
+     .clause = "RoCEv2 annex A17, UDP encapsulation: destination port 4791; the source port is the flow's "
+               "entropy, one per QP so the network keeps its packets in order",
+     .expect = "every frame of the peer's QP with destination port 4791 and one source port (CNPs and QP1 "
+               "aside); the source port in 0xC000-0xFFFF as the Linux drivers choose it is reported, not "
+               "required",
+     .judge = judge_udp_ports,
+     .rxe_note = ""},
+    {.id = "G2.pad",
+     .run = "send-tver",
+     .clause = "IBTA vol. 1 ch. 9, BTH PadCnt: the pad aligns the payload to 4 bytes, only on a message's "
+               "last packet; pad bytes are zero",
+     .expect = "PadCnt 0 on the peer's SEND FIRST/MIDDLE, PadCnt 1 with a zero pad byte on its 3-byte SEND "
+               "LASTs",
+     .judge = judge_pad,
+     .rxe_note = ""},
+    {.id = "G3.len",
+     .run = "send-tver",
+     .clause = "IBTA vol. 1 ch. 9, packet lengths: FIRST and MIDDLE packets carry exactly the path MTU of "
+               "payload, LAST and ONLY between 1 byte (LAST) or 0 (ONLY) and the path MTU",
+     .expect = "the peer's FIRST/MIDDLE payloads all one IB MTU (256-4096), its LAST/ONLY payloads no longer",
+     .judge = judge_payload_lengths,
+     .rxe_note = ""},
+    {.id = "A10.credits",
+     .run = "send-tver",
+     .clause = "IBTA vol. 1 ch. 9, AETH: an ACK syndrome is 000 and a 5-bit credit code (0x1F: no credit "
+               "count, as with an SRQ); RNR NAK 001, NAK 011; 010 and bit 7 are reserved",
+     .expect = "every AETH from the peer with a defined syndrome; its ACK credit codes are reported",
+     .judge = judge_credit_codes,
+     .rxe_note = ""},
+    {.id = "H2.read-cnp",
+     .run = "read-ce",
+     .clause = "RoCEv2 annex A17 (congestion notification): the receiver of CE-marked packets is the "
+               "notification point; for READ responses that is the READ requester, which sends the CNP to "
+               "the responder's QP",
+     .expect = "at least one CNP from the peer (the ib_read_bw client) to the QP of urxe's that sent the "
+               "CE-marked READ responses",
+     .judge = judge_cnp_for_read_ce,
+     .rxe_note = "kernel rxe has no congestion control: rxe_rcv never reads the IP ECN field and rxe builds "
+                 "no CNP (0x81), so CE-marked READ responses draw nothing"},
     {.id = "I7.no-listener",
      .run = "cm-no-listener",
      .clause = "IBTA vol. 1 ch. 12, REJ reason 8 'invalid Service ID': a REQ for a service nobody "

@@ -38,6 +38,18 @@ Finding judge_rep_resent(const Trace& t, const Setup& s);
 Finding judge_dreq_resend_answered(const Trace& t, const Setup& s);
 Finding judge_rej_destroyed_rep_sent(const Trace& t, const Setup& s);
 Finding judge_rej_destroyed_req_sent(const Trace& t, const Setup& s);
+// Rights and length NAKs, silent drops, framing, READ CNPs (conform_judges_nak.cc, conform_judges_drop.cc,
+// conform_judges_frame.cc).
+Finding judge_rights_nak(const Trace& t, const Setup& s);    // E3: 0x62 for urxe's first message
+Finding judge_overflow_nak(const Trace& t, const Setup& s);  // E6: 0x61 within urxe's first message
+Finding judge_qkey_dropped(const Trace& t, const Setup& s);
+Finding judge_tver_dropped(const Trace& t, const Setup& s);
+Finding judge_uc_gap(const Trace& t, const Setup& s);
+Finding judge_udp_ports(const Trace& t, const Setup& s);
+Finding judge_pad(const Trace& t, const Setup& s);
+Finding judge_payload_lengths(const Trace& t, const Setup& s);
+Finding judge_credit_codes(const Trace& t, const Setup& s);
+Finding judge_cnp_for_read_ce(const Trace& t, const Setup& s);
 
 // Shared pieces.
 // The first frame the run's rule k hit (k 0-based), or null.
