@@ -192,9 +192,10 @@ const Scenario kScenarios[] = {
      .run = "write-gap",
      .clause = "IBTA vol. 1 ch. 9, responder ACK generation and requester ACK processing: a request with "
                "AckReq set is "
-               "acknowledged; one ACK may cover several packets (coalescing) and ACK PSNs never go back",
+               "acknowledged; one ACK may cover several packets (coalescing) and ACK PSNs never go back, "
+               "but for the ACK of a duplicate request",
      .expect = "every request urxe sent with AckReq covered by a later ACK/NAK at or beyond its PSN; ACK "
-               "PSNs non-decreasing",
+               "PSNs non-decreasing except right after urxe resent an already acknowledged PSN",
      .judge = judge_ackreq_covered,
      .rxe_note = ""},
     {.id = "A9.msn",
