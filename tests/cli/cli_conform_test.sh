@@ -1,5 +1,5 @@
 #!/bin/sh
-# `urxe conform` against another urxe (namespaces cfa/cfb joined by a veth, each with its own run directory;
+# `urxe conform` against another urxe (namespaces cfaPID/cfbPID joined by a veth, each with its own run directory;
 # the peer's tools run through --peer-exec 'ip netns exec cfb ... urxe run --', its CM service started here):
 # every scenario of the catalogue passes, the report (text, report.json) names each with its verdict and
 # evidence frames, each run's pcapng slice opens in tshark with the fault rule's comment on its frame (the
@@ -19,10 +19,11 @@ unset URXE_PROVIDER LD_PRELOAD SYSFS_PATH URXE_LOG URXE_DEBUG URXE_PCAP
 . "$(dirname "$0")/../lib/check.sh"
 netns_devfs || exit 1
 netns_tmpdir T urxe-conform-test || exit 1
-netns_pair cfa cfb cva cvb 10.89.0.1/24 10.89.0.2/24 || exit 1
+na=cfa$$ nb=cfb$$  # (named by PID: another run of this test may be going on)
+netns_pair $na $nb cva cvb 10.89.0.1/24 10.89.0.2/24 || exit 1
 mkdir -p "$T/a" "$T/b"
-A="ip netns exec cfa env URXE_RUN_DIR=$T/a"
-B="ip netns exec cfb env URXE_RUN_DIR=$T/b"
+A="ip netns exec $na env URXE_RUN_DIR=$T/a"
+B="ip netns exec $nb env URXE_RUN_DIR=$T/b"
 $A "$U" link add urxe0 netdev cva --port socket >/dev/null || exit 1
 $B "$U" link add urxe1 netdev cvb --port socket >/dev/null || exit 1
 $B "$U" cm --idle-exit 0 || exit 1
