@@ -228,7 +228,9 @@ void rnr_nak_received(EngineImpl& e, Qp& q, uint32_t psn, uint8_t timer) {
     return;
   }
   if (q.attr.rnr_retry != 7) q.comp.rnr_left--;
-  q.comp.rnr_until = e.now + wire::rnr_timer_ns(timer);
+  // From the clock read now: a NAK read in the middle of a long round (rx after a burst sent) came after
+  // the round's `now`, and the wait is a lower bound (IBTA: no resend before the timer has run out).
+  q.comp.rnr_until = e.clock.now_ns() + wire::rnr_timer_ns(timer);
   if (q.comp.rnr_until == 0) q.comp.rnr_until = 1;
   q.comp.rnr_psn = psn;
   q.comp.timer_deadline = 0;

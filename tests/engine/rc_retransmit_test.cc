@@ -33,6 +33,48 @@ TEST_F(RcRnr, RnrNakThenRetrySucceedsAfterReceivePosted) {
   EXPECT_EQ(lb.b().eng->counter(Counter::send_rnr_err), 1u);
 }
 
+// The RNR wait counts from when the NAK was read, not from the start of the round that read it: a round
+// that lasts (a long burst sent, then the port read again) takes a NAK that arrived after its `now`, and a
+// wait from that `now` let the resend leave before the coded time had passed since the NAK's arrival. Here
+// A's round starts 50 us before the NAK is due and every clock read moves time 100 us on, so its first
+// read of the port finds the NAK there.
+TEST_F(RcRnr, RnrWaitCountsFromTheNakNotTheRoundStart) {
+  ConnOpts o;
+  o.min_rnr_timer = 14;  // 1.28 ms
+  connect(o);
+  lb.link.latency_ns = 300'000;
+  uint64_t nak_due = 0, resent_at = 0;
+  uint32_t nak_psn = 0;
+  lb.link.hook = [&](int side, const wire::Packet& p, std::vector<uint8_t>&) {
+    if (side == 1 && p.info->kind == wire::OpKind::ack && p.aeth.type() == wire::AethType::rnr_nak &&
+        !nak_due) {
+      nak_due = lb.link.clock.t + lb.link.latency_ns;
+      nak_psn = p.bth.psn;
+    } else if (side == 0 && nak_due && !resent_at && p.info->is_request && p.bth.psn == nak_psn) {
+      resent_at = lb.link.clock.t;
+    }
+    return Fate::pass;
+  };
+  Sge sge{lb.a().addr(0), 64, lb.a().mr.lkey};
+  post(lb.a(), qa, make_wr(WR_SEND, &sge, 1, 1));
+  lb.a().eng->progress();  // the SEND
+  lb.link.clock.t += lb.link.latency_ns;
+  lb.b().eng->progress();  // no receive: RNR NAK
+  ASSERT_NE(nak_due, 0u);
+  lb.link.clock.t = nak_due - 50'000;
+  lb.link.clock.read_step_ns = 100'000;
+  lb.a().eng->progress();  // reads the NAK
+  lb.link.clock.read_step_ns = 0;
+  ASSERT_EQ(lb.a().eng->counter(Counter::rcvd_rnr_err), 1u);
+  lb.run([&] { return resent_at != 0; });
+  ASSERT_NE(resent_at, 0u);
+  EXPECT_GE(resent_at - nak_due, wire::rnr_timer_ns(14));
+  post_recv(lb.b(), qb, 0, 64, 1);
+  const auto wa = lb.poll(lb.a(), 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WC_SUCCESS);
+}
+
 TEST_F(RcRnr, RnrRetryExceeded) {
   ConnOpts o;
   o.rnr_retry = 2;
