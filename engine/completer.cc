@@ -436,16 +436,18 @@ void send_queue_error(EngineImpl& e, Qp& q, const SendWqe& w, uint32_t cons) {
 
 // Tail loss probe: the last packet again, once per stall, when the requester is not resending already and
 // it is a tail (a paced QP with more to send provokes an answer with its next packet; its next new packet
-// arms the probe again). Returns whether it probed.
+// arms the probe again). It is a retransmission, so it spends a retry: retry_cnt bounds how often a request
+// is sent again without progress, whatever made it go again (retry_cnt 0: never). Returns whether it probed.
 bool tail_loss_probe(EngineImpl& e, Qp& q) {
   if (!q.comp.probe_deadline || e.now < q.comp.probe_deadline) return false;
   q.comp.probe_deadline = 0;
   if (q.comp.probed || !q.reliable || q.comp.nak_pending || q.comp.una_psn == q.req.sent_end ||
-      q.comp.rnr_until || q.req.next_psn != q.req.sent_end ||
+      q.comp.rnr_until || q.req.next_psn != q.req.sent_end || q.comp.retry_left == 0 ||
       (q.comp.timer_deadline && e.now >= q.comp.timer_deadline) ||
       (e.paced_until(q) && q.req.idx != q.sq.prod.load(std::memory_order_acquire)))
     return false;
   q.comp.probed = true;
+  q.comp.retry_left--;
   e.count(Counter::tail_loss_probes);
   e.go_back(q, probe_psn(q));
   return true;

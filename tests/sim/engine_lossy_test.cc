@@ -271,8 +271,9 @@ TEST(EngineLossyTest, WindowHoldsPacketsInsideAMessage) {
   EXPECT_EQ(before_first_ack, 100u) << "request packets in flight before any acknowledgement";
 }
 
-// Two hosts 20 us apart with one RC QP each (timeout 14, retry_cnt 7) and 64 KiB registered on both, for
-// the tail loss probe tests: one() posts a 16 KiB WRITE or READ from host 0 and runs until it completes.
+// Two hosts 20 us apart with one RC QP each (timeout 14, retry_cnt 7 unless given) and 64 KiB registered on
+// both, for the tail loss probe tests: one() posts a 16 KiB WRITE or READ from host 0 and runs until it
+// completes.
 struct ProbeBed {
   Testbed tb{1,
              [] {
@@ -286,10 +287,10 @@ struct ProbeBed {
   QpEnds q;
   std::vector<uint8_t> mem[2];
   MrInfo mr[2];
-  void SetUp() {
+  void SetUp(uint8_t retry_cnt = 7) {
     QpParams p;
     p.timeout = 14;
-    p.retry_cnt = 7;
+    p.retry_cnt = retry_cnt;
     ASSERT_EQ(tb.connect(p, q), "");
     ASSERT_NO_FATAL_FAILURE(register_both(tb, mem, mr, 64 * 1024));
   }
@@ -311,8 +312,8 @@ struct ProbeBed {
 };
 
 // The last packet of a WRITE is lost and nothing follows it to provoke a NAK: a tail loss probe resends it
-// after about two round trips (at least 10 ms) instead of a retransmit timeout (67 ms at timeout 14), and
-// spends no retry. A probe of a packet that was not lost only costs a duplicate.
+// after about two round trips (at least 10 ms) instead of a retransmit timeout (67 ms at timeout 14); the
+// retry it spends comes back with the progress. A probe of a packet that was not lost only costs a duplicate.
 TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
   ProbeBed b;
   ASSERT_NO_FATAL_FAILURE(b.SetUp());
@@ -419,6 +420,36 @@ TEST(EngineLossyTest, DeadPeerFailsAfterBackedOffRetries) {
   const uint64_t t = uint64_t{4096} << 10, took = tb.net.clock().now_ns() - t0;
   EXPECT_GE(took, t + (2 * t + 8 * t) * 7 / 8);
   EXPECT_LE(took, t * 5 / 4 + 10 * t);
+}
+
+// A peer that stops answering after a first exchange (so a round trip is known and the tail loss probe is
+// armed): the probe is a retransmission and spends a retry, so with retry_cnt 3 the request goes out 4 times
+// in all (the request, the probe, 2 timeouts), as the IBTA's retry count allows, not 5.
+TEST(EngineLossyTest, TheTailLossProbeSpendsARetry) {
+  ProbeBed b;
+  ASSERT_NO_FATAL_FAILURE(b.SetUp(3));
+  b.one(WR_RDMA_WRITE, 1);  // measures the round trip
+  bool silent = false;
+  uint64_t sends = 0;
+  b.tb.net.drop_if = [&](uint32_t from, uint32_t, const uint8_t*, uint32_t) {
+    sends += silent && from == 0;
+    return silent && from == 1;
+  };
+  silent = true;
+  Sge s{reinterpret_cast<uint64_t>(b.mem[0].data()), 1024, b.mr[0].lkey};
+  const SendWr w =
+      signaled_wr(WR_RDMA_WRITE, 2, &s, reinterpret_cast<uint64_t>(b.mem[1].data()), b.mr[1].rkey);
+  const SendWr* bad = nullptr;
+  ASSERT_EQ(b.tb.host[0].eng->post_send(b.q.qpn[0], &w, &bad), 0);
+  Wc wc{};
+  int n = 0;
+  b.tb.net.run_until([&] { return (n = b.tb.host[0].eng->poll_cq(b.q.send_cq[0], 1, &wc)) > 0; },
+                     b.tb.net.clock().now_ns() + 10'000'000'000ull);
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(wc.status, WC_RETRY_EXC_ERR);
+  Engine& e = *b.tb.host[0].eng;
+  EXPECT_EQ(e.counter(Counter::tail_loss_probes), 1u);
+  EXPECT_EQ(sends, 4u) << "the request, the probe and 2 timeouts";
 }
 
 }  // namespace
