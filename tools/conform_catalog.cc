@@ -159,6 +159,40 @@ const Run kRuns[] = {
      .peer_cmd = "ib_read_bw -d {peer_dev} -x {peer_gid} -p {port} -F -s 65536 -n 20 {local_ip}",
      .local_cmd = "ib_read_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
      .rules = {"dir tx class read-response every 8 ecn-ce"}},
+    // A, C, D: sequence, go-back-N, timers, RDMA READ, RNR with the peer as requester (or READ responder).
+    {.id = "peer-write-gap",
+     .peer_is_server = false,
+     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 20 {local_ip}"),
+     .local_cmd = "ib_write_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
+     .rules = {"dir rx opcode rc_rdma_write_middle skip 3 first 1 drop"}},
+    {.id = "peer-send-gap",
+     .peer_is_server = false,
+     .peer_cmd = PERF("ib_send_bw", "-s 65536 -n 20 {local_ip}"),
+     .local_cmd = "ib_send_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
+     .rules = {"dir rx opcode rc_send_middle skip 3 first 1 drop"}},
+    {.id = "peer-pingpong-timeout",
+     .peer_is_server = false,
+     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 5 {local_ip}",
+     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 5",
+     .rules = {"dir tx class ack first 1 drop", "dir rx class request psn +3 drop"},
+     .timeout_ms = 4000,
+     .tools_may_fail = true},
+    {.id = "peer-pingpong-loss",
+     .peer_is_server = false,
+     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 10 {local_ip}",
+     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 10",
+     .rules = {"dir rx class request every 2 drop"},
+     .timeout_ms = 4000},
+    {.id = "read-gaps",
+     .peer_cmd = PERF("ib_read_bw", "-b -s 65536 -n 20"),
+     .local_cmd = PERF_L("ib_read_bw", "-b -s 65536 -n 20"),
+     .rules = {"dir tx opcode rc_rdma_read_response_middle skip 3 first 1 drop",
+               "dir rx opcode rc_rdma_read_response_middle skip 3 first 1 drop",
+               "dir rx opcode rc_rdma_read_response_first skip 10 first 1 drop"}},
+    {.id = "send-rnr",
+     .peer_cmd = PERF("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
+     .local_cmd = PERF_L("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
+     .rules = {}},
     {.id = "cm-no-listener",
      .peer_cmd = "sleep 1",
      .local_cmd = "rping -c -a {peer_ip} -p {port} -C 1 -S 64",
@@ -511,6 +545,167 @@ const Scenario kScenarios[] = {
      .judge = judge_cnp_for_read_ce,
      .rxe_note = "kernel rxe has no congestion control: rxe_rcv never reads the IP ECN field and rxe builds "
                  "no CNP (0x81), so CE-marked READ responses draw nothing"},
+    // A, C, D: sequence, go-back-N, timers, RDMA READ, RNR with the peer as requester (or READ responder).
+    {.id = "A3.write",
+     .run = "peer-write-gap",
+     .clause =
+         "IBTA vol. 1 ch. 9, requester NAK processing: a NAK acknowledges every request packet before the "
+         "PSN it names (kernel rxe: 'a nak implicitly acks all packets with psns before')",
+     .expect =
+         "the peer as requester (ib_write_bw client): after urxe's PSN sequence error NAK at the dropped "
+         "WRITE MIDDLE's PSN p, no request from the peer below p",
+     .judge = judge_nak_acks_below,
+     .rxe_note = ""},
+    {.id = "A4.write",
+     .run = "peer-write-gap",
+     .clause =
+         "IBTA vol. 1 ch. 9, requester retry (go-back-N): after a sequence error NAK the requester resends "
+         "from the NAKed PSN every packet it had sent after it, in order; resumed mid-message, with the "
+         "packet's own opcode and data",
+     .expect =
+         "the peer's next request at p is a WRITE MIDDLE (no RETH) with the dropped packet's data, then "
+         "p+1, p+2, ... up to the highest PSN it had sent, in order",
+     .judge = judge_go_back_n,
+     .rxe_note = ""},
+    {.id = "A3.send",
+     .run = "peer-send-gap",
+     .clause =
+         "IBTA vol. 1 ch. 9, requester NAK processing: a NAK acknowledges every request packet before the "
+         "PSN it names",
+     .expect =
+         "the peer as requester (ib_send_bw client): after urxe's PSN sequence error NAK at the dropped "
+         "SEND MIDDLE's PSN p, no request from the peer below p",
+     .judge = judge_nak_acks_below,
+     .rxe_note = ""},
+    {.id = "A4.send",
+     .run = "peer-send-gap",
+     .clause =
+         "IBTA vol. 1 ch. 9, requester retry (go-back-N): after a sequence error NAK the requester resends "
+         "from the NAKed PSN every packet it had sent after it, in order; resumed mid-message, with the "
+         "packet's own opcode and data",
+     .expect =
+         "the peer's next request at p is a SEND MIDDLE with the dropped packet's data, then p+1, p+2, ... "
+         "up to the highest PSN it had sent, in order",
+     .judge = judge_go_back_n,
+     .rxe_note = ""},
+    {.id = "A5.timeout",
+     .run = "peer-pingpong-timeout",
+     .clause =
+         "IBTA vol. 1 ch. 9, local ACK timeout: a requester that gets no acknowledgement resends from the "
+         "oldest unacknowledged PSN when its transport timer, 4.096 us x 2^timeout, runs out",
+     .expect =
+         "urxe drops its ACK of the peer's first SEND (ibv_rc_pingpong client: timeout 14, 67.1 ms): the "
+         "peer resends that PSN, no sooner than 3/4 of 67.1 ms after urxe received it (a ConnectX with "
+         "adaptive retransmission on may resend sooner)",
+     .judge = judge_ack_timeout,
+     .rxe_note = ""},
+    {.id = "A6.retry",
+     .run = "peer-pingpong-timeout",
+     .clause = "IBTA vol. 1 ch. 9 and ch. 10 (retry_cnt): a requester resends a request at most retry_cnt "
+               "times (7 is seven; only rnr_retry 7 means forever), then completes it with "
+               "IBV_WC_RETRY_EXC_ERR and the QP goes to the error state",
+     .expect = "every transmission of the peer's 4th SEND dropped (ibv_rc_pingpong client: retry_cnt 7): "
+               "exactly 8 transmissions, however early, then none, and the peer's program fails",
+     .judge = judge_retry_count,
+     .rxe_note = "kernel rxe takes retry_cnt 7 as infinite (rxe_comp.c decrements it only when it is not 7): "
+                 "it resends until the run ends"},
+    {.id = "A7.reset",
+     .run = "peer-pingpong-loss",
+     .clause = "IBTA vol. 1 ch. 9: the retry counter starts again when a request makes progress, so losses "
+               "spread over many messages never exhaust it",
+     .expect =
+         "every 2nd transmission of the peer dropped (9 in all, more than ibv_rc_pingpong's retry_cnt 7): "
+         "each dropped PSN delivered later and both programs complete",
+     .judge = judge_retry_reset,
+     .rxe_note = ""},
+    {.id = "C1.read",
+     .run = "read-gaps",
+     .clause =
+         "IBTA vol. 1 ch. 9, requester READ retry: a READ is resumed at the first response PSN p that did "
+         "not arrive, its RETH advanced past the bytes received: VA + (p - first PSN) x PMTU, the "
+         "length less the same",
+     .expect = "ib_read_bw -b, both sides READ: urxe drops its 4th READ RESPONSE MIDDLE to the peer: the "
+               "peer's next READ request for that READ has PSN p, that VA and length, and the same R_Key",
+     .judge = judge_read_resume,
+     .rxe_note = ""},
+    {.id = "C2.read",
+     .run = "read-gaps",
+     .clause =
+         "IBTA vol. 1 ch. 9, requester response checking: a READ response PSN beyond the expected one is "
+         "an implied NAK (sequence error), and the requester asks again at once (ConnectX counts these "
+         "as implied_nak_seq_err)",
+     .expect =
+         "the peer's new READ request comes less than half its local ACK timeout (perftest timeout 14: "
+         "67.1 ms) after urxe's first response beyond the gap; a requester that waits for its timer takes "
+         "the whole of it",
+     .judge = judge_read_implied_nak,
+     .rxe_note =
+         "kernel rxe has no implied NAK for READ: it drops responses beyond the expected PSN and asks "
+         "again only when its retransmit timer (67 ms and more) runs out"},
+    {.id = "C3.read",
+     .run = "read-gaps",
+     .clause =
+         "IBTA vol. 1 ch. 9, READ responses: the answer to a READ request opens with RDMA READ RESPONSE "
+         "FIRST (ONLY when one packet) at its PSN, also for a READ resumed in its middle (kernel rxe "
+         "commit 030e46e4: 'may restart from read response first or read response only')",
+     .expect = "urxe drops the peer's 4th READ RESPONSE MIDDLE and resumes the READ at its PSN p: the peer's "
+               "first response at p is FIRST, or ONLY when at most one PMTU is left",
+     .judge = judge_read_restart_first,
+     .rxe_note = "kernel rxe answers a READ resumed in its middle with READ RESPONSE MIDDLE/LAST (it replays "
+                 "the original READ's responses)"},
+    {.id = "C4.read",
+     .run = "read-gaps",
+     .clause = "IBTA vol. 1 ch. 9, packet formats: RDMA READ RESPONSE FIRST, LAST and ONLY carry an AETH, "
+               "MIDDLE none; FIRST and MIDDLE carry exactly the path MTU",
+     .expect =
+         "each READ response of the peer has the payload its opcode's layout gives: FIRST/MIDDLE "
+         "exactly PMTU, LAST/ONLY the rest of the READ, an AETH with an ACK syndrome on FIRST/LAST/ONLY",
+     .judge = judge_read_layout,
+     .rxe_note = ""},
+    {.id = "B2.middle",
+     .run = "read-gaps",
+     .clause = "IBTA vol. 1 ch. 9, duplicate READ requests: a READ request whose PSN lies in a READ already "
+               "executed is executed again from that PSN (the memory read again) and answered from there",
+     .expect = "the peer answers urxe's READ resumed at p (a duplicate) with every response from p to the "
+               "READ's end again, each with the data of the first answer",
+     .judge = judge_dup_read_middle,
+     .rxe_note = ""},
+    {.id = "B2.whole",
+     .run = "read-gaps",
+     .clause = "IBTA vol. 1 ch. 9, duplicate READ requests: a READ request repeated whole is executed again "
+               "and answered whole",
+     .expect = "urxe drops the peer's 11th READ RESPONSE FIRST and asks for that READ again whole: the peer "
+               "answers from READ RESPONSE FIRST to LAST again, each with the data of the first answer",
+     .judge = judge_dup_read_whole,
+     .rxe_note = ""},
+    {.id = "C4.atomic",
+     .run = "atomic-dup",
+     .clause = "IBTA vol. 1 ch. 9, packet formats: an ATOMIC ACKNOWLEDGE is a BTH, an AETH and an "
+               "AtomicAckETH",
+     .expect =
+         "each ATOMIC ACKNOWLEDGE of the peer (ib_atomic_bw server) is 36 UDP bytes: BTH, an AETH with an "
+         "ACK syndrome, the 8-byte AtomicAckETH, ICRC, no payload",
+     .judge = judge_atomic_ack_layout,
+     .rxe_note = ""},
+    {.id = "D1.send",
+     .run = "send-rnr",
+     .clause =
+         "IBTA vol. 1 ch. 9, receiver not ready: a SEND that finds no receive WQE is answered with an RNR "
+         "NAK (AETH 001 and the responder's min_rnr_timer) naming its PSN; nothing from it on executes",
+     .expect =
+         "ib_send_bw -b -r 1 on both sides: the peer's first RNR NAK has syndrome 0x2c (perftest's "
+         "min_rnr_timer 12: 0.64 ms), names the PSN of a SEND urxe sent, and no ACK at or past it comes "
+         "before urxe resends that SEND",
+     .judge = judge_rnr_nak,
+     .rxe_note = ""},
+    {.id = "D3.send",
+     .run = "send-rnr",
+     .clause = "IBTA vol. 1 ch. 9, RNR NAK processing: the requester waits at least the time the NAK's timer "
+               "field codes (IBTA table 45) before it resends from the NAKed PSN",
+     .expect = "urxe's RNR NAKs in the same run (min_rnr_timer 12: 0.64 ms): the peer resends each NAKed PSN "
+               "no sooner than 0.95 x the coded time after the NAK",
+     .judge = judge_rnr_wait,
+     .rxe_note = ""},
     {.id = "I7.no-listener",
      .run = "cm-no-listener",
      .clause = "IBTA vol. 1 ch. 12, REJ reason 8 'invalid Service ID': a REQ for a service nobody "

@@ -26,6 +26,26 @@ Finding judge_silence_after_error_nak(const Trace& t, const Setup& s);
 Finding judge_range_nak(const Trace& t, const Setup& s);
 Finding judge_invalid_request_nak(const Trace& t, const Setup& s);
 
+// The peer as requester: NAKs, go-back-N, local ACK timeout, retry count (conform_judges_gbn.cc).
+Finding judge_nak_acks_below(const Trace& t, const Setup& s);
+Finding judge_go_back_n(const Trace& t, const Setup& s);
+Finding judge_ack_timeout(const Trace& t, const Setup& s);
+Finding judge_retry_count(const Trace& t, const Setup& s);
+Finding judge_retry_reset(const Trace& t, const Setup& s);
+std::string ms_text(int64_t ns);                    // "67.11 ms"
+bool same_payload(const Frame& a, const Frame& b);  // the same payload bytes
+
+// RDMA READ and RNR (conform_judges_read.cc).
+Finding judge_read_resume(const Trace& t, const Setup& s);
+Finding judge_read_implied_nak(const Trace& t, const Setup& s);
+Finding judge_read_restart_first(const Trace& t, const Setup& s);
+Finding judge_dup_read_middle(const Trace& t, const Setup& s);
+Finding judge_dup_read_whole(const Trace& t, const Setup& s);
+Finding judge_read_layout(const Trace& t, const Setup& s);
+Finding judge_atomic_ack_layout(const Trace& t, const Setup& s);
+Finding judge_rnr_nak(const Trace& t, const Setup& s);
+Finding judge_rnr_wait(const Trace& t, const Setup& s);
+
 // Communication management (conform_judges_cm.cc).
 Finding judge_rej_no_listener(const Trace& t, const Setup& s);
 

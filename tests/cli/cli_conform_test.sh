@@ -42,6 +42,8 @@ check "  the summary line" "^$n scenarios: $n pass, 0 FAIL, 0 inconclusive" "$ou
 check "  A1: the peer's sequence NAK at the lost PSN" "observed: PSN 0x[0-9a-f]+ lost; the peer NAKed the next packet with PSN sequence error" "$out"
 check "  E1: NAK remote access error" "NAK remote access error \(0x62\) at PSN" "$out"
 check "  I7: REJ reason 8" "REJ reason 8 \(invalid service ID\)" "$out"
+check "  A4: the peer goes back to the NAKed PSN" "observed: the peer went back to the NAKed PSN 0x[0-9a-f]+ with #[0-9]+ RC RDMA_WRITE_MIDDLE" "$out"
+check "  A6: retry_cnt 7 is 8 transmissions" "observed: the peer sent PSN 0x[0-9a-f]+ 8 times" "$out"
 c=$(tshark -r "$T/r/write-gap.pcapng" -T fields -e frame.comment 2>&1)
 [ "$(printf '%s\n' "$c" | grep -c 'fault rule [0-9]*: drop (not sent)$')" = 1 ] &&
   ok "  write-gap.pcapng: the dropped frame marked" || bad "  write-gap.pcapng comments: $(printf '%s' "$c" | head -5)"
