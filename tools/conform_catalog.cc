@@ -471,7 +471,10 @@ const Scenario kScenarios[] = {
      .expect = "a NAK with syndrome 0x61 at a PSN of urxe's 4096-byte SEND (the peer posted 1024-byte "
                "receives), and no ACK for the whole message",
      .judge = judge_overflow_nak,
-     .rxe_note = ""},
+     .rxe_note =
+         "kernel rxe answers 0x63 (remote operational error) instead: its copy_data returns -EINVAL, not "
+         "-ENOSPC, for a message longer than the receive WQE, so send_data_in takes the malformed-WQE "
+         "path (RESPST_ERR_MALFORMED_WQE) rather than the length error"},
     {.id = "E7.align",
      .run = "atomic-align",
      .clause = "IBTA vol. 1 ch. 9, atomic operations: the virtual address of an atomic must be 8-byte "
