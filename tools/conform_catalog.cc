@@ -1,208 +1,12 @@
-// `urxe conform`: the catalogue. Runs (the stimuli: both sides' stock tools and urxe's fault rules) and
-// scenarios (one catalogue row each, judged from a run's capture). Clauses name the InfiniBand Architecture
-// Specification volume 1 chapter (9 transport, 10 verbs, 12 communication management) and the rule;
-// compliance statement numbers only where public sources quote them (kernel rxe's comments).
-#include <algorithm>
-#include <map>
-#include <set>
-
+// `urxe conform`: the catalogue's scenarios (one row each, judged from a run's capture; the runs they judge
+// are in conform_runs.cc). Clauses name the InfiniBand Architecture Specification volume 1 chapter (9
+// transport, 10 verbs, 12 communication management) and the rule; compliance statement numbers only where
+// public sources quote them (kernel rxe's comments).
 #include "tools/conform.h"
 #include "tools/conform_judges.h"
 
 namespace urxe::tools::conform {
 namespace {
-
-// perftest: 20 messages of 64 KiB (64 packets each at path MTU 1024), -F: no CPU-frequency warning.
-#define PERF(tool, extra) tool " -d {peer_dev} -x {peer_gid} -p {port} -F " extra
-#define PERF_L(tool, extra) tool " -d {dev} -x {gid} -p {port} -F " extra " {peer_ip}"
-
-const Run kRuns[] = {
-    {.id = "write-gap",
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 20"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 20"),
-     .rules = {"dir tx opcode rc_rdma_write_middle skip 3 first 1 drop"}},
-    {.id = "send-dup",
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 5",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 5 {peer_ip}",
-     .rules = {"dir tx opcode rc_send_only first 1 duplicate"}},
-    {.id = "write-rkey",
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 5"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 5"),
-     .rules = {"dir tx opcode rc_rdma_write_first skip 1 first 1 corrupt reth.rkey=0xabcdef"},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    {.id = "write-icrc",
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 20"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 20"),
-     .rules = {"dir tx opcode rc_rdma_write_middle skip 3 first 1 corrupt icrc"}},
-    {.id = "write-ce",
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 20"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 20"),
-     .rules = {"dir tx class request every 8 ecn-ce"}},
-    {.id = "write-range",
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 5"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 5"),
-     .rules = {"dir tx opcode rc_rdma_write_first skip 1 first 1 corrupt reth.va=0x10"},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    {.id = "write-opseq",
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 5"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 5"),
-     .rules = {"dir tx opcode rc_rdma_write_first skip 1 first 1 corrupt bth.opcode=0x07"},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    {.id = "send-pkey",
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 5",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 5 {peer_ip}",
-     .rules = {"dir tx opcode rc_send_only first 1 corrupt bth.pkey=0x1234"}},
-    {.id = "send-destqp",
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 5",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 5 {peer_ip}",
-     .rules = {"dir tx opcode rc_send_only first 1 corrupt bth.destqp=0xabcde"}},
-    {.id = "atomic-dup",
-     .peer_cmd = PERF("ib_atomic_bw", "-A FETCH_AND_ADD -n 20"),
-     .local_cmd = PERF_L("ib_atomic_bw", "-A FETCH_AND_ADD -n 20"),
-     .rules = {"dir rx class atomic-ack skip 2 first 1 drop"}},
-    {.id = "send-gap",
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 65536 -n 5",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 65536 -n 5 {peer_ip}",
-     .rules = {"dir tx opcode rc_send_middle skip 3 first 1 drop"}},
-    // CM retransmissions and duplicates (conform_judges_cm_retry.cc): rping; the peer's CM timers make the
-    // resends come seconds apart, so each run combines stimuli that do not interfere.
-    {.id = "cm-dup",
-     .peer_cmd = "rping -s -a {peer_ip} -p {port} -C 3 -S 64",
-     .local_cmd = "rping -c -a {peer_ip} -p {port} -C 3 -S 64",
-     .rules = {"dir tx class cm:req first 1 duplicate", "dir tx class cm:dreq first 1 duplicate"},
-     .timeout_ms = 5000},
-    {.id = "cm-lost",
-     .peer_cmd = "rping -s -a {peer_ip} -p {port} -C 3 -S 64",
-     .local_cmd = "rping -c -a {peer_ip} -p {port} -C 3 -S 64",
-     .rules = {"dir rx class cm:rep first 1 drop", "dir rx class cm:drep first 1 drop"},
-     .timeout_ms = 9000,
-     .linger_ms = 4400},  // urxe's DREQ resent 4096 ms after rping's disconnect
-    {.id = "cm-peer-active",
-     .peer_is_server = false,
-     .peer_cmd = "rping -c -a {local_ip} -p {port} -C 3 -S 64",
-     .local_cmd = "rping -s -a {local_ip} -p {port} -C 3 -S 64",
-     .rules = {"dir rx class cm:req first 1 drop", "dir tx class cm:rep first 1 duplicate"},
-     .timeout_ms = 9000,
-     .server_wait_ms = 1000},  // urxe's CM service up: the first REQ must reach it to be dropped
-    // The peer's rping killed (timeout(1)) before its connection is up: its CM rejects as it destroys the id.
-    // Passive side in REP_SENT: urxe's RTU and first SEND never reach it (no COMM_EST either).
-    {.id = "cm-kill-passive",
-     .peer_cmd = "timeout 2 rping -s -a {peer_ip} -p {port} -C 3 -S 64",
-     .local_cmd = "rping -c -a {peer_ip} -p {port} -C 3 -S 64",
-     .rules = {"dir tx class cm:rtu drop", "dir tx opcode rc_send_only drop"},
-     .timeout_ms = 3000,
-     .tools_may_fail = true},
-    // Active side in REQ_SENT: urxe's REPs never reach it.
-    {.id = "cm-kill-active",
-     .peer_is_server = false,
-     .peer_cmd = "timeout 2 rping -c -a {local_ip} -p {port} -C 3 -S 64",
-     .local_cmd = "rping -s -a {local_ip} -p {port} -C 3 -S 64",
-     .rules = {"dir tx class cm:rep drop"},
-     .timeout_ms = 3500,
-     .server_wait_ms = 1000,
-     .tools_may_fail = true},
-    // B3 (CMP_SWAP), E3/E6/E7 (error NAKs), F4/F5/F6 (silent drops), G (framing), H2 (READ CNPs), A10.
-    {.id = "atomic-cas-dup",
-     .peer_cmd = PERF("ib_atomic_bw", "-A CMP_AND_SWAP -n 20"),
-     .local_cmd = PERF_L("ib_atomic_bw", "-A CMP_AND_SWAP -n 20"),
-     .rules = {"dir rx class atomic-ack skip 2 first 1 drop"}},
-    // ib_send_bw's receive buffer is registered for local write only, its QP takes remote WRITEs: urxe's
-    // ib_write_bw writes to the rkey and address the server advertises.
-    {.id = "write-rights",
-     .peer_cmd = PERF("ib_send_bw", "-s 1024 -n 5"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 1024 -n 5"),
-     .rules = {},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    {.id = "write-short",
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 5"),
-     .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 5"),
-     .rules = {"dir tx opcode rc_rdma_write_first skip 1 first 1 truncate 8"},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    {.id = "send-overflow",
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 2",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 4096 -n 2 {peer_ip}",
-     .rules = {},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    {.id = "atomic-align",
-     .peer_cmd = PERF("ib_atomic_bw", "-A FETCH_AND_ADD -n 5"),
-     .local_cmd = PERF_L("ib_atomic_bw", "-A FETCH_AND_ADD -n 5"),
-     .rules = {"dir tx opcode rc_fetch_add skip 1 first 1 corrupt atomiceth.va"},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    // UD never resends: the pingpong stops at the message the peer drops; the run ends at its timeout.
-    {.id = "ud-qkey",
-     .peer_cmd = "ibv_ud_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 509 -n 5",
-     .local_cmd = "ibv_ud_pingpong -d {dev} -g {gid} -p {port} -s 509 -n 5 {peer_ip}",
-     .rules = {"dir tx opcode ud_send_only skip 2 first 1 corrupt deth.qkey"},
-     .timeout_ms = 2000,
-     .tools_may_fail = true},
-    // 4099 bytes: FIRST, MIDDLEs and a LAST of 3 bytes (PadCnt 1) each way, for the G rows too.
-    {.id = "send-tver",
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 4099 -n 5",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 4099 -n 5 {peer_ip}",
-     .rules = {"dir tx opcode rc_send_last first 1 corrupt bth.tver=1"}},
-    // urxe sends one message more than the peer waits for: the peer completes only if the messages after
-    // the broken one are delivered.
-    {.id = "uc-gap",
-     .peer_cmd = PERF("ib_send_bw", "-c UC -s 65536 -n 5"),
-     .local_cmd = PERF_L("ib_send_bw", "-c UC -s 65536 -n 6"),
-     .rules = {"dir tx opcode uc_send_middle skip 3 first 1 drop"},
-     .timeout_ms = 4000},
-    {.id = "read-ce",
-     .peer_is_server = false,
-     .peer_cmd = "ib_read_bw -d {peer_dev} -x {peer_gid} -p {port} -F -s 65536 -n 20 {local_ip}",
-     .local_cmd = "ib_read_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
-     .rules = {"dir tx class read-response every 8 ecn-ce"}},
-    // A, C, D: sequence, go-back-N, timers, RDMA READ, RNR with the peer as requester (or READ responder).
-    {.id = "peer-write-gap",
-     .peer_is_server = false,
-     .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 20 {local_ip}"),
-     .local_cmd = "ib_write_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
-     .rules = {"dir rx opcode rc_rdma_write_middle skip 3 first 1 drop"}},
-    {.id = "peer-send-gap",
-     .peer_is_server = false,
-     .peer_cmd = PERF("ib_send_bw", "-s 65536 -n 20 {local_ip}"),
-     .local_cmd = "ib_send_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
-     .rules = {"dir rx opcode rc_send_middle skip 3 first 1 drop"}},
-    {.id = "peer-pingpong-timeout",
-     .peer_is_server = false,
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 5 {local_ip}",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 5",
-     .rules = {"dir tx class ack first 1 drop", "dir rx class request psn +3 drop"},
-     .timeout_ms = 4000,
-     .tools_may_fail = true},
-    {.id = "peer-pingpong-loss",
-     .peer_is_server = false,
-     .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 10 {local_ip}",
-     .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 10",
-     .rules = {"dir rx class request every 2 drop"},
-     .timeout_ms = 4000},
-    {.id = "read-gaps",
-     .peer_cmd = PERF("ib_read_bw", "-b -s 65536 -n 20"),
-     .local_cmd = PERF_L("ib_read_bw", "-b -s 65536 -n 20"),
-     .rules = {"dir tx opcode rc_rdma_read_response_middle skip 3 first 1 drop",
-               "dir rx opcode rc_rdma_read_response_middle skip 3 first 1 drop",
-               "dir rx opcode rc_rdma_read_response_first skip 10 first 1 drop"}},
-    {.id = "send-rnr",
-     .peer_cmd = PERF("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
-     .local_cmd = PERF_L("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
-     .rules = {}},
-    {.id = "cm-no-listener",
-     .peer_cmd = "sleep 1",
-     .local_cmd = "rping -c -a {peer_ip} -p {port} -C 1 -S 64",
-     .rules = {},
-     .timeout_ms = 5000,
-     .tools_may_fail = true},
-};
-
-#undef PERF
-#undef PERF_L
 
 const Scenario kScenarios[] = {
     {.id = "A1.write",
@@ -721,14 +525,11 @@ const Scenario kScenarios[] = {
 
 }  // namespace
 
-std::span<const Run> runs() {
-  return kRuns;
-}
 std::span<const Scenario> scenarios() {
   return kScenarios;
 }
 const Run* find_run(std::string_view id) {
-  for (const Run& r : kRuns)
+  for (const Run& r : runs())
     if (r.id == id) return &r;
   return nullptr;
 }
