@@ -436,19 +436,20 @@ const Scenario kScenarios[] = {
      .judge = judge_read_resume,
      .rxe_note = ""},
     {.id = "C2.read",
-     .run = "read-gaps",
+     .run = "read-lat-gap",
      .clause =
          "IBTA vol. 1 ch. 9, requester response checking: a READ response PSN beyond the expected one is "
          "an implied NAK (sequence error), and the requester asks again at once (ConnectX counts these "
          "as implied_nak_seq_err)",
      .expect =
-         "the peer's new READ request comes less than half its local ACK timeout (perftest timeout 14: "
-         "67.1 ms) after urxe's first response beyond the gap; a requester that waits for its timer takes "
-         "the whole of it",
+         "the peer (ib_read_lat: one 64 KiB READ outstanding) asks again for the response urxe dropped less "
+         "than half its local ACK timeout (perftest timeout 14: 67.1 ms) after urxe's next response of the "
+         "same READ; a requester that waits for its timer takes the whole of it",
      .judge = judge_read_implied_nak,
      .rxe_note =
-         "kernel rxe has no implied NAK for READ: it drops responses beyond the expected PSN and asks "
-         "again only when its retransmit timer (67 ms and more) runs out"},
+         "kernel rxe takes a response beyond the expected PSN as an implied NAK only when it lies beyond "
+         "the whole current READ (check_psn: past wqe->last_psn, COMPST_ERROR_RETRY); a gap inside the READ "
+         "is dropped (COMPST_DONE) and waits for the retransmit timer"},
     {.id = "C3.read",
      .run = "read-gaps",
      .clause =

@@ -127,10 +127,14 @@ Finding judge_read_implied_nak(const Trace& t, const Setup&) {
   const LostResponse l = lost_response(t, true, 0);
   if (!l.lost || !l.read) return no_stimulus(t, "the rule never dropped a READ response of urxe's");
   const uint32_t p = l.lost->psn();
+  const uint32_t last = (l.read->psn() + npkts(l.read->d.pkt.reth.dma_len, l.pmtu) - 1) & 0xffffff;
+  // A response of the same READ: one of a READ behind it shows a gap to a requester that checks only
+  // whether a response belongs to the READ it waits for.
   const Frame* beyond = t.next(l.lost, [&](const Frame& f) {
-    return f.to_peer() && f.is_read_response() && f.dqpn() == l.lost->dqpn() && psn_diff(p, f.psn()) > 0;
+    return f.to_peer() && f.is_read_response() && f.dqpn() == l.lost->dqpn() && psn_diff(p, f.psn()) > 0 &&
+           psn_diff(f.psn(), last) >= 0;
   });
-  if (!beyond) return no_stimulus(t, "urxe sent no READ response after the lost one");
+  if (!beyond) return no_stimulus(t, "urxe sent no response of the same READ after the lost one");
   const Frame* again = t.next(l.lost, [&](const Frame& f) {
     return f.from_peer() && is_read_request(f) && psn_diff(l.read->psn(), f.psn()) >= 0 &&
            psn_diff(f.psn(), p) >= 0;

@@ -182,6 +182,13 @@ const Run kRuns[] = {
      .rules = {"dir tx opcode rc_rdma_read_response_middle skip 3 first 1 drop",
                "dir rx opcode rc_rdma_read_response_middle skip 3 first 1 drop",
                "dir rx opcode rc_rdma_read_response_first skip 10 first 1 drop"}},
+    // One READ outstanding at a time: a gap inside it can only be noticed from that READ's own later
+    // responses (an implied NAK), not from the responses of a READ behind it.
+    {.id = "read-lat-gap",
+     .peer_is_server = false,
+     .peer_cmd = PERF("ib_read_lat", "-s 65536 -n 5 {local_ip}"),
+     .local_cmd = "ib_read_lat -d {dev} -x {gid} -p {port} -F -s 65536 -n 5",
+     .rules = {"dir tx opcode rc_rdma_read_response_middle skip 3 first 1 drop"}},
     {.id = "send-rnr",
      .peer_cmd = PERF("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
      .local_cmd = PERF_L("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
