@@ -7,7 +7,8 @@
 #         pair of its own, one of them killed (SIGKILL) at a random time;
 #   data  rdma_check pairs: multi-packet READs, WRITEs read back, FETCH_ADD/CMP_SWAP, each result checked;
 #   qps   ib_write_bw with 32 QPs; every other pair has its client or its server killed mid-run.
-# Checks: every run not killed exited 0 (its data checked end to end); each kind ran at least a few times;
+# Checks: every run not killed exited 0 (its data checked end to end; an rping client whose every ping was
+# checked and which then hit rping 44's own teardown race, tests/lib/check.sh, is counted apart); each kind ran at least a few times;
 # every fault rule hit; the long-lived processes (the persistent server, both CM services) are still alive
 # and their resident memory stayed flat (growth from the first quarter of the run to its end at most
 # URXE_SOAK_RSS_GROWTH_KB, default 2048); no process of a killed run is left on either device.
@@ -78,7 +79,7 @@ run_bounded() {
 }
 
 cm_loop() {
-  _n=0 _ok=0 _killed=0 _bad=0
+  _n=0 _ok=0 _killed=0 _bad=0 _race=0
   while [ "$(date +%s)" -lt $end ] && [ $_n -lt 2000 ]; do
     _n=$((_n + 1))
     _count=$((2 + RANDOM % 30))
@@ -97,15 +98,23 @@ cm_loop() {
     fi
     run_bounded _p "$T/log/cm.$_n" timeout 40 $B rping -c -v -V -a 10.91.0.1 -p 7471 -C $_count -S $_size
     # -v prints each ping's data after -V checked it: a run that ended early without an error is caught too.
-    if wait "$_p" && [ "$(grep -c '^ping data: ' "$T/log/cm.$_n")" = $_count ]; then
+    wait "$_p"
+    _rc=$?
+    _pings=$(grep -c '^ping data: ' "$T/log/cm.$_n")
+    if [ $_rc = 0 ] && [ "$_pings" = $_count ]; then
       _ok=$((_ok + 1))
       rm -f "$T/log/cm.$_n"*  # only a failed run's output is kept
+    elif [ "$_pings" = $_count ] && [ -n "$(known_app_race "$T/log/cm.$_n.err")" ]; then
+      # Every ping checked, then rping 44's own teardown race (tests/lib/check.sh): counted and reported,
+      # not taken for urxe's failure.
+      _ok=$((_ok + 1)) _race=$((_race + 1))
+      rm -f "$T/log/cm.$_n"*
     else
       _bad=$((_bad + 1))
       echo "FAIL: rping client $_n: $(grep -c '^ping data: ' "$T/log/cm.$_n") of $_count pings; $(tail -n 3 "$T/log/cm.$_n.err" | tr '\n' ' ')"
     fi
   done
-  echo "cm $_ok $_killed $_bad" >"$T/log/cm.result"
+  echo "cm $_ok $_killed $_bad $_race" >"$T/log/cm.result"
 }
 
 data_loop() {
@@ -192,8 +201,8 @@ for r0 in $rss0; do
 done
 summary=""
 for kind in cm data qps; do
-  read -r _k okn killed badn <"$T/log/$kind.result" || { bad "$kind: no result"; continue; }
-  summary="$summary $kind ${okn}ok/${killed}killed/${badn}failed;"
+  read -r _k okn killed badn race <"$T/log/$kind.result" || { bad "$kind: no result"; continue; }
+  summary="$summary $kind ${okn}ok/${killed}killed/${badn}failed${race:+ (${race} ended by the rping teardown race)};"
   [ "$badn" = 0 ] && ok "$kind: $okn runs checked, $killed killed, none failed" || bad "$kind: $badn runs failed"
   [ "$okn" -ge 3 ] || bad "$kind: only $okn runs completed"
 done
