@@ -514,6 +514,17 @@ const Scenario kScenarios[] = {
                "no sooner than 0.95 x the coded time after the NAK",
      .judge = judge_rnr_wait,
      .rxe_note = ""},
+    // The peer after urxe's MRA (conform_judges_cm_mra.cc).
+    {.id = "I5.mra",
+     .run = "cm-mra",
+     .clause = "IBTA vol. 1 ch. 12, MRA: the sender of the message MRAed waits ServiceTimeout + "
+               "PacketLifeTime before resending it (the kernel's cm_mra_handler), so a slow answer does not "
+               "time the connection out",
+     .expect = "after urxe's MRA (REQ) no REQ again and no REJ for 0.95 x 4.096 us x 2^ServiceTimeout less "
+               "100 ms, or until the REP that urxe lets through past the peer's own REQ timeout; that REP is "
+               "answered by RTU",
+     .judge = judge_mra_honoured,
+     .rxe_note = ""},
     {.id = "I7.no-listener",
      .run = "cm-no-listener",
      .clause = "IBTA vol. 1 ch. 12, REJ reason 8 'invalid Service ID': a REQ for a service nobody "

@@ -193,6 +193,17 @@ const Run kRuns[] = {
      .peer_cmd = PERF("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
      .local_cmd = PERF_L("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
      .rules = {}},
+    // I5 (conform_judges_cm_mra.cc): urxe's CM gets the peer's REQ twice; the copy finds it not yet accepted
+    // and draws an MRA (ServiceTimeout 24: 68.7 s). urxe's REP at accept and its resend 4096 ms later (the
+    // REQ's Local CM Response Timeout 20) are lost; the next, at 8192 ms, connects. The peer's own REQ
+    // timeout (about 4.6 s from its REQ) falls inside that wait.
+    {.id = "cm-mra",
+     .peer_is_server = false,
+     .peer_cmd = "rping -c -a {local_ip} -p {port} -C 3 -S 64",
+     .local_cmd = "rping -s -a {local_ip} -p {port} -C 3 -S 64",
+     .rules = {"dir rx class cm:req first 1 duplicate", "dir tx class cm:rep first 2 drop"},
+     .timeout_ms = 11000,
+     .server_wait_ms = 1000},  // urxe's CM service up: the first REQ must reach it to be duplicated
     {.id = "cm-no-listener",
      .peer_cmd = "sleep 1",
      .local_cmd = "rping -c -a {peer_ip} -p {port} -C 1 -S 64",

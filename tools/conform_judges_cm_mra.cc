@@ -1,0 +1,88 @@
+// `urxe conform` judges: the peer as the active side after urxe's MRA (the research note's I5). The peer's
+// REQ reaches urxe's CM twice; the copy finds the REQ not yet accepted, and urxe answers it with an MRA as
+// the kernel's cm_dup_req_handler does. From then on the peer may resend its REQ only after ServiceTimeout +
+// PacketLifeTime (the kernel's cm_mra_handler), and must still take a REP that comes later than its own REQ
+// timeout.
+#include <variant>
+
+#include "tools/conform_judges.h"
+#include "wire/mad.h"
+
+namespace urxe::tools::conform {
+namespace {
+
+using wire::CmAttr;
+
+bool cm_is(const Frame& f, CmAttr a) {
+  return f.cm() && f.d.mad_error == wire::MadError::ok &&
+         f.d.cm.header.attribute_id == static_cast<uint16_t>(a);
+}
+template <class M>
+const M& msg(const Frame& f) {
+  return std::get<M>(f.d.cm.msg);
+}
+// An IBTA CM time, 4.096 us x 2^x, in ns.
+int64_t cm_time_ns(uint8_t x) {
+  return int64_t{4096} << (x & 31);
+}
+std::string ms(int64_t ns) {
+  return std::to_string(ns / 1000000) + " ms";
+}
+
+}  // namespace
+
+Finding judge_mra_honoured(const Trace& t, const Setup&) {
+  const Frame* req = t.next(nullptr, [](const Frame& f) { return f.from_peer() && cm_is(f, CmAttr::req); });
+  if (!req) return no_stimulus(t, "the peer sent no REQ");
+  const uint32_t comm = msg<wire::CmReq>(*req).local_comm_id;
+  const Frame* mra = t.next(req, [&](const Frame& f) {
+    return f.to_peer() && cm_is(f, CmAttr::mra) && msg<wire::CmMra>(f).remote_comm_id == comm &&
+           msg<wire::CmMra>(f).message_mraed == 0;
+  });
+  if (!mra) return no_stimulus(t, "urxe's CM sent no MRA for the peer's REQ");
+  const auto& m = msg<wire::CmMra>(*mra);
+  const auto& q = msg<wire::CmReq>(*req);
+  // The REP that reached the peer ends what the capture can show of its REQ timer.
+  const Frame* rep = t.next(mra, [&](const Frame& f) {
+    return f.to_peer() && cm_is(f, CmAttr::rep) && msg<wire::CmRep>(f).remote_comm_id == comm;
+  });
+  // The peer's timer after the MRA: ServiceTimeout + PacketLifeTime, checked from below as the other CM
+  // timers (0.95 x, less 100 ms of capture jitter), and without the packet lifetime the MRA cannot show.
+  const int64_t wait = cm_time_ns(m.service_timeout) * 95 / 100 - 100'000'000;
+  const int64_t end = std::min(mra->t_ns + wait, rep ? rep->t_ns : t.duration_ns);
+  // Without the MRA the peer would have resent by 2 x PacketLifeTime + Remote CM Response Timeout; the
+  // REQ's local ACK timeout (ACK delay + 2 x PacketLifeTime) bounds the first term.
+  const int64_t own = cm_time_ns(q.remote_cm_response_timeout) + cm_time_ns(q.primary.local_ack_timeout);
+  const std::string what = "MRA ServiceTimeout " + std::to_string(m.service_timeout) + " (" +
+                           ms(cm_time_ns(m.service_timeout)) + ") for REQ comm ID " + hex(comm) +
+                           ", whose own timeout is at most " + ms(own);
+  const Frame* resent = t.next(mra, [&](const Frame& f) {
+    return f.from_peer() && f.t_ns < end && cm_is(f, CmAttr::req) &&
+           msg<wire::CmReq>(f).local_comm_id == comm;
+  });
+  if (resent)
+    return fail(what + ": the peer sent its REQ again " + ms(resent->t_ns - mra->t_ns) + " after the MRA",
+                {req, mra, resent});
+  const Frame* rej = t.next(mra, [&](const Frame& f) {
+    return f.from_peer() && cm_is(f, CmAttr::rej) && msg<wire::CmRej>(f).local_comm_id == comm;
+  });
+  if (rej && (!rep || rej->t_ns < rep->t_ns))
+    return fail(what + ": the peer gave up with REJ reason " + std::to_string(msg<wire::CmRej>(*rej).reason) +
+                    " " + ms(rej->t_ns - mra->t_ns) + " after the MRA",
+                {req, mra, rej});
+  if (end - req->t_ns < own + 500'000'000)
+    return no_stimulus(t, "the window after the MRA (" + ms(end - mra->t_ns) +
+                              ") ends before the peer's own REQ timeout would have (" + what + ")");
+  if (!rep) return no_stimulus(t, "no REP reached the peer (" + what + ")");
+  const Frame* rtu = t.next(rep, [&](const Frame& f) {
+    return f.from_peer() && cm_is(f, CmAttr::rtu) && msg<wire::CmRtu>(f).local_comm_id == comm;
+  });
+  if (!rtu)
+    return fail(what + ": no RTU for the REP that came " + ms(rep->t_ns - req->t_ns) + " after the REQ",
+                {req, mra, rep});
+  return pass(what + ": no REQ again and no REJ in the " + ms(rep->t_ns - mra->t_ns) +
+                  " after the MRA; the REP then was answered by RTU",
+              {req, mra, rep, rtu});
+}
+
+}  // namespace urxe::tools::conform
