@@ -350,6 +350,9 @@ en::EngineConfig configure_engine(const UrxeDevice* dev, ContextState* st) {
   // A random first QPN in the block, so a restarted process does not offer a peer the QPN its previous
   // connection had (the peer's CM may still hold it and would reject; see EngineConfig::qpn_start).
   ecfg.qpn_start = static_cast<uint32_t>(std::random_device{}());
+  // URXE_QPN_START fixes it instead: a test that wants a new process to reuse a QPN (a stale connection).
+  if (const char* v = std::getenv("URXE_QPN_START"); v && *v)
+    ecfg.qpn_start = static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
   // DCQCN's parameters as the device's cc_params/ files say; a QP's line rate is the link's speed
   read_cc_params(dev->ibdev_path, ecfg.dcqcn);
   if (urxe::provider::odp_available()) ecfg.odp_fault_in = urxe::provider::odp_fault_in;
