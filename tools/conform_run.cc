@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "provider/device_tree.h"
@@ -72,10 +71,23 @@ std::string expand(std::string_view tmpl, const Setup& s, int port) {
   return r;
 }
 
+// Split at blanks; '...' is one word (a local command of several tools: sh -c '...').
 std::vector<std::string> words(const std::string& s) {
   std::vector<std::string> w;
-  std::istringstream in(s);
-  for (std::string x; in >> x;) w.push_back(x);
+  bool in_word = false, quoted = false;
+  for (char c : s) {
+    if (c == '\'') {
+      quoted = !quoted;
+      if (!in_word) w.emplace_back();
+      in_word = true;
+    } else if (!quoted && (c == ' ' || c == '\t')) {
+      in_word = false;
+    } else {
+      if (!in_word) w.emplace_back();
+      in_word = true;
+      w.back() += c;
+    }
+  }
   return w;
 }
 
