@@ -514,7 +514,7 @@ const Scenario kScenarios[] = {
                "no sooner than 0.95 x the coded time after the NAK",
      .judge = judge_rnr_wait,
      .rxe_note = ""},
-    // The peer after urxe's MRA (conform_judges_cm_mra.cc).
+    // The peer after urxe's MRA, a stale connection (conform_judges_cm_conn.cc).
     {.id = "I5.mra",
      .run = "cm-mra",
      .clause = "IBTA vol. 1 ch. 12, MRA: the sender of the message MRAed waits ServiceTimeout + "
@@ -524,6 +524,16 @@ const Scenario kScenarios[] = {
                "100 ms, or until the REP that urxe lets through past the peer's own REQ timeout; that REP is "
                "answered by RTU",
      .judge = judge_mra_honoured,
+     .rxe_note = ""},
+    {.id = "I6.stale",
+     .run = "cm-stale",
+     .clause = "IBTA vol. 1 ch. 12, stale connections: a REQ from a QPN the CM holds in a live connection is "
+               "rejected (reason 10, stale connection) and the old connection is taken down (the kernel's "
+               "cm_match_req: REJ and a DREQ)",
+     .expect =
+         "the second REQ from the QPN of the connection whose DREQ was lost: REJ reason 10, then a DREQ "
+         "for that connection",
+     .judge = judge_stale_connection,
      .rxe_note = ""},
     {.id = "I7.no-listener",
      .run = "cm-no-listener",

@@ -49,8 +49,9 @@ Finding judge_rnr_wait(const Trace& t, const Setup& s);
 // Communication management (conform_judges_cm.cc).
 Finding judge_rej_no_listener(const Trace& t, const Setup& s);
 
-// The peer after urxe's MRA (conform_judges_cm_mra.cc).
+// The peer after urxe's MRA, a stale connection (conform_judges_cm_conn.cc).
 Finding judge_mra_honoured(const Trace& t, const Setup& s);
+Finding judge_stale_connection(const Trace& t, const Setup& s);
 
 // CM retransmissions and duplicates (conform_judges_cm_retry.cc).
 Finding judge_req_resent(const Trace& t, const Setup& s);

@@ -1,8 +1,10 @@
-// `urxe conform` judges: the peer as the active side after urxe's MRA (the research note's I5). The peer's
-// REQ reaches urxe's CM twice; the copy finds the REQ not yet accepted, and urxe answers it with an MRA as
-// the kernel's cm_dup_req_handler does. From then on the peer may resend its REQ only after ServiceTimeout +
-// PacketLifeTime (the kernel's cm_mra_handler), and must still take a REP that comes later than its own REQ
-// timeout.
+// `urxe conform` judges: the peer's CM state over a connection's life (the research note's I5, I6).
+// I5: the peer's REQ reaches urxe's CM twice; the copy finds the REQ not yet accepted, and urxe answers it
+// with an MRA as the kernel's cm_dup_req_handler does. From then on the peer may resend its REQ only after
+// ServiceTimeout + PacketLifeTime (the kernel's cm_mra_handler), and must still take a REP that comes later
+// than its own REQ timeout.
+// I6: urxe's client connects, its DREQ is lost, and a new client offers the same QPN: the peer, still
+// holding the first connection, rejects the REQ as stale and disconnects the old one (cm_match_req).
 #include <variant>
 
 #include "tools/conform_judges.h"
@@ -83,6 +85,48 @@ Finding judge_mra_honoured(const Trace& t, const Setup&) {
   return pass(what + ": no REQ again and no REJ in the " + ms(rep->t_ns - mra->t_ns) +
                   " after the MRA; the REP then was answered by RTU",
               {req, mra, rep, rtu});
+}
+
+Finding judge_stale_connection(const Trace& t, const Setup&) {
+  const auto ours = [](const Frame& f) { return f.to_peer() && cm_is(f, CmAttr::req); };
+  const Frame* req1 = t.next(nullptr, ours);
+  const Frame* lost = nullptr;
+  for (const Frame* f : t.hits(0))
+    if (cm_is(*f, CmAttr::dreq)) lost = f;
+  if (!req1 || !lost) return no_stimulus(t, "urxe's first connection did not lose its DREQ");
+  const auto& q1 = msg<wire::CmReq>(*req1);
+  const Frame* rtu = t.next(req1, [&](const Frame& f) {
+    return f.to_peer() && cm_is(f, CmAttr::rtu) && msg<wire::CmRtu>(f).local_comm_id == q1.local_comm_id;
+  });
+  if (!rtu) return no_stimulus(t, "urxe's first connection never reached the peer's ESTABLISHED");
+  const Frame* req2 = t.next(lost, ours);
+  if (!req2) return no_stimulus(t, "urxe's second client sent no REQ");
+  const auto& q2 = msg<wire::CmReq>(*req2);
+  if (q2.local_qpn != q1.local_qpn || q2.local_comm_id == q1.local_comm_id)
+    return no_stimulus(t,
+                       "the second REQ offers QPN " + hex(q2.local_qpn) + ", the first " + hex(q1.local_qpn));
+  const std::string what = "the REQ (comm ID " + hex(q2.local_comm_id) + ") from QPN " + hex(q2.local_qpn) +
+                           ", which the peer holds in the connection of comm ID " + hex(q1.local_comm_id);
+  const Frame* answer = t.next(req2, [&](const Frame& f) {
+    return f.from_peer() &&
+           ((cm_is(f, CmAttr::rej) && msg<wire::CmRej>(f).remote_comm_id == q2.local_comm_id) ||
+            (cm_is(f, CmAttr::rep) && msg<wire::CmRep>(f).remote_comm_id == q2.local_comm_id) ||
+            (cm_is(f, CmAttr::mra) && msg<wire::CmMra>(f).remote_comm_id == q2.local_comm_id));
+  });
+  if (!answer) return fail("no REJ for " + what, {req1, lost, req2});
+  if (!cm_is(*answer, CmAttr::rej) || msg<wire::CmRej>(*answer).reason != 10)
+    return fail(
+        what + " was answered by " +
+            (cm_is(*answer, CmAttr::rej) ? "REJ reason " + std::to_string(msg<wire::CmRej>(*answer).reason)
+                                         : std::string(cm_is(*answer, CmAttr::rep) ? "a REP" : "an MRA")) +
+            ", not REJ 10 (stale connection)",
+        {req1, lost, req2, answer});
+  const Frame* dreq = t.next(req2, [&](const Frame& f) {
+    return f.from_peer() && cm_is(f, CmAttr::dreq) && msg<wire::CmDreq>(f).remote_comm_id == q1.local_comm_id;
+  });
+  if (!dreq) return fail(what + ": REJ 10, but no DREQ for the old connection", {req1, lost, req2, answer});
+  return pass(what + ": REJ 10 (stale connection), then a DREQ for the old connection",
+              {req1, lost, req2, answer, dreq});
 }
 
 }  // namespace urxe::tools::conform

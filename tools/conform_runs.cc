@@ -193,7 +193,7 @@ const Run kRuns[] = {
      .peer_cmd = PERF("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
      .local_cmd = PERF_L("ib_send_bw", "-b -r 1 -s 1024 -n 200"),
      .rules = {}},
-    // I5 (conform_judges_cm_mra.cc): urxe's CM gets the peer's REQ twice; the copy finds it not yet accepted
+    // I5 (conform_judges_cm_conn.cc): urxe's CM gets the peer's REQ twice; the copy finds it not yet accepted
     // and draws an MRA (ServiceTimeout 24: 68.7 s). urxe's REP at accept and its resend 4096 ms later (the
     // REQ's Local CM Response Timeout 20) are lost; the next, at 8192 ms, connects. The peer's own REQ
     // timeout (about 4.6 s from its REQ) falls inside that wait.
@@ -204,6 +204,16 @@ const Run kRuns[] = {
      .rules = {"dir rx class cm:req first 1 duplicate", "dir tx class cm:rep first 2 drop"},
      .timeout_ms = 11000,
      .server_wait_ms = 1000},  // urxe's CM service up: the first REQ must reach it to be duplicated
+    // I6 (conform_judges_cm_conn.cc): two urxe clients one after the other, both with the block's first QPN
+    // (URXE_QPN_START); the first one's DREQ is lost, so the peer's server (-P: it lives on) still holds that
+    // connection when the second REQ comes. urxe's CM resends that DREQ only after 4096 ms, past the run.
+    {.id = "cm-stale",
+     .peer_cmd = "rping -s -P -a {peer_ip} -p {port} -S 64",
+     .local_cmd = "sh -c 'URXE_QPN_START=0 rping -c -a {peer_ip} -p {port} -C 1 -S 64; "
+                  "URXE_QPN_START=0 rping -c -a {peer_ip} -p {port} -C 1 -S 64'",
+     .rules = {"dir tx class cm:dreq first 1 drop"},
+     .timeout_ms = 3000,
+     .tools_may_fail = true},
     {.id = "cm-no-listener",
      .peer_cmd = "sleep 1",
      .local_cmd = "rping -c -a {peer_ip} -p {port} -C 1 -S 64",
