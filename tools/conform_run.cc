@@ -206,11 +206,11 @@ bool execute_run(const RunContext& cx, const Run& run, int index, Trace& t, std:
     for (std::string& w : words(expand(run.local_cmd, cx.setup, port))) a.push_back(std::move(w));
     return a;
   };
+  const int peer_secs = (run.timeout_ms + 999) / 1000 + 1;  // the bound the peer's own timeout(1) sets
   const auto peer_argv = [&] {
     // The peer's tool is bounded on the peer too: a prefix such as ssh does not pass our signals on.
-    const int secs = (run.timeout_ms + 999) / 1000 + 1;
-    const std::string cmd =
-        cx.peer_exec + " timeout -k 2 " + std::to_string(secs) + " " + expand(run.peer_cmd, cx.setup, port);
+    const std::string cmd = cx.peer_exec + " timeout -k 2 " + std::to_string(peer_secs) + " " +
+                            expand(run.peer_cmd, cx.setup, port);
     return std::vector<std::string>{"/bin/sh", "-c", cmd};
   };
   Child server, client;
@@ -260,6 +260,13 @@ bool execute_run(const RunContext& cx, const Run& run, int index, Trace& t, std:
   t.peer_timed_out = peer.killed;
   t.local_output = local.output();
   t.peer_output = peer.output();
+  // A peer tool killed here at the deadline may live on at the peer (a prefix such as ssh or the guest's
+  // agent does not pass the kill on) until its own `timeout -k 2` ends it, its QP still sending: the next
+  // run waits for that, so no frame of this run's connection lands in the next one's window (after t1).
+  if (peer.killed) {
+    const int64_t bound = start + int64_t{peer_secs} * 1000 + 2000 + 200;
+    if (mono_ms() < bound) sleep_ms(static_cast<int>(bound - mono_ms()));
+  }
   t.duration_ns = (mono_ms() - start) * 1000000;
   return load_trace(cx.pcap_dir, t0, t1, t, err);
 }
