@@ -51,6 +51,7 @@ done
 
 RANDOM=$SEED
 end=$(($(date +%s) + DUR))
+max_runs=$((DUR * 10))  # each loop's bound in runs besides its time (a run takes 0.1 s at the very least)
 # A persistent rping server: every client of the cm loop connects to it.
 # Its buffer is the largest a client uses: it READs the client's whole buffer into its own.
 $A rping -s -P -V -S 16384 -a 10.91.0.1 -p 7471 >"$T/log/rping-server" 2>&1 &
@@ -80,7 +81,7 @@ run_bounded() {
 
 cm_loop() {
   _n=0 _ok=0 _killed=0 _bad=0 _race=0
-  while [ "$(date +%s)" -lt $end ] && [ $_n -lt 2000 ]; do
+  while [ "$(date +%s)" -lt $end ] && [ $_n -lt $max_runs ]; do
     _n=$((_n + 1))
     _count=$((2 + RANDOM % 30))
     _size=$((64 + RANDOM % 16000))
@@ -119,7 +120,7 @@ cm_loop() {
 
 data_loop() {
   _n=0 _ok=0 _bad=0
-  while [ "$(date +%s)" -lt $end ] && [ $_n -lt 2000 ]; do
+  while [ "$(date +%s)" -lt $end ] && [ $_n -lt $max_runs ]; do
     _n=$((_n + 1))
     _port=$((20000 + _n))
     _size=$((4096 * (1 + RANDOM % 64)))
@@ -144,7 +145,7 @@ data_loop() {
 
 qps_loop() {
   _n=0 _ok=0 _killed=0 _bad=0
-  while [ "$(date +%s)" -lt $end ] && [ $_n -lt 2000 ]; do
+  while [ "$(date +%s)" -lt $end ] && [ $_n -lt $max_runs ]; do
     _n=$((_n + 1))
     _port=$((21000 + _n))
     run_bounded _s "$T/log/qps.$_n.s" timeout 40 $A ib_write_bw -d urxe0 -x 1 -q 32 -s 8192 -n 200 -p $_port
