@@ -88,7 +88,7 @@ cm_loop() {
     if [ $((_n % 4)) = 0 ]; then
       # A pair of its own (a persistent rping server exits on the REJ a client killed mid-connect makes
       # its CM send, as it does over the kernel's CM): the client or the server killed at a random time.
-      _port=$((22000 + _n))
+      _port=$((30000 + _n % 5000))
       # (not waited for: a client that comes before the server listens gets a REJ, one more way to end)
       run_bounded _s "$T/log/cmk.$_n.s" timeout 40 $A rping -s -V -S $_size -C $_count -a 10.91.0.1 -p $_port
       run_bounded _c "$T/log/cmk.$_n.c" timeout 40 $B rping -c -V -S $_size -C $_count -a 10.91.0.1 -p $_port
@@ -122,7 +122,7 @@ data_loop() {
   _n=0 _ok=0 _bad=0
   while [ "$(date +%s)" -lt $end ] && [ $_n -lt $max_runs ]; do
     _n=$((_n + 1))
-    _port=$((20000 + _n))
+    _port=$((20000 + _n % 5000))
     _size=$((4096 * (1 + RANDOM % 64)))
     _m=$((1 + RANDOM % 16))  # READs per pass (rdma_check takes at most 32)
     run_bounded _s "$T/log/data.$_n.s" timeout 40 $A "$RDMA_CHECK" -d urxe0 -g 1 -s $_size -p $_port
@@ -147,7 +147,7 @@ qps_loop() {
   _n=0 _ok=0 _killed=0 _bad=0
   while [ "$(date +%s)" -lt $end ] && [ $_n -lt $max_runs ]; do
     _n=$((_n + 1))
-    _port=$((21000 + _n))
+    _port=$((25000 + _n % 5000))
     run_bounded _s "$T/log/qps.$_n.s" timeout 40 $A ib_write_bw -d urxe0 -x 1 -q 32 -s 8192 -n 200 -p $_port
     netns_wait_listen "$_s" $na $_port
     run_bounded _c "$T/log/qps.$_n.c" timeout 40 $B ib_write_bw -d urxe1 -x 1 -q 32 -s 8192 -n 200 \
