@@ -80,6 +80,9 @@ Finding judge_cnp_for_read_ce(const Trace& t, const Setup& s);
 const Frame* first_hit(const Trace& t, size_t k = 0);
 // The first request urxe sent to the peer that rule 0 hit (changed or duplicated), or null.
 const Frame* first_request_hit(const Trace& t);
+// F3/F5: the peer did not answer the request `m` a rule changed (`change` says how), and acknowledged
+// urxe's unchanged resend of it.
+Finding silent_drop_of(const Trace& t, const Frame* m, const std::string& change);
 // A finding saying the stimulus did not happen.
 Finding no_stimulus(const Trace& t, std::string_view what);
 // Whether the peer put any RoCE frame on the wire (a silent or absent peer gives inconclusive verdicts).

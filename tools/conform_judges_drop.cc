@@ -43,24 +43,7 @@ Finding judge_tver_dropped(const Trace& t, const Setup&) {
       break;
     }
   if (!m || !peer_spoke(t)) return no_stimulus(t, "the rule never changed a request's TVer");
-  const uint32_t p = m->psn();
-  const Frame* resend = t.next(
-      m, [&](const Frame& f) { return f.to_peer() && f.fault_rule < 0 && f.is_request() && f.psn() == p; });
-  const Frame* answer = t.next(
-      m, [&](const Frame& f) { return f.from_peer() && f.is_ack_opcode() && psn_diff(p, f.psn()) >= 0; });
-  if (!resend) return no_stimulus(t, "urxe never resent the changed request");
-  if (answer && answer < resend)
-    return fail("the peer answered the packet with TVer " + std::to_string(m->d.pkt.bth.tver) + ": " +
-                    describe(*answer),
-                {m, answer});
-  if (!answer || !answer->is_ack())
-    return fail("the request resent with TVer 0 was not acknowledged" +
-                    (answer ? ": " + describe(*answer) : std::string()),
-                {m, resend, answer});
-  return pass("no answer to PSN " + hex(p) + " with TVer " + std::to_string(m->d.pkt.bth.tver) +
-                  "; urxe resent it after " + std::to_string((resend->t_ns - m->t_ns) / 1000000) +
-                  " ms and the peer acknowledged that (" + describe(*answer) + ")",
-              {m, resend, answer});
+  return silent_drop_of(t, m, "TVer " + std::to_string(m->d.pkt.bth.tver));
 }
 
 Finding judge_uc_gap(const Trace& t, const Setup&) {

@@ -240,10 +240,10 @@ Finding judge_retry_reset(const Trace& t, const Setup&) {
                     std::to_string(t.local_status) + ") after " + std::to_string(lost.size()) +
                     " dropped transmissions",
                 {lost.front(), lost.back()});
-  return pass(std::to_string(lost.size()) +
-                  " transmissions of the peer dropped in all, more than its retry_cnt " +
-                  std::to_string(kToolRetryCnt) + ", each PSN delivered in another copy; both tools completed",
-              {lost.front(), lost.back()});
+  return pass(
+      std::to_string(lost.size()) + " transmissions of the peer dropped in all, more than its retry_cnt " +
+          std::to_string(kToolRetryCnt) + ", each PSN delivered in another copy; both tools completed",
+      {lost.front(), lost.back()});
 }
 
 }  // namespace urxe::tools::conform

@@ -157,13 +157,27 @@ Finding judge_read_implied_nak(const Trace& t, const Setup&) {
               {l.lost, beyond, again});
 }
 
-Finding judge_read_restart_first(const Trace& t, const Setup&) {
-  const LostResponse l = lost_response(t, false, 1);
-  if (!l.lost || !l.read) return no_stimulus(t, "the rule never dropped a READ response of the peer's");
+// C3/B2: rule 1 dropped a MIDDLE response of the peer's (`l`); urxe's READ resumed at its PSN, or null with
+// `why` set to the inconclusive finding.
+const Frame* resumed_read(const Trace& t, LostResponse& l, Finding& why) {
+  l = lost_response(t, false, 1);
+  if (!l.lost || !l.read) {
+    why = no_stimulus(t, "the rule never dropped a READ response of the peer's");
+    return nullptr;
+  }
   const uint32_t p = l.lost->psn();
   const Frame* again =
       t.next(l.lost, [&](const Frame& f) { return f.to_peer() && is_read_request(f) && f.psn() == p; });
-  if (!again) return no_stimulus(t, "urxe did not resume the READ at " + hex(p));
+  if (!again) why = no_stimulus(t, "urxe did not resume the READ at " + hex(p));
+  return again;
+}
+
+Finding judge_read_restart_first(const Trace& t, const Setup&) {
+  LostResponse l;
+  Finding why;
+  const Frame* again = resumed_read(t, l, why);
+  if (!again) return why;
+  const uint32_t p = l.lost->psn();
   const Frame* ans =
       t.next(again, [&](const Frame& f) { return f.from_peer() && f.is_read_response() && f.psn() == p; });
   if (!ans)
@@ -179,13 +193,10 @@ Finding judge_read_restart_first(const Trace& t, const Setup&) {
 }
 
 Finding judge_dup_read_middle(const Trace& t, const Setup&) {
-  const LostResponse l = lost_response(t, false, 1);
-  if (!l.lost || !l.read) return no_stimulus(t, "the rule never dropped a READ response of the peer's");
-  const uint32_t p = l.lost->psn();
-  const Frame* again =
-      t.next(l.lost, [&](const Frame& f) { return f.to_peer() && is_read_request(f) && f.psn() == p; });
-  if (!again) return no_stimulus(t, "urxe did not resume the READ at " + hex(p));
-  return repeated_responses(t, l, again, false);
+  LostResponse l;
+  Finding why;
+  const Frame* again = resumed_read(t, l, why);
+  return again ? repeated_responses(t, l, again, false) : why;
 }
 
 Finding judge_dup_read_whole(const Trace& t, const Setup&) {

@@ -211,9 +211,7 @@ Finding judge_no_rnr(const Trace& t, const Setup&) {
   return pass("no RNR NAK", {});
 }
 
-Finding judge_silent_drop(const Trace& t, const Setup&) {
-  const Frame* m = first_request_hit(t);
-  if (!m || !peer_spoke(t)) return no_stimulus(t, "the rule never changed a request");
+Finding silent_drop_of(const Trace& t, const Frame* m, const std::string& change) {
   const uint32_t p = m->psn();
   const Frame* resend = t.next(
       m, [&](const Frame& f) { return f.to_peer() && f.fault_rule < 0 && f.is_request() && f.psn() == p; });
@@ -221,15 +219,21 @@ Finding judge_silent_drop(const Trace& t, const Setup&) {
       m, [&](const Frame& f) { return f.from_peer() && f.is_ack_opcode() && psn_diff(p, f.psn()) >= 0; });
   if (!resend) return no_stimulus(t, "urxe never resent the changed request");
   if (answer && answer < resend)
-    return fail("the peer answered the changed request: " + describe(*answer), {m, answer});
+    return fail("the peer answered the changed request (" + change + "): " + describe(*answer), {m, answer});
   if (!answer || !answer->is_ack())
     return fail("the request resent unchanged was not acknowledged" +
                     (answer ? ": " + describe(*answer) : std::string()),
                 {m, resend, answer});
-  return pass("no answer to the changed PSN " + hex(p) + " (" + m->fault_action + "); urxe resent it after " +
+  return pass("no answer to the changed PSN " + hex(p) + " (" + change + "); urxe resent it after " +
                   std::to_string((resend->t_ns - m->t_ns) / 1000000) +
                   " ms and the peer acknowledged that (" + describe(*answer) + ")",
               {m, resend, answer});
+}
+
+Finding judge_silent_drop(const Trace& t, const Setup&) {
+  const Frame* m = first_request_hit(t);
+  if (!m || !peer_spoke(t)) return no_stimulus(t, "the rule never changed a request");
+  return silent_drop_of(t, m, m->fault_action);
 }
 
 Finding judge_no_seq_nak(const Trace& t, const Setup&) {

@@ -5,34 +5,13 @@
 #include <sstream>
 
 #include "tools/json_writer.h"
+#include "tools/pcap_plot.h"
 
 namespace urxe::tools::conform {
 namespace {
 
 std::string_view verdict_word(Verdict v) {
   return v == Verdict::pass ? "pass" : v == Verdict::fail ? "fail" : "inconclusive";
-}
-
-std::string html_escape(std::string_view s) {
-  std::string o;
-  o.reserve(s.size());
-  for (char c : s) switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += c;
-    }
-  return o;
 }
 
 // A path inside the report's directory, as the page links it (relative: the directory can be moved).
@@ -98,17 +77,17 @@ Report make_report(const Setup& setup, std::span<const ScenarioResult> results,
     w.end_object();
 
     const std::string cls(verdict_word(r.f.verdict));
-    rows << "<tr class=\"" << cls << "\"><td>" << html_escape(s.id) << "</td><td>" << html_escape(cls)
-         << "</td><td>" << html_escape(s.clause) << "</td><td>" << html_escape(s.expect) << "</td><td>"
-         << html_escape(r.f.observed);
-    if (known) rows << "<br><i>known kernel rxe deviation: " << html_escape(s.rxe_note) << "</i>";
-    rows << "</td><td>" << html_escape(ev.empty() ? "-" : ev) << " in <a href=\""
-         << html_escape(relative(r.slice, out_dir)) << "\">" << html_escape(s.run) << ".pcapng</a>";
-    if (!r.plot.empty()) rows << "<br><a href=\"#plot-" << html_escape(s.run) << "\">plot</a>";
+    rows << "<tr class=\"" << cls << "\"><td>" << xml_escape(s.id) << "</td><td>" << xml_escape(cls)
+         << "</td><td>" << xml_escape(s.clause) << "</td><td>" << xml_escape(s.expect) << "</td><td>"
+         << xml_escape(r.f.observed);
+    if (known) rows << "<br><i>known kernel rxe deviation: " << xml_escape(s.rxe_note) << "</i>";
+    rows << "</td><td>" << xml_escape(ev.empty() ? "-" : ev) << " in <a href=\""
+         << xml_escape(relative(r.slice, out_dir)) << "\">" << xml_escape(s.run) << ".pcapng</a>";
+    if (!r.plot.empty()) rows << "<br><a href=\"#plot-" << xml_escape(s.run) << "\">plot</a>";
     rows << "</td></tr>\n";
     if (!r.plot.empty() && plotted.find("|" + std::string(s.run) + "|") == std::string::npos) {
       plotted += "|" + std::string(s.run) + "|";
-      figures << "<figure id=\"plot-" << html_escape(s.run) << "\"><figcaption>run " << html_escape(s.run)
+      figures << "<figure id=\"plot-" << xml_escape(s.run) << "\"><figcaption>run " << xml_escape(s.run)
               << "</figcaption>\n"
               << read_file(r.plot) << "\n</figure>\n";
     }
@@ -142,10 +121,10 @@ Report make_report(const Setup& setup, std::span<const ScenarioResult> results,
 
   std::ostringstream html;
   html << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>urxe conform: "
-       << html_escape(setup.peer_dev) << " at " << html_escape(setup.peer_ip) << "</title><style>" << kStyle
-       << "</style></head><body>\n<h1>urxe conform: " << html_escape(setup.peer_dev) << " at "
-       << html_escape(setup.peer_ip) << "</h1>\n<p>urxe device " << html_escape(setup.dev) << ". "
-       << html_escape(summary.str()) << ".</p>\n"
+       << xml_escape(setup.peer_dev) << " at " << xml_escape(setup.peer_ip) << "</title><style>" << kStyle
+       << "</style></head><body>\n<h1>urxe conform: " << xml_escape(setup.peer_dev) << " at "
+       << xml_escape(setup.peer_ip) << "</h1>\n<p>urxe device " << xml_escape(setup.dev) << ". "
+       << xml_escape(summary.str()) << ".</p>\n"
        << "<table><tr><th>scenario</th><th>verdict</th><th>clause</th><th>expected</th><th>observed</th>"
           "<th>frames</th></tr>\n"
        << rows.str() << "</table>\n"

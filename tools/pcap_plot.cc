@@ -337,8 +337,8 @@ std::string utf8_clean(std::string_view s) {
   return o;
 }
 
-// Text for an XML 1.0 document: UTF-8, markup characters escaped, control characters other than tab and
-// newline (XML 1.0 allows no others) as '?'.
+}  // namespace
+
 std::string xml_escape(std::string_view raw) {
   std::string o;
   for (const char c : utf8_clean(raw)) {
@@ -361,6 +361,8 @@ std::string xml_escape(std::string_view raw) {
   }
   return o;
 }
+
+namespace {
 
 // An element for `s` at (x, y), left open so the caller adds its class and <title>.
 std::string shape_open(const Style& s, double x, double y, bool hollow) {

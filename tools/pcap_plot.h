@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tools/pcapng_file.h"
@@ -42,6 +43,9 @@ inline constexpr int kPlotExitOk = 0, kPlotExitNoQp = 1, kPlotExitError = 2;
 int collect_plot(const std::string& path, uint32_t qpn, PlotResult& r, std::ostream& err);
 
 std::string render_svg(const PlotResult& r, const std::string& title);
+// Text for an XML 1.0 document (the SVG; also HTML text): UTF-8, markup characters escaped, control
+// characters other than tab and newline (XML 1.0 allows no others) as '?'.
+std::string xml_escape(std::string_view raw);
 std::string render_json(const PlotResult& r);  // one JSON object per point, one a line
 
 }  // namespace urxe::tools
