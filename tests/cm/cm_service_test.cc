@@ -26,6 +26,15 @@ struct Connected {
     ASSERT_EQ(client.resolve_route(cid), 0);
     client.expect_event(cid, UcmaEvent::route_resolved);
   }
+  // CONNECT, the server's CONNECT_REQUEST and its ACCEPT (the REP on the wire), the wire run after each.
+  void connect_and_accept() {
+    ASSERT_EQ(client.connect(cid, 0x11), 0);
+    net.run();
+    server.expect_event(0, UcmaEvent::connect_request, &req_ev);
+    sid = req_ev.id;
+    ASSERT_EQ(server.accept(sid, 0x3000, 0x22), 0);
+    net.run();
+  }
   void connect_all() {
     setup_listener();
     resolve();
@@ -208,13 +217,7 @@ TEST(CmService, DestroyBeforeEstablishedRejectsAsTheKernel) {
       if (const auto* r = std::get_if<wire::CmRej>(&m.msg)) rejs.push_back(*r);
       return step < 2 && m.header.attribute_id == 0x13;  // the REP lost: the client stays in REQ_SENT
     };
-    ASSERT_EQ(c.client.connect(c.cid, 0x11), 0);
-    c.net.run();
-    rdma_ucm_event_resp e{};
-    c.server.expect_event(0, UcmaEvent::connect_request, &e);
-    c.sid = e.id;
-    ASSERT_EQ(c.server.accept(c.sid, 0x3000, 0x22), 0);
-    c.net.run();
+    c.connect_and_accept();
     if (step == 2) c.client.expect_event(c.cid, UcmaEvent::connect_response);
     ASSERT_EQ((step == 1 ? c.server : c.client).destroy(step == 1 ? c.sid : c.cid), 0);
     c.net.run(1'000'000);
@@ -232,6 +235,7 @@ TEST(CmService, DestroyBeforeEstablishedRejectsAsTheKernel) {
       EXPECT_EQ(r.message_rejected, step == 1 ? 2 : 1);
       EXPECT_EQ(r.reject_info_length, 0);
     }
+    rdma_ucm_event_resp e{};
     (step == 1 ? c.client : c.server).expect_event(step == 1 ? c.cid : c.sid, UcmaEvent::rejected, &e);
   }
 }
@@ -256,13 +260,7 @@ TEST(CmService, LostRtuIsRecoveredByRepRetransmission) {
   c.resolve();
   int lost = 0;
   c.net.drop = [&](const wire::CmMad& m) { return m.header.attribute_id == 0x14 && lost++ == 0; };
-  ASSERT_EQ(c.client.connect(c.cid, 0x11), 0);
-  c.net.run();
-  rdma_ucm_event_resp e{};
-  c.server.expect_event(0, UcmaEvent::connect_request, &e);
-  c.sid = e.id;
-  ASSERT_EQ(c.server.accept(c.sid, 0x3000, 0x22), 0);
-  c.net.run();
+  c.connect_and_accept();
   c.client.expect_event(c.cid, UcmaEvent::connect_response);
   ASSERT_EQ(c.client.accept(c.cid, 0, 0), 0);
   c.net.run(5'000'000'000);  // REP again after 4096 ms, answered by a fresh RTU
@@ -399,12 +397,7 @@ TEST(CmService, MigrateMovesTheIdAndItsEvents) {
   c.setup_listener();
   c.resolve();
   App other(c.net.nodes[0]);
-  ASSERT_EQ(c.client.connect(c.cid, 0x11), 0);
-  c.net.run();
-  rdma_ucm_event_resp e{};
-  c.server.expect_event(0, UcmaEvent::connect_request, &e);
-  ASSERT_EQ(c.server.accept(e.id, 0x3000, 0x22), 0);
-  c.net.run();
+  c.connect_and_accept();
   // The CONNECT_RESPONSE waits unread on the client's channel when the id moves (rdma_migrate_id writes
   // to the new channel and names the old one).
   EXPECT_EQ(c.client.queued(), 1);
