@@ -1,5 +1,7 @@
 // `urxe conform` judges: RDMA READ (the peer resuming a READ whose responses urxe lost, the peer answering
 // READs urxe resumes or repeats, the response and ATOMIC ACKNOWLEDGE layouts) and RNR NAKs both ways.
+#include <algorithm>
+
 #include "tools/conform_judges.h"
 #include "wire/headers.h"
 #include "wire/opcode.h"
@@ -57,6 +59,16 @@ LostResponse lost_response(const Trace& t, bool outgoing, size_t rule) {
   return r;
 }
 
+// The peer's answer at PSN x to urxe's repeated READ `again`, given `orig`, the first answer at x: the next
+// copy at x after both. The peer answers requests in order, so copies at a PSN pair with the requests
+// covering it; the first answer may come after the repeat (a response reordered behind a later one, or an
+// answer urxe had already given up on when the rule dropped it), so "the first copy after the repeat" can be
+// the original.
+const Frame* answer_again(const Trace& t, const Frame* orig, const Frame* again, uint32_t x) {
+  return t.next(std::max(orig, again),
+                [&](const Frame& f) { return f.from_peer() && f.is_read_response() && f.psn() == x; });
+}
+
 // B2: urxe lost the peer's response `l.lost` and asked again from its PSN (`again`, a duplicate READ to the
 // peer): the peer must answer from there to the READ's end once more, each response with the data of the
 // first one; for a whole READ asked again, starting with FIRST (or ONLY). (What opens the answer to a READ
@@ -69,8 +81,8 @@ Finding repeated_responses(const Trace& t, const LostResponse& l, const Frame* a
   for (uint32_t x = p;; x = (x + 1) & 0xffffff) {
     const auto resp = [&](const Frame& f) { return f.from_peer() && f.is_read_response() && f.psn() == x; };
     const Frame* orig = x == p ? l.lost : t.next(l.read, resp);
-    const Frame* rep = t.next(again, resp);
     if (!orig) return no_stimulus(t, "no first response at " + hex(x) + " to compare with");
+    const Frame* rep = answer_again(t, orig, again, x);
     if (!rep)
       return fail(
           "the peer did not answer the repeated READ from " + hex(p) + " to its end: nothing at " + hex(x),
@@ -165,9 +177,10 @@ const Frame* resumed_read(const Trace& t, LostResponse& l, Finding& why) {
     why = no_stimulus(t, "the rule never dropped a READ response of the peer's");
     return nullptr;
   }
+  // From the READ on, not from the lost response: urxe may have asked already when the rule dropped it.
   const uint32_t p = l.lost->psn();
   const Frame* again =
-      t.next(l.lost, [&](const Frame& f) { return f.to_peer() && is_read_request(f) && f.psn() == p; });
+      t.next(l.read, [&](const Frame& f) { return f.to_peer() && is_read_request(f) && f.psn() == p; });
   if (!again) why = no_stimulus(t, "urxe did not resume the READ at " + hex(p));
   return again;
 }
@@ -178,8 +191,7 @@ Finding judge_read_restart_first(const Trace& t, const Setup&) {
   const Frame* again = resumed_read(t, l, why);
   if (!again) return why;
   const uint32_t p = l.lost->psn();
-  const Frame* ans =
-      t.next(again, [&](const Frame& f) { return f.from_peer() && f.is_read_response() && f.psn() == p; });
+  const Frame* ans = answer_again(t, l.lost, again, p);
   if (!ans)
     return fail("no READ response at " + hex(p) + " after urxe resumed the READ there", {l.lost, again});
   const bool only = again->d.pkt.reth.dma_len <= l.pmtu;
@@ -201,11 +213,15 @@ Finding judge_dup_read_middle(const Trace& t, const Setup&) {
 
 Finding judge_dup_read_whole(const Trace& t, const Setup&) {
   // Rule 2 drops the FIRST response of a READ: urxe asks for the whole READ again.
-  const LostResponse l = lost_response(t, false, 2);
+  // The READ is the first request at the lost FIRST's PSN and the repeat the next one, before or after the
+  // drop: a FIRST that arrives while urxe already goes back to its READ (behind another loss, or behind a
+  // later response of its own READ) is lost all the same, and urxe's go-back repeats that READ whole.
+  LostResponse l = lost_response(t, false, 2);
   if (!l.lost || !l.read) return no_stimulus(t, "the rule never dropped a READ response FIRST of the peer's");
   const uint32_t q = l.lost->psn();
-  const Frame* again =
-      t.next(l.lost, [&](const Frame& f) { return f.to_peer() && is_read_request(f) && f.psn() == q; });
+  const auto at_q = [&](const Frame& f) { return f.to_peer() && is_read_request(f) && f.psn() == q; };
+  l.read = t.next(nullptr, at_q);
+  const Frame* again = t.next(l.read, at_q);
   if (!again || again->d.pkt.reth.va != l.read->d.pkt.reth.va ||
       again->d.pkt.reth.dma_len != l.read->d.pkt.reth.dma_len)
     return no_stimulus(t, "urxe did not ask again for the whole READ at " + hex(q));
