@@ -183,7 +183,7 @@ struct FaultPort::Impl {
     opt.verify_icrc = false;
     opt.verify_checksums = false;
     if (wire::parse_frame(wire::ByteSpan(b.data, b.len), pkt, opt) != wire::ParseError::ok) return emit(d, b);
-    const wire::FaultTable::Entry* e = cur->table.match(d, pkt);
+    const wire::FaultTable::Entry* e = cur->table.match(d, pkt, cur->table.timed() ? clock.now_ns() : 0);
     if (e == nullptr) return emit(d, b);
     const uint32_t id = cur->ids[static_cast<size_t>(e - cur->table.entries().data())];
     const wire::FaultRule& r = e->matcher.rule();

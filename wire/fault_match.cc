@@ -126,11 +126,18 @@ bool FaultMatcher::fields_match(FaultDir dir, const Packet& p) {
   return action_applies(rule_, p);
 }
 
-bool FaultMatcher::match(FaultDir dir, const Packet& p) {
+bool FaultMatcher::match(FaultDir dir, const Packet& p, uint64_t now_ns) {
   if (!fields_match(dir, p)) return false;
   ++matched_;
-  if (matched_ <= rule_.skip) return false;
-  if (rule_.every > 1 && (matched_ - rule_.skip) % rule_.every != 0) return false;
+  if (timed()) {
+    if (!started_) started_ = true, start_ns_ = now_ns;
+    const uint64_t in = now_ns >= start_ns_ ? now_ns - start_ns_ : 0;  // a clock never goes back; if it did
+    if (in < rule_.after_ns) return false;
+    if (rule_.for_ns != 0 && in - rule_.after_ns >= rule_.for_ns) return false;
+  }
+  ++windowed_;
+  if (windowed_ <= rule_.skip) return false;
+  if (rule_.every > 1 && (windowed_ - rule_.skip) % rule_.every != 0) return false;
   if (rule_.first != 0 && hits_ >= rule_.first) return false;
   if (rule_.has_prob && ((splitmix64(rng_) >> 32) * kFaultProbOne >> 32) >= rule_.prob) return false;
   ++hits_;
@@ -140,12 +147,14 @@ bool FaultMatcher::match(FaultDir dir, const Packet& p) {
 uint32_t FaultTable::add(const FaultRule& rule) {
   if (count_ == kFaultTableSize) return 0;
   entries_[count_++] = Entry{next_id_, FaultMatcher(rule), 0};
+  if (entries_[count_ - 1].matcher.timed()) ++timed_;
   return next_id_++;
 }
 
 bool FaultTable::del(uint32_t id) {
   for (size_t i = 0; i < count_; ++i) {
     if (entries_[i].id != id) continue;
+    if (entries_[i].matcher.timed()) --timed_;
     std::move(entries_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
               entries_.begin() + static_cast<std::ptrdiff_t>(count_),
               entries_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -157,12 +166,13 @@ bool FaultTable::del(uint32_t id) {
 
 void FaultTable::clear() {
   while (count_ > 0) entries_[--count_] = Entry{};
+  timed_ = 0;
 }
 
-const FaultTable::Entry* FaultTable::match(FaultDir dir, const Packet& p) {
+const FaultTable::Entry* FaultTable::match(FaultDir dir, const Packet& p, uint64_t now_ns) {
   Entry* chosen = nullptr;
   for (size_t i = 0; i < count_; ++i)
-    if (entries_[i].matcher.match(dir, p) && chosen == nullptr) chosen = &entries_[i];
+    if (entries_[i].matcher.match(dir, p, now_ns) && chosen == nullptr) chosen = &entries_[i];
   if (chosen != nullptr) ++chosen->applied;
   return chosen;
 }

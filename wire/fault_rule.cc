@@ -52,7 +52,7 @@ const std::array<FaultFieldInfo, static_cast<size_t>(FaultField::count)> kFaultF
 namespace {
 
 constexpr std::string_view kFieldWords[] = {"dir", "qpn", "opcode", "class", "psn"};
-constexpr std::string_view kSelectorWords[] = {"skip", "every", "first", "prob", "seed"};
+constexpr std::string_view kSelectorWords[] = {"skip", "every", "first", "prob", "seed", "after", "for"};
 constexpr std::string_view kActionWords[] = {"drop",    "duplicate", "delay",   "reorder",
                                              "corrupt", "ecn-ce",    "truncate"};
 constexpr FaultAction kActions[] = {FaultAction::drop,    FaultAction::duplicate, FaultAction::delay,
@@ -180,6 +180,13 @@ std::string_view prefix_of(Transport t) {
   }
 }
 
+std::string format_time(uint64_t ns) {
+  if (ns % 1000000000 == 0) return std::to_string(ns / 1000000000) + "s";
+  if (ns % 1000000 == 0) return std::to_string(ns / 1000000) + "ms";
+  if (ns % 1000 == 0) return std::to_string(ns / 1000) + "us";
+  return std::to_string(ns) + "ns";
+}
+
 class Parser {
  public:
   explicit Parser(std::string_view text) {
@@ -284,6 +291,12 @@ class Parser {
     } else if (w == "seed") {
       if (!once("seed", seed_given_, err) || !number("seed", 0, UINT64_MAX, n, err)) return err;
       r_.seed = n;
+    } else if (w == "after" || w == "for") {
+      std::string_view v;
+      const bool after = w == "after";
+      if (!once(w, after ? seen_after_ : seen_for_, err) || !value(w, "a time (e.g. 200ms, 1s)", v, err))
+        return err;
+      return time(w, v, kFaultMaxWindowNs, after ? r_.after_ns : r_.for_ns);
     } else {
       return unknown(orig, w);
     }
@@ -335,7 +348,7 @@ class Parser {
       case FaultAction::delay: {
         std::string_view v;
         if (!value("delay", "a time (e.g. 250us, 2ms)", v, err)) return err;
-        return delay(v);
+        return time("delay", v, kFaultMaxDelayNs, r_.delay_ns);
       }
       case FaultAction::corrupt: {
         std::string_view v;
@@ -348,7 +361,8 @@ class Parser {
     return {};
   }
 
-  std::string delay(std::string_view v) {
+  // A TIME for `key` (delay, after, for): a whole number with a unit, 1ns..max.
+  std::string time(std::string_view key, std::string_view v, uint64_t max, uint64_t& out) {
     size_t digits = 0;
     while (digits < v.size() && v[digits] >= '0' && v[digits] <= '9') ++digits;
     const std::string unit = lower(v.substr(digits));
@@ -358,10 +372,11 @@ class Parser {
     if (unit == "ms") mult = 1000000;
     if (unit == "s") mult = 1000000000;
     uint64_t n = 0;
+    const std::string k(key);
     if (digits == 0 || mult == 0 || !parse_num(v.substr(0, digits), n))
-      return "delay: " + quoted(v) + " is not a whole number with a unit (ns, us, ms, s)";
-    if (n == 0 || n > kFaultMaxDelayNs / mult) return "delay: " + std::string(v) + " is not in 1ns..60s";
-    r_.delay_ns = n * mult;
+      return k + ": " + quoted(v) + " is not a whole number with a unit (ns, us, ms, s)";
+    if (n == 0 || n > max / mult) return k + ": " + std::string(v) + " is not in 1ns.." + format_time(max);
+    out = n * mult;
     return {};
   }
 
@@ -492,7 +507,7 @@ class Parser {
   FaultRule r_;
   std::string action_word_;
   bool seen_dir_ = false, seen_opcode_ = false, seen_class_ = false, seen_psn_ = false, seen_skip_ = false,
-       seen_every_ = false, seen_first_ = false, seed_given_ = false;
+       seen_every_ = false, seen_first_ = false, seed_given_ = false, seen_after_ = false, seen_for_ = false;
 };
 
 std::string format_opcode(const FaultRule& r) {
@@ -501,13 +516,6 @@ std::string format_opcode(const FaultRule& r) {
   if (info.transport == Transport::cnp) return "cnp";
   if (!info.valid()) return "0x" + std::string(r.opcode < 16 ? "0" : "") + hex(r.opcode).substr(2);
   return std::string(prefix_of(info.transport)) + op_name(r.opcode & 0x1f);
-}
-
-std::string format_time(uint64_t ns) {
-  if (ns % 1000000000 == 0) return std::to_string(ns / 1000000000) + "s";
-  if (ns % 1000000 == 0) return std::to_string(ns / 1000000) + "ms";
-  if (ns % 1000 == 0) return std::to_string(ns / 1000) + "us";
-  return std::to_string(ns) + "ns";
 }
 
 std::string format_prob(uint32_t ppb) {
@@ -556,6 +564,8 @@ std::string format_fault_rule(const FaultRule& r) {
     if (r.psn_hi != r.psn_lo) p += "-" + std::to_string(r.psn_hi);
     put("psn", p);
   }
+  if (r.after_ns) put("after", format_time(r.after_ns));
+  if (r.for_ns) put("for", format_time(r.for_ns));
   if (r.skip) put("skip", std::to_string(r.skip));
   if (r.every) put("every", std::to_string(r.every));
   if (r.has_prob) put("prob", format_prob(r.prob) + " seed " + std::to_string(r.seed));

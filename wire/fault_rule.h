@@ -11,7 +11,7 @@
 //              | "opcode" OPCODE                see below
 //              | "class" CLASS                  see below
 //              | "psn" ["+"] NUM ["-" NUM]      absolute PSN or range; "+": relative (below)
-//   selector  := "skip" NUM | "every" NUM | "first" NUM | "prob" P ["seed" NUM]
+//   selector  := "skip" NUM | "every" NUM | "first" NUM | "prob" P ["seed" NUM] | "after" TIME | "for" TIME
 //   action    := "drop" | "duplicate" [NUM] | "delay" TIME | "reorder" NUM
 //              | "corrupt" ("icrc" | FIELD ["=" NUM]) | "ecn-ce" | "truncate" NUM
 //   NUM       := decimal digits | "0x" hex digits         (no sign)
@@ -48,7 +48,11 @@
 // "every N" then takes the N-th, 2N-th, ... of the rest; "prob P" keeps each remaining one with
 // probability P, drawn from a generator seeded with "seed" (default 1: the same seed and the same frames give
 // the same hits); "first N" stops after N hits. So "skip 2 first 1" hits the third match only, "every 2
-// first 3" the 2nd, 4th and 6th.
+// first 3" the 2nd, 4th and 6th. Before all of these, a time window: "after T" leaves out the matches of the
+// first T from the rule's first match (its clock starts with the traffic, not when it was added), "for D"
+// those from D after that on; the others count from the window's first match. Time is the carrier's clock
+// (the simulator's in tests), so a window is as deterministic as the clock. "after 300ms for 200ms every 4"
+// marks a quarter of the matches between 300 and 500 ms into the flow.
 //
 // Actions (exactly one):
 //   drop, duplicate N (1..16 extra copies, default 1), delay TIME (up to 60 s), reorder N (1..64: held
@@ -150,6 +154,7 @@ enum class FaultPsn : uint8_t { none = 0, absolute, relative };
 inline constexpr uint32_t kFaultProbOne = 1000000000;  // prob in parts per 10^9
 inline constexpr uint32_t kFaultMaxDuplicate = 16, kFaultMaxReorder = 64;
 inline constexpr uint64_t kFaultMaxDelayNs = 60'000'000'000ull;
+inline constexpr uint64_t kFaultMaxWindowNs = 3'600'000'000'000ull;  // after, for: up to an hour
 inline constexpr size_t kFaultPsnFlows = 64;  // (direction, DestQP) pairs a relative-PSN rule remembers
 
 // A parsed rule: what the text says, nothing of its state (FaultMatcher holds that).
@@ -168,6 +173,7 @@ struct FaultRule {
   bool has_prob = false;
   uint32_t prob = kFaultProbOne;  // parts per 10^9
   uint64_t seed = 1;
+  uint64_t after_ns = 0, for_ns = 0;  // the time window; 0: not given
   FaultAction action = FaultAction::none;
   uint32_t count = 0;     // duplicate, reorder, truncate
   uint64_t delay_ns = 0;  // delay
@@ -200,9 +206,11 @@ class FaultMatcher {
   FaultMatcher() = default;
   explicit FaultMatcher(const FaultRule& rule);
   const FaultRule& rule() const { return rule_; }
-  // `p` as parse_frame filled it for `frame` (ok; ICRC and checksums verified or not). Counts a match when
-  // the fields agree and a hit when the selectors pick it; returns whether it is a hit.
-  bool match(FaultDir dir, const Packet& p);
+  // `p` as parse_frame filled it for `frame` (ok; ICRC and checksums verified or not), at `now_ns` on the
+  // carrier's clock (read only by a rule with a time window: see timed()). Counts a match when the fields
+  // agree and a hit when the selectors pick it; returns whether it is a hit.
+  bool match(FaultDir dir, const Packet& p, uint64_t now_ns);
+  bool timed() const { return rule_.after_ns != 0 || rule_.for_ns != 0; }
   uint64_t matched() const { return matched_; }
   uint64_t hits() const { return hits_; }
   void reset();  // as just made from the rule
@@ -216,6 +224,9 @@ class FaultMatcher {
   };
   FaultRule rule_;
   uint64_t matched_ = 0, hits_ = 0, rng_ = 0;
+  uint64_t windowed_ = 0;  // matches inside the time window (all of them without one)
+  uint64_t start_ns_ = 0;  // the first match's time
+  bool started_ = false;
   std::array<Flow, kFaultPsnFlows> flows_{};
 };
 
@@ -244,12 +255,15 @@ class FaultTable {
   bool empty() const { return count_ == 0; }
   size_t size() const { return count_; }
   std::span<const Entry> entries() const { return {entries_.data(), count_}; }
-  // The entry whose action applies to this frame, or nullptr.
-  const Entry* match(FaultDir dir, const Packet& p);
+  // The entry whose action applies to this frame, or nullptr. `now_ns`: as for FaultMatcher::match; a
+  // carrier may pass 0 when !timed().
+  const Entry* match(FaultDir dir, const Packet& p, uint64_t now_ns);
+  bool timed() const { return timed_ != 0; }  // some rule has a time window
 
  private:
   std::array<Entry, kFaultTableSize> entries_{};
   size_t count_ = 0;
+  size_t timed_ = 0;
   uint32_t next_id_ = 1;
 };
 

@@ -532,6 +532,28 @@ TEST(FaultPortTest, MarksObserverAndDueTime) {
   EXPECT_EQ(s[2].id, 9u);
 }
 
+// A rule with a time window reads the port's clock: marks only the frames sent inside it, counted from the
+// first frame the rule matched.
+TEST(FaultPortTest, TimeWindowOnThePortsClock) {
+  StubPort stub;
+  ManualClock clock;
+  FaultPort fp(stub, clock);
+  fp.set_rules({{1, rule("dir tx after 2ms for 3ms ecn-ce")}});
+  std::vector<bool> marked;
+  for (uint32_t i = 0; i < 8; i++) {  // one frame a millisecond: 0..7 ms from the first
+    PacketBuf b;
+    ASSERT_TRUE(tx_buf(fp, middle_frame(i, 64), b));
+    ASSERT_EQ(fp.tx_burst(&b, 1), 1u);
+    ASSERT_EQ(stub.sent.size(), i + 1);
+    wire::Packet p;
+    ASSERT_EQ(parse(stub.sent[i].bytes, p), wire::ParseError::ok);
+    marked.push_back((p.ip4.tos & 3) == 3);
+    clock.t += 1'000'000;
+  }
+  EXPECT_EQ(marked, (std::vector<bool>{false, false, true, true, true, false, false, false}));
+  EXPECT_EQ(fp.stats()[0].applied, 3u);
+}
+
 // A reorder hold whose stream stops (fewer than N frames follow) ends 10 ms after it began: the held frame
 // goes then, after the frames that passed it, and next_due_ns said when.
 TEST(FaultPortTest, ReorderHoldEndsWhenTheStreamStops) {

@@ -99,6 +99,8 @@ bool changes_layout(FaultField f) {
   return f == FaultField::bth_opcode || f == FaultField::bth_pad || f == FaultField::bth_tver;
 }
 
+constexpr uint64_t kStepNs = 50'000'000;
+
 void check_matching(const FaultRule& r, ByteSpan frame) {
   Packet p;
   if (parse(frame, p, false, false) != ParseError::ok) p = Packet{};  // never matches
@@ -108,20 +110,24 @@ void check_matching(const FaultRule& r, ByteSpan frame) {
   INVARIANT(id == 1);
   for (int i = 0; i < 6; ++i) {
     const FaultDir dir = i % 3 == 2 ? FaultDir::rx : FaultDir::tx;
-    const bool hit = a.match(dir, p);
-    INVARIANT(b.match(dir, p) == hit);
-    const FaultTable::Entry* e = t.match(dir, p);
+    const uint64_t now = uint64_t{static_cast<unsigned>(i)} * kStepNs;  // a time window opens and closes
+    const bool hit = a.match(dir, p, now);
+    INVARIANT(b.match(dir, p, now) == hit);
+    const FaultTable::Entry* e = t.match(dir, p, now);
     INVARIANT((e != nullptr) == hit);
+    INVARIANT(t.timed() == a.timed());
     INVARIANT(a.hits() <= a.matched());
     INVARIANT(r.first == 0 || a.hits() <= r.first);
-    INVARIANT(a.matched() <= a.hits() + r.skip || r.every > 1 || r.has_prob || r.first != 0);
+    INVARIANT(a.matched() <= a.hits() + r.skip || r.every > 1 || r.has_prob || r.first != 0 || a.timed());
+    // nothing hits before the window opens (the first match is at or after 0)
+    INVARIANT(!hit || now >= r.after_ns);
   }
   INVARIANT(t.entries()[0].matcher.hits() == a.hits());
   // A Packet parse_frame left half filled (it stopped at an error) is safe to match too.
   Packet partial;
   parse(frame, partial, true, true);
   FaultMatcher c(r);
-  c.match(FaultDir::tx, partial);
+  c.match(FaultDir::tx, partial, 0);
   INVARIANT(t.entries()[0].applied == a.hits());
   INVARIANT(t.del(id) && t.empty());
 }

@@ -24,6 +24,8 @@ const char* const kRules[] = {
     "class rnr-nak prob 0.5 seed 9 reorder 4",
     "class cm:req first 2 drop",
     "class cm delay 2s",
+    "after 100ms for 50ms drop",
+    "dir tx for 1ns every 2 ecn-ce",
     "class read-response psn 0xfffffe-1 ecn-ce",
     "class atomic corrupt atomiceth.va=0x1001",
     "class atomic-ack corrupt atomicacketh.orig",

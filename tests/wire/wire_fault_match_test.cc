@@ -32,10 +32,10 @@ Bytes ack(uint8_t syndrome) {
   return build(s, {});
 }
 
-bool hit(FaultMatcher& m, const Bytes& f, FaultDir dir = FaultDir::tx) {
+bool hit(FaultMatcher& m, const Bytes& f, FaultDir dir = FaultDir::tx, uint64_t now_ns = 0) {
   Packet p;
   EXPECT_EQ(parse_frame(f, p), ParseError::ok);
-  return m.match(dir, p);
+  return m.match(dir, p, now_ns);
 }
 
 bool matches(std::string_view text, const Bytes& f, FaultDir dir = FaultDir::tx) {
@@ -70,7 +70,7 @@ TEST(WireFaultMatch, DirQpnPsn) {
   EXPECT_FALSE(matches("psn 0xfffffe-1 drop", frame(op::kRc | op::send_only, 0x11, 2)));
   // A frame parse_frame did not read to its opcode never matches.
   FaultMatcher m(rule("drop"));
-  EXPECT_FALSE(m.match(FaultDir::tx, Packet{}));
+  EXPECT_FALSE(m.match(FaultDir::tx, Packet{}, 0));
 }
 
 TEST(WireFaultMatch, Opcode) {
@@ -219,6 +219,50 @@ TEST(WireFaultMatch, Selectors) {
   EXPECT_EQ(m.hits(), 1u);
 }
 
+TEST(WireFaultMatch, TimeWindow) {
+  constexpr uint64_t ms = 1000000;
+  const Bytes f = frame(op::kRc | op::send_only);
+  const Bytes other = frame(op::kRc | op::send_first);
+  // The clock starts at the first match, not at the first frame nor at the rule's making.
+  FaultMatcher m(rule("opcode send_only after 100ms for 50ms drop"));
+  EXPECT_TRUE(m.timed());
+  EXPECT_FALSE(hit(m, other, FaultDir::tx, 0));
+  EXPECT_FALSE(hit(m, f, FaultDir::tx, 1000 * ms));  // the start
+  EXPECT_FALSE(hit(m, f, FaultDir::tx, 1099 * ms));  // before the window
+  EXPECT_TRUE(hit(m, f, FaultDir::tx, 1100 * ms));   // it opens
+  EXPECT_TRUE(hit(m, f, FaultDir::tx, 1149 * ms));
+  EXPECT_FALSE(hit(m, f, FaultDir::tx, 1150 * ms));  // it closes
+  EXPECT_FALSE(hit(m, f, FaultDir::tx, 5000 * ms));
+  EXPECT_EQ(m.matched(), 6u);
+  EXPECT_EQ(m.hits(), 2u);
+  // The other selectors count the window's matches only.
+  FaultMatcher e(rule("after 10ms skip 1 every 2 first 2 drop"));
+  std::vector<int> got;
+  for (int i = 0; i < 12; ++i)
+    if (hit(e, f, FaultDir::tx, static_cast<uint64_t>(i) * 2 * ms)) got.push_back(i);
+  EXPECT_EQ(got, (std::vector<int>{7, 9}));  // window from i = 5: skip i = 5, every 2nd after it
+  // reset restarts the clock with the next match.
+  e.reset();
+  EXPECT_FALSE(hit(e, f, FaultDir::tx, 900 * ms));
+  EXPECT_FALSE(hit(e, f, FaultDir::tx, 905 * ms));
+  EXPECT_FALSE(hit(e, f, FaultDir::tx, 910 * ms));  // skipped
+  EXPECT_FALSE(hit(e, f, FaultDir::tx, 911 * ms));
+  EXPECT_TRUE(hit(e, f, FaultDir::tx, 912 * ms));
+  // A table says whether it needs the time.
+  FaultTable t;
+  EXPECT_FALSE(t.timed());
+  const uint32_t plain = t.add(rule("drop"));
+  EXPECT_FALSE(t.timed());
+  const uint32_t timed = t.add(rule("for 1s drop"));
+  EXPECT_TRUE(t.timed());
+  EXPECT_TRUE(t.del(timed));
+  EXPECT_FALSE(t.timed());
+  t.add(rule("after 1s drop"));
+  t.clear();
+  EXPECT_FALSE(t.timed());
+  (void)plain;
+}
+
 TEST(WireFaultMatch, ProbabilityIsDeterministic) {
   const Bytes f = frame(op::kRc | op::send_only);
   const std::vector<int> a = hits("prob 0.3 seed 7 drop", 2000, f);
@@ -253,7 +297,7 @@ TEST(WireFaultMatch, TableFirstHitDecides) {
   const auto action = [&t](const Bytes& f) {
     Packet p;
     EXPECT_EQ(parse_frame(f, p), ParseError::ok);
-    const FaultTable::Entry* e = t.match(FaultDir::rx, p);
+    const FaultTable::Entry* e = t.match(FaultDir::rx, p, 0);
     return e == nullptr ? 0u : e->id;
   };
   EXPECT_EQ(action(ok), b);  // rule 1 skips its first match

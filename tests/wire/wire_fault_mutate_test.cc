@@ -240,17 +240,17 @@ TEST(WireFaultMutate, MatchingKnowsWhatCanBeMutated) {
   const Bytes ack = frame(op::kRc | op::acknowledge, 0), read = frame(op::kRc | op::read_request, 0);
   Packet p;
   ASSERT_EQ(parse_frame(ack, p), ParseError::ok);
-  EXPECT_FALSE(m.match(FaultDir::tx, p));
+  EXPECT_FALSE(m.match(FaultDir::tx, p, 0));
   ASSERT_EQ(parse_frame(read, p), ParseError::ok);
-  EXPECT_TRUE(m.match(FaultDir::tx, p));
+  EXPECT_TRUE(m.match(FaultDir::tx, p, 0));
   FaultMatcher pl(rule("corrupt payload"));
   const Bytes empty = frame(op::kRc | op::send_only, 0);
   ASSERT_EQ(parse_frame(empty, p), ParseError::ok);
-  EXPECT_FALSE(pl.match(FaultDir::tx, p));
+  EXPECT_FALSE(pl.match(FaultDir::tx, p, 0));
   FaultMatcher tr(rule("truncate 4"));
-  EXPECT_FALSE(tr.match(FaultDir::tx, p));  // nothing after the BTH
+  EXPECT_FALSE(tr.match(FaultDir::tx, p, 0));  // nothing after the BTH
   ASSERT_EQ(parse_frame(ack, p), ParseError::ok);
-  EXPECT_TRUE(tr.match(FaultDir::tx, p));
+  EXPECT_TRUE(tr.match(FaultDir::tx, p, 0));
 }
 
 }  // namespace

@@ -147,6 +147,12 @@ TEST(WireFaultRule, Selectors) {
   EXPECT_EQ(rule("prob 0 drop").prob, 0u);
   EXPECT_EQ(rule("prob 0.000000001 drop").prob, 1u);
   EXPECT_EQ(rule("seed 0xffffffffffffffff prob 0.5 drop").seed, UINT64_MAX);
+
+  r = rule("after 300ms for 2s ecn-ce");
+  EXPECT_EQ(r.after_ns, 300000000u);
+  EXPECT_EQ(r.for_ns, 2000000000u);
+  EXPECT_EQ(rule("for 1ns drop").after_ns, 0u);  // a window from the first match
+  EXPECT_EQ(rule("after 3600s drop").after_ns, 3600000000000u);
 }
 
 TEST(WireFaultRule, Actions) {
@@ -202,7 +208,7 @@ TEST(WireFaultRule, Refusals) {
       {"dorp", "unknown action \"dorp\" (did you mean drop?)"},
       {"opcdoe send_only drop", "unknown word \"opcdoe\" (did you mean opcode?)"},
       {"bogus drop",
-       "unknown word \"bogus\" (fields: dir qpn opcode class psn; selectors: skip every first prob seed; "
+       "unknown word \"bogus\" (fields: dir qpn opcode class psn; selectors: skip every first prob seed after for; "
        "actions: "
        "drop duplicate delay reorder corrupt ecn-ce truncate)"},
       {"drop delay 1ms", "two actions: drop and delay"},
@@ -246,6 +252,11 @@ TEST(WireFaultRule, Refusals) {
       {"reorder", "reorder: needs a number"},
       {"reorder 65", "reorder: 65 is not in 1..64"},
       {"truncate 0", "truncate: 0 is not in 1..65535"},
+      {"after 200 drop", "after: \"200\" is not a whole number with a unit (ns, us, ms, s)"},
+      {"after 0s drop", "after: 0s is not in 1ns..3600s"},
+      {"for 3601s drop", "for: 3601s is not in 1ns..3600s"},
+      {"after 1ms after 2ms drop", "after: given twice"},
+      {"drop for", "for: needs a time (e.g. 200ms, 1s)"},
   };
   for (const auto& [text, want] : cases) EXPECT_EQ(error(text), want) << text;
 }
@@ -268,6 +279,8 @@ TEST(WireFaultRule, CanonicalText) {
       {"duplicate 1", "duplicate"},
       {"duplicate 2 prob 0.000000001 seed 9", "prob 0.000000001 seed 9 duplicate 2"},
       {"ecn-ce class read-response", "class read-response ecn-ce"},
+      {"first 9 for 1000ms dir rx after 300000us every 4 ecn-ce",
+       "dir rx after 300ms for 1s every 4 first 9 ecn-ce"},
   };
   for (const auto& [text, want] : cases) {
     const FaultRule r = rule(text);
@@ -287,6 +300,7 @@ TEST(WireFaultRule, FormatRoundTrip) {
       "prob 0 truncate 65535",
       "class cnp ecn-ce",
       "opcode 255 corrupt icrc",
+      "class request after 1500us for 7ns skip 1 ecn-ce",
   };
   for (const char* t : texts) {
     const FaultRule r = rule(t);
