@@ -58,7 +58,15 @@ const Scenario kScenarios[] = {
      .expect = "an ACK at or beyond the SEND ONLY's PSN after its duplicate (one may cover both), no NAK, "
                "and both pingpong "
                "programs complete every iteration (a second execution would consume a receive)",
-     .judge = judge_dup_send_acked,
+     .judge = judge_dup_request_acked,
+     .rxe_note = ""},
+    {.id = "B1.write",
+     .run = "write-dup",
+     .clause = "IBTA vol. 1 ch. 9, duplicate requests: a duplicate RDMA WRITE is acknowledged again, with no "
+               "NAK (writing its data again changes nothing)",
+     .expect = "an ACK at or beyond the WRITE ONLY's PSN after its duplicate (one may cover both), no NAK, "
+               "and both ib_write_bw programs complete",
+     .judge = judge_dup_request_acked,
      .rxe_note = ""},
     {.id = "B5.send",
      .run = "send-dup",
@@ -352,6 +360,18 @@ const Scenario kScenarios[] = {
      .judge = judge_cnp_for_read_ce,
      .rxe_note = "kernel rxe has no congestion control: rxe_rcv never reads the IP ECN field and rxe builds "
                  "no CNP (0x81), so CE-marked READ responses draw nothing"},
+    {.id = "H3.cnp-rate",
+     .run = "peer-write-cnp",
+     .clause = "RoCEv2 annex A17, congestion management (optional there; DCQCN on ConnectX and urxe): a "
+               "reaction point lowers a QP's injection rate while CNPs for it arrive, and raises it again "
+               "once they stop",
+     .expect =
+         "the peer writes at a paced 10 MiB/s; while urxe takes its requests as CE-marked (500 ms) and "
+         "answers with CNPs, the rate it sends at (bytes over the 2 ms it sends in) falls under a third "
+         "of what it was before; after them it climbs back over half",
+     .judge = judge_cnp_reaction,
+     .rxe_note = "kernel rxe implements no congestion management: an incoming CNP (0x81) fails its QP-type "
+                 "check and is dropped, so the pacer's rate goes on under the CNPs"},
     // A, C, D: sequence, go-back-N, timers, RDMA READ, RNR with the peer as requester (or READ responder).
     {.id = "A3.write",
      .run = "peer-write-gap",
@@ -515,6 +535,15 @@ const Scenario kScenarios[] = {
      .judge = judge_rnr_wait,
      .rxe_note = ""},
     // The peer after urxe's MRA, a stale connection (conform_judges_cm_conn.cc).
+    {.id = "D4.rnr-retry",
+     .run = "peer-send-rnr0",
+     .clause = "IBTA vol. 1 ch. 9, RNR NAK processing, and ch. 12, REQ RNR Retry Count: a requester retries "
+               "an RNR NAKed request rnr_retry times (7: without end), then fails the WQE "
+               "(IBV_WC_RNR_RETRY_EXC_ERR); the passive side's QP takes the count from the REQ",
+     .expect = "urxe's REQ (ucmatose client) asks for RNR retry count 0; urxe's first ACK to the peer's "
+               "SENDs reaches it as an RNR NAK (timer 0.01 ms): the peer never sends that PSN again",
+     .judge = judge_rnr_retry_zero,
+     .rxe_note = ""},
     {.id = "I5.mra",
      .run = "cm-mra",
      .clause = "IBTA vol. 1 ch. 12, MRA: the sender of the message MRAed waits ServiceTimeout + "

@@ -15,9 +15,10 @@ Finding judge_no_seq_nak(const Trace& t, const Setup& s);
 Finding judge_silent_drop(const Trace& t, const Setup& s);  // F3/F5: dropped without a NAK, then resent
 Finding judge_ce_no_loss(const Trace& t, const Setup& s);
 Finding judge_cnp_for_ce(const Trace& t, const Setup& s);
+Finding judge_cnp_reaction(const Trace& t, const Setup& s);  // H3: rate down under CNPs, back after
 
 // Duplicates (conform_judges_dup.cc).
-Finding judge_dup_send_acked(const Trace& t, const Setup& s);
+Finding judge_dup_request_acked(const Trace& t, const Setup& s);
 Finding judge_dup_atomic_replayed(const Trace& t, const Setup& s);
 
 // Error NAKs (conform_judges_err.cc).
@@ -38,6 +39,7 @@ bool same_payload(const Frame& a, const Frame& b);  // the same payload bytes
 // RDMA READ and RNR (conform_judges_read.cc).
 Finding judge_read_resume(const Trace& t, const Setup& s);
 Finding judge_read_implied_nak(const Trace& t, const Setup& s);
+Finding judge_rnr_retry_zero(const Trace& t, const Setup& s);  // D4
 Finding judge_read_restart_first(const Trace& t, const Setup& s);
 Finding judge_dup_read_middle(const Trace& t, const Setup& s);
 Finding judge_dup_read_whole(const Trace& t, const Setup& s);

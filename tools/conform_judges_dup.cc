@@ -4,7 +4,7 @@
 
 namespace urxe::tools::conform {
 
-Finding judge_dup_send_acked(const Trace& t, const Setup&) {
+Finding judge_dup_request_acked(const Trace& t, const Setup&) {
   const Frame* h = first_hit(t);
   if (!h || !peer_spoke(t)) return no_stimulus(t, "the duplicate rule never hit");
   const uint32_t p = h->psn();
@@ -20,13 +20,11 @@ Finding judge_dup_send_acked(const Trace& t, const Setup&) {
       last_copy, [&](const Frame& f) { return f.from_peer() && f.is_ack() && psn_diff(p, f.psn()) >= 0; });
   if (!cover) return fail("no ACK at or beyond PSN " + hex(p) + " after its duplicate", {h, last_copy});
   if (t.local_status != 0 || t.peer_status != 0)
-    return fail("the pingpong programs did not both complete (urxe " + std::to_string(t.local_status) +
-                    ", peer " + std::to_string(t.peer_status) +
-                    "): the duplicate was executed or lost the "
-                    "connection",
+    return fail("the tools did not both complete (urxe " + std::to_string(t.local_status) + ", peer " +
+                    std::to_string(t.peer_status) + "): the duplicate was executed or lost the connection",
                 {h, cover});
-  return pass("SEND ONLY PSN " + hex(p) + " sent twice; the peer acknowledged it after the copy (" +
-                  describe(*cover) + ") and both programs completed every iteration",
+  return pass(describe(*h) + " sent twice; the peer acknowledged it after the copy (" + describe(*cover) +
+                  ") and both tools completed every iteration",
               {h, last_copy, cover});
 }
 

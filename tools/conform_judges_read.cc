@@ -354,4 +354,26 @@ Finding judge_rnr_wait(const Trace& t, const Setup&) {
               {first, first_resend});
 }
 
+// D4: rule 0 turns urxe's first ACK into an RNR NAK (timer 0.01 ms) for a peer whose QP has rnr_retry 0 (the
+// RNR Retry Count of urxe's REQ, which the passive side's QP takes): the peer must not send that PSN again;
+// its QP fails with IBV_WC_RNR_RETRY_EXC_ERR. (Only 7 means "retry for ever"; ucmatose asks for 0.)
+Finding judge_rnr_retry_zero(const Trace& t, const Setup&) {
+  const Frame* nak = first_hit(t);
+  if (!nak || !nak->to_peer() || !nak->is_rnr_nak() || !peer_spoke(t))
+    return no_stimulus(t, "the rule turned no ACK of urxe's into an RNR NAK");
+  const uint32_t p = nak->psn();
+  const Frame* again =
+      t.next(nak, [&](const Frame& f) { return f.from_peer() && !f.cm() && f.is_request() && f.psn() == p; });
+  if (again)
+    return fail("the peer sent PSN " + hex(p) + " again " + ms_text(again->t_ns - nak->t_ns) +
+                    " after urxe's RNR NAK, with rnr_retry 0 (urxe's REQ asked for 0)",
+                {nak, again});
+  // A retry comes a timer (0.01 ms here) after the NAK: the run must have watched long past that.
+  const int64_t watched = t.duration_ns - nak->t_ns;
+  if (watched < 50'000'000) return no_stimulus(t, "the run ended " + ms_text(watched) + " after the RNR NAK");
+  return pass("no PSN " + hex(p) + " from the peer in the " + ms_text(watched) + " after urxe's RNR NAK (" +
+                  describe(*nak) + "): rnr_retry 0 honoured, no retry",
+              {nak});
+}
+
 }  // namespace urxe::tools::conform

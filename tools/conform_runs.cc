@@ -18,6 +18,10 @@ const Run kRuns[] = {
      .peer_cmd = "ibv_rc_pingpong -d {peer_dev} -g {peer_gid} -p {port} -s 1024 -n 5",
      .local_cmd = "ibv_rc_pingpong -d {dev} -g {gid} -p {port} -s 1024 -n 5 {peer_ip}",
      .rules = {"dir tx opcode rc_send_only first 1 duplicate"}},
+    {.id = "write-dup",
+     .peer_cmd = PERF("ib_write_bw", "-s 1024 -n 20"),
+     .local_cmd = PERF_L("ib_write_bw", "-s 1024 -n 20"),
+     .rules = {"dir tx opcode rc_rdma_write_only skip 4 first 1 duplicate"}},
     {.id = "write-rkey",
      .peer_cmd = PERF("ib_write_bw", "-s 65536 -n 5"),
      .local_cmd = PERF_L("ib_write_bw", "-s 65536 -n 5"),
@@ -152,6 +156,20 @@ const Run kRuns[] = {
      .peer_cmd = "ib_read_bw -d {peer_dev} -x {peer_gid} -p {port} -F -s 65536 -n 20 {local_ip}",
      .local_cmd = "ib_read_bw -d {dev} -x {gid} -p {port} -F -s 65536 -n 20",
      .rules = {"dir tx class read-response every 8 ecn-ce"}},
+    // H3 (conform_judges_ecn.cc): the peer writes at a paced 10 MiB/s (perftest's own pacer, so any NIC
+    // keeps it, however slow; a tx queue's worth of messages a burst, which a DCQCN rate limit must hold
+    // back) for its 3 s; from 800 ms into its
+    // data, for 500 ms, urxe takes every request of it as CE-marked and answers with CNPs. A reaction point
+    // cuts its rate under the pacer's while the CNPs come, and climbs back after. (By time, not by packet
+    // count: the peer's speed is unknown.)
+    {.id = "peer-write-cnp",
+     .peer_is_server = false,
+     .peer_cmd = PERF("ib_write_bw",
+                      "-s 4096 -D 3 --rate_limit=10 --rate_units=M --rate_limit_type=SW "
+                      "{local_ip}"),
+     .local_cmd = "ib_write_bw -d {dev} -x {gid} -p {port} -F -s 4096 -D 3",
+     .rules = {"dir rx class request after 800ms for 500ms ecn-ce"},
+     .timeout_ms = 12000},
     // A, C, D: sequence, go-back-N, timers, RDMA READ, RNR with the peer as requester (or READ responder).
     {.id = "peer-write-gap",
      .peer_is_server = false,
@@ -213,6 +231,17 @@ const Run kRuns[] = {
                   "URXE_QPN_START=0 rping -c -a {peer_ip} -p {port} -C 1 -S 64'",
      .rules = {"dir tx class cm:dreq first 1 drop"},
      .timeout_ms = 3000,
+     .tools_may_fail = true},
+    // D4 (conform_judges_read.cc): ucmatose's client asks for RNR retry count 0 in its REQ (conn_param
+    // zeroed), which the passive side's QP takes as its rnr_retry; the peer's server sends first, and urxe's
+    // first ACK reaches it as an RNR NAK. Its QP fails (its flushed receives end its wait); urxe's client
+    // waits for the messages that never come until the run's timeout ends it.
+    {.id = "peer-send-rnr0",
+     .peer_cmd = "ucmatose -b {peer_ip} -p {port}",
+     .local_cmd = "ucmatose -s {peer_ip} -p {port}",
+     .rules = {"dir tx class ack first 1 corrupt aeth.syndrome=0x21"},
+     .timeout_ms = 3000,
+     .server_wait_ms = 1000,
      .tools_may_fail = true},
     {.id = "cm-no-listener",
      .peer_cmd = "sleep 1",

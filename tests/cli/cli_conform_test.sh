@@ -4,8 +4,9 @@
 # every scenario of the catalogue passes, the report (text, report.json) names each with its verdict and
 # evidence frames, each run's pcapng slice opens in tshark with the fault rule's comment on its frame (the
 # CM service's frames too: rules act on its MADs); a peer that deviates (urxe with its notification point
-# off: no CNPs) fails H1 with exit 1, and report.html embeds the plot of that run; and a peer address nobody
-# answers gives an inconclusive verdict and exit 1 within the run's timeout, never a hang.
+# off: no CNPs) fails H1 with exit 1, and report.html embeds the plot of that run; one with its reaction
+# point off fails H3; and a peer address nobody answers gives an inconclusive verdict and exit 1 within the
+# run's timeout, never a hang.
 #   usage: cli_conform_test.sh URXE
 set -u
 . "$(dirname "$0")/../lib/netns.sh"
@@ -44,6 +45,7 @@ check "  E1: NAK remote access error" "NAK remote access error \(0x62\) at PSN" 
 check "  I7: REJ reason 8" "REJ reason 8 \(invalid service ID\)" "$out"
 check "  A4: the peer goes back to the NAKed PSN" "observed: the peer went back to the NAKed PSN 0x[0-9a-f]+ with #[0-9]+ RC RDMA_WRITE_MIDDLE" "$out"
 check "  A6: retry_cnt 7 is 8 transmissions" "observed: the peer sent PSN 0x[0-9a-f]+ 8 times" "$out"
+check "  H3: the peer's rate down under CNPs and back" "observed: sending at [0-9.]+ MB/s \([0-9]+ % busy\) before the marks, [0-9.]+ MB/s \([0-9]+ % busy\) under [0-9]+ marks and [0-9]+ CNPs, [0-9.]+ MB/s \([0-9]+ % busy\) after them" "$out"
 c=$(tshark -r "$T/r/write-gap.pcapng" -T fields -e frame.comment 2>&1)
 [ "$(printf '%s\n' "$c" | grep -c 'fault rule [0-9]*: drop (not sent)$')" = 1 ] &&
   ok "  write-gap.pcapng: the dropped frame marked" || bad "  write-gap.pcapng comments: $(printf '%s' "$c" | head -5)"
@@ -64,6 +66,14 @@ check "  H1 fails" "H1.cnp  FAIL" "$out"
   grep -q '<figure id="plot-write-ce">' "$T/r3/report.html" && grep -q '<svg' "$T/r3/report.html" &&
   ok "  report.html: the failing row and the run's plot embedded" || bad "  report.html: $(head -c 600 "$T/r3/report.html")"
 echo 1 >"$T/b/sys/class/infiniband/urxe1/cc_params/np_enable"
+# a peer that takes no notice of CNPs (its reaction point off): H3 fails, its rate unchanged under them
+echo 0 >"$T/b/sys/class/infiniband/urxe1/cc_params/rp_enable"
+out=$(cd "$T" && $A "$U" conform --dev urxe0 --peer 10.89.0.2 --peer-dev urxe1 --only '^H3' \
+  --peer-exec "$B $U run --" --out "$T/r4" 2>&1)
+expect_rc "a peer deaf to CNPs: exit 1" 1 $?
+check "  H3 fails" "H3.cnp-rate  FAIL" "$out"
+check "  H3 says the rate did not come down" "observed: the peer's rate did not come down under the CNPs" "$out"
+echo 1 >"$T/b/sys/class/infiniband/urxe1/cc_params/rp_enable"
 
 t0=$(date +%s)
 out=$(cd "$T" && $A "$U" conform --dev urxe0 --peer 10.89.0.9 --peer-dev urxe1 --only '^I7' \
