@@ -229,6 +229,7 @@ enum class Counter : uint32_t {
   sent_bytes,        // Ethernet frame bytes (ICRC included, no FCS) of the frames sent_pkts counts
   rcvd_bytes,        // the same of the frames rcvd_pkts counts
   rx_drop_mcast,     // UD multicast frame for a group no QP of this engine is attached to
+  retransmitted_pkts,  // request packets sent again (go-back-N after a NAK or a timeout, a tail loss probe)
   num_counters
 };
 
@@ -284,6 +285,7 @@ inline constexpr CounterInfo kCounterTable[] = {
     {.id = Counter::sent_bytes, .name = "sent_bytes"},
     {.id = Counter::rcvd_bytes, .name = "rcvd_bytes"},
     {.id = Counter::rx_drop_mcast, .name = "rx_drop_mcast"},
+    {.id = Counter::retransmitted_pkts, .name = "retransmitted_pkts"},
 };
 static_assert(std::size(kCounterTable) == static_cast<size_t>(Counter::num_counters));
 static_assert(

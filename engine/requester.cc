@@ -330,6 +330,8 @@ void update_state(EngineImpl& e, Qp& q, SendWqe& w, const ReqPacket& p, bool ack
       if (p.last) w.sent_ns = e.now ? e.now : 1;  // 0 = not timed
       e.arm_probe(q);
     }
+  } else {
+    e.count(Counter::retransmitted_pkts);
   }
   if (q.reliable && !q.comp.timer_deadline && q.attr.timeout)
     q.comp.timer_deadline = e.now + retransmit_timeout_ns(q.attr.timeout);

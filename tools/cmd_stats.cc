@@ -19,6 +19,7 @@
 #include "provider/stats.h"
 #include "tools/command.h"
 #include "tools/json_writer.h"
+#include "tools/stats_prometheus.h"
 
 namespace urxe::tools {
 namespace {
@@ -26,7 +27,8 @@ namespace {
 namespace prov = urxe::provider;
 
 constexpr char kUsage[] =
-    "usage: urxe stats [NAME] [--json] [--watch [SECS]] [--count N] [-p|--processes]\n"
+    "usage: urxe stats [NAME] [--json | --prometheus [--output FILE]] [--watch [SECS]] [--count N]\n"
+    "                  [-p|--processes]\n"
     "Counters of the urxe device NAME (default: every device of $URXE_RUN_DIR, default /run/urxe), named\n"
     "like kernel rxe's hw_counters (sent_pkts, rcvd_pkts, duplicate_request, out_of_seq_request,\n"
     "rcvd_rnr_err, send_rnr_err, rcvd_seq_err, ack_deferred, retry_exceeded_err, retry_rnr_exceeded_err,\n"
@@ -63,6 +65,8 @@ constexpr char kUsage[] =
     "  sent_bytes      bytes of the frames sent_pkts counts (Ethernet header to ICRC)\n"
     "  rcvd_bytes      bytes of the frames rcvd_pkts counts\n"
     "  rx_drop_mcast   UD multicast frame to a group no QP of the process is attached to\n"
+    "  retransmitted_pkts  request packets sent again: go-back-N after a NAK or a timeout, RNR retries,\n"
+    "                  tail loss probes\n"
     "Counts include the processes that have the device open now and every one that had it open since\n"
     "'urxe link add' (also those that died). Each run also writes them to the sysfs tree, as the kernel has\n"
     "them: $URXE_RUN_DIR/sys/class/infiniband/NAME/ports/1/hw_counters/<counter>, and ports/1/counters/\n"
@@ -82,8 +86,19 @@ constexpr char kUsage[] =
     "                  QPs (non-zero ones; an app publishes per-QP figures at most once a second while\n"
     "                  they change, and they go away with the QP); rate_mbps: the current rate of a QP\n"
     "                  that CNPs slowed down (DCQCN), absent while it runs unpaced\n"
-    "  --watch [SECS]  print again every SECS seconds (default 1) with each counter's change per second,\n"
-    "                  until interrupted (Ctrl-C) or N times with --count N\n"
+    "  --prometheus    the counters in Prometheus' text format, for node_exporter's textfile collector:\n"
+    "                  the port figures as its infiniband collector names them (node_infiniband_info,\n"
+    "                  _state_id, _physical_state_id, _rate_bytes_per_second, _port_data_{received,\n"
+    "                  transmitted}_bytes_total, _port_packets_{received,transmitted}_total,\n"
+    "                  _link_downed_total), every counter above as urxe_<name>_total, the CM service's MADs\n"
+    "                  as urxe_cm_{messages_sent,messages_received,retries,duplicates_received}_total\n"
+    "                  {message=...}, and urxe_processes; labels device and port\n"
+    "  --output FILE   with --prometheus: write FILE (through a temporary file renamed over it, mode 0644)\n"
+    "                  instead of printing; with --watch, again every round\n"
+    "  --watch [SECS]  print again every SECS seconds (default 1) with each counter's change per second\n"
+    "                  and a line of rates per device (packets/s and Gbit/s each way, drops/s: every\n"
+    "                  rx_drop_* and the port's losses, retransmits/s: retransmitted_pkts), until\n"
+    "                  interrupted (Ctrl-C) or N times with --count N\n"
     "  --count N       with --watch (implied): stop after N rounds\n"
     "\n"
     "examples:\n"
@@ -91,12 +106,13 @@ constexpr char kUsage[] =
     "  urxe stats urxe0 --json | jq .counters.rcvd_pkts\n"
     "  urxe stats -p --watch 2               # every 2 s, with rates, per process and QP\n"
     "  cat $URXE_RUN_DIR/sys/class/infiniband/urxe0/ports/1/hw_counters/sent_pkts\n"
+    "  urxe stats --prometheus --output /var/lib/prometheus/node-exporter/urxe.prom --watch 15\n"
     "\n"
     "exit status: 0, 1 no such device or its counters unreadable, 2 usage error\n";
 
 struct Options {
-  std::string name;
-  bool json = false, processes = false, watch = false;
+  std::string name, output;
+  bool json = false, prometheus = false, processes = false, watch = false;
   double interval = 1.0;
   uint64_t count = 0;  // 0 = until interrupted
 };
@@ -211,9 +227,9 @@ void print_faults(const std::vector<FaultRow>& rows) {
   if (rows.empty()) return;
   std::printf("  fault rules (urxe fault)     matched       hits    applied  rule\n");
   for (const FaultRow& r : rows)
-    std::printf("    rule %-13u %12llu %10llu %10llu  %s\n", r.id, static_cast<unsigned long long>(r.c.matched),
-                static_cast<unsigned long long>(r.c.hits), static_cast<unsigned long long>(r.c.applied),
-                r.rule.empty() ? "(removed)" : r.rule.c_str());
+    std::printf("    rule %-13u %12llu %10llu %10llu  %s\n", r.id,
+                static_cast<unsigned long long>(r.c.matched), static_cast<unsigned long long>(r.c.hits),
+                static_cast<unsigned long long>(r.c.applied), r.rule.empty() ? "(removed)" : r.rule.c_str());
 }
 
 void print_text(const std::string& dev, const prov::DeviceCounters& dc, const prov::CounterSet* prev,
@@ -255,6 +271,22 @@ void print_text(const std::string& dev, const prov::DeviceCounters& dc, const pr
   }
 }
 
+// The --watch line of rates: what a traffic monitor shows for a NIC, from the change of the counters.
+void print_rates(const std::string& dev, const prov::CounterSet& now, const prov::CounterSet& before,
+                 double elapsed) {
+  const auto per_s = [&](const std::string& n) {
+    const uint64_t a = now.get(n), b = before.get(n);
+    return static_cast<double>(a >= b ? a - b : 0) / elapsed;
+  };
+  double drops = per_s("rx_ring_drops") + per_s("rx_nombuf") + per_s("rx_port_errors");
+  for (const auto& [n, v] : now.values)
+    if (n.rfind("rx_drop_", 0) == 0) drops += per_s(n);
+  std::printf(
+      "%s: tx %.0f pkts/s %.3f Gbit/s, rx %.0f pkts/s %.3f Gbit/s, drops %.0f/s, retransmits %.0f/s\n",
+      dev.c_str(), per_s("sent_pkts"), per_s("sent_bytes") * 8e-9, per_s("rcvd_pkts"),
+      per_s("rcvd_bytes") * 8e-9, drops, per_s("retransmitted_pkts"));
+}
+
 double now_s() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -266,6 +298,8 @@ double now_s() {
 int stats_main(Args args) {
   static constexpr Option kOptions[] = {
       {"json"},
+      {"prometheus"},
+      {"output", Option::required},
       {"processes", Option::none, 'p'},
       {"watch", Option::optional, 0, is_number},  // SECS only when the next word is a number
       {"count", Option::required}};
@@ -278,6 +312,11 @@ int stats_main(Args args) {
     const std::string_view a = t.word;
     if (k == "json") {
       o.json = true;
+    } else if (k == "prometheus") {
+      o.prometheus = true;
+    } else if (k == "output") {
+      o.output = std::string(t.value.value_or(std::string_view()));
+      if (o.output.empty()) return usage_error("--output needs a file name");
     } else if (k == "processes") {
       o.processes = true;
     } else if (k == "watch") {
@@ -302,6 +341,8 @@ int stats_main(Args args) {
     }
   }
   if (o.count && !o.watch) o.watch = true;
+  if (o.json && o.prometheus) return usage_error("--json and --prometheus: one format at a time");
+  if (!o.output.empty() && !o.prometheus) return usage_error("--output is for --prometheus");
 
   const prov::Paths paths = prov::Paths::from_env();
   std::vector<prov::DeviceInfo> devs;
@@ -331,14 +372,19 @@ int stats_main(Args args) {
     const double t = now_s();
     const double elapsed = round ? t - last : 0;
     last = t;
-    if (o.watch && !o.json) {
+    if (o.watch && !o.json && !o.prometheus) {
       char stamp[32];
       const time_t wall = ::time(nullptr);
       std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&wall));
       std::printf("%s%s\n", round ? "\n" : "", stamp);
     }
-    for (const prov::DeviceInfo& d : devs) {
-      prov::DeviceCounters dc;
+    // --prometheus: every device's figures in one exposition (a family's samples together)
+    std::vector<prov::DeviceCounters> all(devs.size());
+    std::vector<prov::CmCounterTable> all_cm(devs.size());
+    std::vector<PrometheusDevice> prom;
+    for (size_t i = 0; i < devs.size(); ++i) {
+      const prov::DeviceInfo& d = devs[i];
+      prov::DeviceCounters& dc = all[i];
       std::string err;
       if (!prov::read_device_counters(d.ibdev_path, true, dc, err)) {
         std::fprintf(stderr, "urxe stats: %s: %s\n", d.config.name.c_str(), err.c_str());
@@ -347,8 +393,12 @@ int stats_main(Args args) {
       }
       prov::mirror_hw_counters(d.ibdev_path, dc.total, err);  // best effort: may be read-only for us
       prov::refresh_port_state(d.ibdev_path, d.config, err);
-      prov::CmCounterTable cm{};
+      prov::CmCounterTable& cm = all_cm[i];
       const bool have_cm = prov::read_cm_counters(d.ibdev_path, cm);
+      if (o.prometheus) {
+        prom.push_back({d.config.name, d.ibdev_path, &dc, have_cm ? &cm : nullptr});
+        continue;
+      }
       prov::FaultRuleSet rules;
       if (!prov::read_fault_rules(d.ibdev_path, rules, err))  // the counters still show, without rule texts
         std::fprintf(stderr, "urxe stats: %s: %s\n", d.config.name.c_str(), err.c_str());
@@ -357,8 +407,19 @@ int stats_main(Args args) {
       } else {
         print_text(d.config.name, dc, round ? &prev[d.config.name] : nullptr, elapsed, o.processes, rules);
         if (have_cm) print_cm(cm);
+        if (round && elapsed > 0) print_rates(d.config.name, dc.total, prev[d.config.name], elapsed);
       }
       prev[d.config.name] = dc.total;
+    }
+    if (o.prometheus && !prom.empty()) {
+      const std::string text = prometheus_text(prom);
+      std::string err;
+      if (o.output.empty()) {
+        std::fputs(text.c_str(), stdout);
+      } else if (!write_textfile(o.output, text, err)) {
+        std::fprintf(stderr, "urxe stats: %s\n", err.c_str());
+        return 1;
+      }
     }
     std::fflush(stdout);
     if (!o.watch || (o.count && round + 1 >= o.count)) break;

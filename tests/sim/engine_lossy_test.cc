@@ -332,6 +332,8 @@ TEST(EngineLossyTest, TailLossIsRecoveredByAProbeNotATimeout) {
   EXPECT_TRUE(dropped);
   Engine& e = *b.tb.host[0].eng;
   EXPECT_EQ(e.counter(Counter::tail_loss_probes), 1u);
+  EXPECT_EQ(e.counter(Counter::retransmitted_pkts), 1u);  // the probe's one packet, nothing else again
+  EXPECT_EQ(b.tb.host[1].eng->counter(Counter::retransmitted_pkts), 0u);
   EXPECT_EQ(e.counter(Counter::completer_retry_err), 0u) << "recovered by a timeout, not the probe";
   EXPECT_GE(took, 10'000'000u);  // not before the probe's 10 ms floor
   EXPECT_LT(took, 20'000'000u) << "a retransmit timeout is " << (uint64_t{4096} << 14) << " ns";
