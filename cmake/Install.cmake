@@ -10,6 +10,7 @@
 #   /etc/libibverbs.d/urxe.driver  ("driver urxe")    when P is /usr
 #   P/etc/libibverbs.d/urxe.driver ("driver P/lib/<multiarch>/libibverbs/liburxe")  for any other P
 #   P/share/doc/urxe/                                 README.md and the module READMEs
+#   P/share/man/man1/urxe.1.gz, urxe-COMMAND.1.gz     from the help texts (tools/lib/man-pages.sh)
 # libibverbs reads only /etc/libibverbs.d (no environment variable in rdma-core 44), so the .driver file of
 # a non-/usr prefix is there to be copied or linked into /etc/libibverbs.d. `urxe env` does not need it: the
 # installed urxe finds the provider relative to itself (bin/../lib/<multiarch>/libibverbs).

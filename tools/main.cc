@@ -52,7 +52,8 @@ constexpr char kEpilog[] =
     "\n"
     "Devices stay invisible to applications when the kernel has RDMA loaded (ib_core): libibverbs then\n"
     "ignores SYSFS_PATH; 'urxe link add', 'urxe env' and 'urxe run' warn about it. Installed: the provider\n"
-    "in <prefix>/lib/<multiarch>/libibverbs, found by urxe next to itself; docs in <prefix>/share/doc/urxe.\n"
+    "in <prefix>/lib/<multiarch>/libibverbs, found by urxe next to itself; docs in <prefix>/share/doc/urxe;\n"
+    "man pages urxe(1) and urxe-COMMAND(1), this text and each command's --help.\n"
     "'urxe --version' prints the version.\n";
 static_assert(urxe::dpdk::names_every_port_kind(kEpilog),
               "kEpilog: URXE_PORT must name every dpdk::PortKind");

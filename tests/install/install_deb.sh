@@ -1,13 +1,14 @@
 #!/bin/sh
 # The Debian package: cpack builds urxe_<version>_<arch>.deb from the Release build, then
 #   1. dpkg-deb: control fields (Depends from dpkg-shlibdeps: libibverbs1, DPDK, libpcap), no conffiles and
-#      no maintainer scripts, and exactly the expected files at their Debian paths;
+#      no maintainer scripts, and exactly the expected files at their Debian paths (a man page per command);
 #   2. a real `dpkg -i` + `dpkg -r`, made safe on a shared machine: in a private mount namespace whose /usr,
 #      /etc and /var are overlayfs mounts with upper directories in a temp dir, so every write dpkg makes
 #      lands there and vanishes with the namespace. Between install and removal: the installed urxe creates
 #      a device (its own network namespace), libibverbs loads the provider through /etc/libibverbs.d/
-#      urxe.driver alone (no LD_PRELOAD), and `urxe run -- ibv_devinfo` works. After `dpkg -r` the upper
-#      directories must hold nothing but directories that already existed: no file is left behind.
+#      urxe.driver alone (no LD_PRELOAD), `urxe run -- ibv_devinfo` works, `man urxe-stats` shows its --help.
+#      After `dpkg -r` the upper directories must hold nothing but directories that already existed: no file
+#      is left behind.
 # Exit 77 (after the dpkg-deb checks) when part 2 cannot run here (not root, no overlayfs).
 #   usage: install_deb.sh BUILD_DIR
 set -u
@@ -29,6 +30,10 @@ if [ "${URXE_IN_OVERLAY:-}" = 1 ]; then
   find /usr /etc -xdev -type d >"$w/dirs.before"
   if out=$(dpkg -i "$deb" 2>&1); then ok "dpkg -i"; else bad "dpkg -i"; printf '%s\n' "$out" | sed 's/^/    /'; fi
   check "dpkg -s urxe: installed" "^Status: install ok installed" "$(dpkg -s urxe 2>&1)"
+  # man finds the pages; a page says what --help says
+  out=$(MANWIDTH=200 MANPAGER=cat man urxe-stats 2>&1)
+  check "man urxe-stats: its NAME line" "^ +urxe-stats - device counters" "$out"
+  check "man urxe-stats: --help's text" "^ +--prometheus +the counters in Prometheus' text format" "$out"
   arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
   check "/usr/bin/urxe env names the installed provider" \
     "^export LD_PRELOAD='/usr/lib/$arch/libibverbs/liburxe-rdmav34.so'$" "$(URXE_RUN_DIR=$w/none /usr/bin/urxe env 2>&1)"
@@ -83,7 +88,14 @@ check "control members: control and md5sums only (no conffiles, no maintainer sc
 files=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ {print $6}' | sort | tr '\n' ' ')
 want="./etc/libibverbs.d/urxe.driver ./usr/bin/urxe ./usr/lib/$arch/libibverbs/liburxe-rdmav34.so "
 check "contents: .driver, urxe, provider in libibverbs' directory" "^$want" "$files"
-check "contents: docs in /usr/share/doc/urxe only besides" "^$want(\./usr/share/doc/urxe/[^ ]+ )+$" "$files"
+check "contents: docs in /usr/share/doc/urxe and man pages only besides" \
+  "^$want(\./usr/share/doc/urxe/[^ ]+ )+(\./usr/share/man/man1/urxe(-[a-z]+)?\.1\.gz )+$" "$files"
+# a man page for urxe and for each command its --help lists
+cmds=$("$build/tools/urxe" --help | awk '/^commands:/ { on = 1; next } on && /^  [a-z]/ { print "urxe-" $1; next } on { exit }')
+want_man=$(printf '%s\n' urxe $cmds | sed 's|.*|./usr/share/man/man1/&.1.gz|' | sort | tr '\n' ' ')
+got_man=$(printf '%s\n' $files | grep '^\./usr/share/man/' | sort | tr '\n' ' ')
+[ "$got_man" = "$want_man" ] && ok "man pages: urxe(1) and one per command ($(printf '%s\n' $cmds | wc -l))" ||
+  bad "man pages: $got_man, want $want_man"
 dpkg-deb -x "$deb" "$w/x"
 [ "$(cat "$w/x/etc/libibverbs.d/urxe.driver")" = "driver urxe" ] && ok "urxe.driver: driver urxe" ||
   bad "urxe.driver: '$(cat "$w/x/etc/libibverbs.d/urxe.driver")'"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # `cmake --install` of the Release build into a staging directory (DESTDIR), then urxe used only from there:
 #   - prefix /usr: the layout libibverbs expects (provider in its provider directory, /etc/libibverbs.d/
-#     urxe.driver = "driver urxe") and nothing installed outside bin, lib, etc, share/doc;
+#     urxe.driver = "driver urxe") and nothing installed outside bin, lib, etc, share/doc, share/man;
 #   - prefix /opt/urxe: the staged urxe finds the staged provider by itself (`urxe env`), also after the
 #     tree is moved; the .driver line names the staged library and loads it without LD_PRELOAD
 #     (RDMAV_DRIVERS, what the file does from /etc/libibverbs.d); ibv_rc_pingpong between two network
@@ -32,7 +32,9 @@ t=$stage/usr-tree
 [ "$(cat "$t/etc/libibverbs.d/urxe.driver" 2>/dev/null)" = "driver urxe" ] && ok "/etc/libibverbs.d/urxe.driver: driver urxe" ||
   bad "etc/libibverbs.d/urxe.driver: '$(cat "$t/etc/libibverbs.d/urxe.driver" 2>&1)'"
 [ -f "$t/usr/share/doc/urxe/README.md" ] && ok "docs in usr/share/doc/urxe" || bad "usr/share/doc/urxe/README.md missing"
-stray=$(cd "$t" && find . -type f | grep -vE "^\./(usr/bin|usr/lib/$arch/libibverbs|etc/libibverbs\.d|usr/share/doc/urxe)/")
+[ -f "$t/usr/share/man/man1/urxe-stats.1.gz" ] && ok "man pages in usr/share/man/man1" || bad "urxe-stats.1.gz missing"
+stray=$(cd "$t" && find . -type f |
+  grep -vE "^\./(usr/bin|usr/lib/$arch/libibverbs|etc/libibverbs\.d|usr/share/doc/urxe)/|^\./usr/share/man/man1/urxe(-[a-z]+)?\.1\.gz$")
 [ -z "$stray" ] && ok "nothing else installed" || bad "unexpected files: $stray"
 # Installed binaries must not point into the build tree.
 if readelf -d "$t/usr/bin/urxe" "$t/usr/lib/$arch/libibverbs/liburxe-rdmav34.so" | grep -qE 'R(UN)?PATH'; then
