@@ -10,15 +10,19 @@ URXE_JOBS=${URXE_JOBS:-2}
 say() { printf '\n== %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# Installs the packages of tools/apt-packages.txt (or the PKGs named) that are missing; does nothing (no
+# Installs the packages of tools/apt-packages.txt (--demo: those before its "# -- tools/demo stops here"
+# line, what building urxe and the demo need; or the PKGs named) that are missing; does nothing (no
 # apt-get update) when everything is there, so reruns are fast.
-install_missing_packages() {  # install_missing_packages [PKG...]
-  local missing=() p pkgs=("$@")
+install_missing_packages() {  # install_missing_packages [--demo | PKG...]
+  local missing=() p pkgs=() demo=0
+  if [ "${1:-}" = --demo ]; then demo=1; shift; fi
+  pkgs=("$@")
   command -v dpkg-query >/dev/null || { echo "dpkg-query not found: not Debian? skipping package check"; return 0; }
   # the list file's lines, less comments and blanks (a process substitution here lost its /dev/fd path
   # in a script run from nohup)
   if [ $# -eq 0 ]; then
     while read -r p; do
+      [ $demo = 1 ] && [ "${p#"# -- tools/demo stops here"}" != "$p" ] && break
       p=${p%%#*}
       p=${p//[[:space:]]/}
       [ -n "$p" ] && pkgs+=("$p")
@@ -68,5 +72,11 @@ build() {
 
 # The Release build everything else uses (tools/demo, tools/bench and the first stage of tools/test).
 configure_release() {
-  configure "$URXE_BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DURXE_WERROR=ON -DURXE_BENCH=ON "$@"
+  configure "$URXE_BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DURXE_WERROR=ON -DURXE_TESTS=ON -DURXE_BENCH=ON "$@"
+}
+
+# Whether GoogleTest is installed: tools/demo builds without the tests when it is not (it installs only
+# what building urxe needs).
+have_gtest() {
+  dpkg-query -W -f='${Status}' libgtest-dev 2>/dev/null | grep -q 'install ok installed'
 }
