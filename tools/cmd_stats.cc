@@ -271,9 +271,9 @@ void print_text(const std::string& dev, const prov::DeviceCounters& dc, const pr
   }
 }
 
-// The --watch line of rates: what a traffic monitor shows for a NIC, from the change of the counters.
-void print_rates(const std::string& dev, const prov::CounterSet& now, const prov::CounterSet& before,
-                 double elapsed) {
+// The --watch line of rates under a device's counters: what a traffic monitor shows for a NIC, from the
+// change of the counters.
+void print_rates(const prov::CounterSet& now, const prov::CounterSet& before, double elapsed) {
   const auto per_s = [&](const std::string& n) {
     const uint64_t a = now.get(n), b = before.get(n);
     return static_cast<double>(a >= b ? a - b : 0) / elapsed;
@@ -282,9 +282,9 @@ void print_rates(const std::string& dev, const prov::CounterSet& now, const prov
   for (const auto& [n, v] : now.values)
     if (n.rfind("rx_drop_", 0) == 0) drops += per_s(n);
   std::printf(
-      "%s: tx %.0f pkts/s %.3f Gbit/s, rx %.0f pkts/s %.3f Gbit/s, drops %.0f/s, retransmits %.0f/s\n",
-      dev.c_str(), per_s("sent_pkts"), per_s("sent_bytes") * 8e-9, per_s("rcvd_pkts"),
-      per_s("rcvd_bytes") * 8e-9, drops, per_s("retransmitted_pkts"));
+      "  rates: tx %.0f pkts/s %.3f Gbit/s, rx %.0f pkts/s %.3f Gbit/s, drops %.0f/s, retransmits %.0f/s\n",
+      per_s("sent_pkts"), per_s("sent_bytes") * 8e-9, per_s("rcvd_pkts"), per_s("rcvd_bytes") * 8e-9, drops,
+      per_s("retransmitted_pkts"));
 }
 
 double now_s() {
@@ -407,7 +407,7 @@ int stats_main(Args args) {
       } else {
         print_text(d.config.name, dc, round ? &prev[d.config.name] : nullptr, elapsed, o.processes, rules);
         if (have_cm) print_cm(cm);
-        if (round && elapsed > 0) print_rates(d.config.name, dc.total, prev[d.config.name], elapsed);
+        if (round && elapsed > 0) print_rates(dc.total, prev[d.config.name], elapsed);
       }
       prev[d.config.name] = dc.total;
     }

@@ -111,8 +111,10 @@ bw="$bw $!"
 pids="$pids $bw"
 sleep 2
 w=$(stats urxe0 --watch 0.5 --count 3)
-check "  --watch: the rates line" '^urxe0: tx [0-9]+ pkts/s [0-9.]+ Gbit/s, rx [1-9][0-9]* pkts/s [0-9.]+ Gbit/s, drops [0-9]+/s, retransmits [0-9]+/s$' "$w"
-[ "$(printf '%s\n' "$w" | grep -c '^urxe0: tx ')" = 2 ] && ok "  one per round after the first" ||
-  bad "  $(printf '%s\n' "$w" | grep -c '^urxe0: tx ') rate lines"
+check "  --watch: the rates line" '^  rates: tx [0-9]+ pkts/s [0-9.]+ Gbit/s, rx [1-9][0-9]* pkts/s [0-9.]+ Gbit/s, drops [0-9]+/s, retransmits [0-9]+/s$' "$w"
+[ "$(printf '%s\n' "$w" | grep -c '^  rates: tx ')" = 2 ] && ok "  one per round after the first" ||
+  bad "  $(printf '%s\n' "$w" | grep -c '^  rates: tx ') rate lines"
+[ "$(printf '%s\n' "$w" | grep -c '^urxe0: ')" = 3 ] && ok "  under each round's device line" ||
+  bad "  $(printf '%s\n' "$w" | grep -c '^urxe0: ') device lines"
 for p in $bw; do wait "$p"; done
 exit $fail
