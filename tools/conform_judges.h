@@ -1,6 +1,8 @@
 // `urxe conform`: the judges, one function per catalogue row (conform_catalog.cc names them). Each reads a
 // run's Trace and says what the peer did; none looks at urxe's own behaviour except to find the stimulus.
 #pragma once
+#include <variant>
+
 #include "tools/conform.h"
 
 namespace urxe::tools::conform {
@@ -85,6 +87,12 @@ const Frame* first_request_hit(const Trace& t);
 // F3/F5: the peer did not answer the request `m` a rule changed (`change` says how), and acknowledged
 // urxe's unchanged resend of it.
 Finding silent_drop_of(const Trace& t, const Frame* m, const std::string& change);
+// A CM MAD that decoded, of attribute `a` (conform_judges_cm.cc); its message as M.
+bool is_cm(const Frame& f, wire::CmAttr a);
+template <class M>
+const M& cm_msg(const Frame& f) {
+  return std::get<M>(f.d.cm.msg);
+}
 // A finding saying the stimulus did not happen.
 Finding no_stimulus(const Trace& t, std::string_view what);
 // Whether the peer put any RoCE frame on the wire (a silent or absent peer gives inconclusive verdicts).

@@ -5,14 +5,10 @@
 #include "wire/mad.h"
 
 namespace urxe::tools::conform {
-namespace {
-
 bool is_cm(const Frame& f, wire::CmAttr a) {
   return f.cm() && f.d.mad_error == wire::MadError::ok &&
          f.d.cm.header.attribute_id == static_cast<uint16_t>(a);
 }
-
-}  // namespace
 
 Finding judge_rej_no_listener(const Trace& t, const Setup&) {
   const Frame* req =

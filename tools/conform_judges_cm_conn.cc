@@ -15,14 +15,6 @@ namespace {
 
 using wire::CmAttr;
 
-bool cm_is(const Frame& f, CmAttr a) {
-  return f.cm() && f.d.mad_error == wire::MadError::ok &&
-         f.d.cm.header.attribute_id == static_cast<uint16_t>(a);
-}
-template <class M>
-const M& msg(const Frame& f) {
-  return std::get<M>(f.d.cm.msg);
-}
 // An IBTA CM time, 4.096 us x 2^x, in ns.
 int64_t cm_time_ns(uint8_t x) {
   return int64_t{4096} << (x & 31);
@@ -34,19 +26,19 @@ std::string ms(int64_t ns) {
 }  // namespace
 
 Finding judge_mra_honoured(const Trace& t, const Setup&) {
-  const Frame* req = t.next(nullptr, [](const Frame& f) { return f.from_peer() && cm_is(f, CmAttr::req); });
+  const Frame* req = t.next(nullptr, [](const Frame& f) { return f.from_peer() && is_cm(f, CmAttr::req); });
   if (!req) return no_stimulus(t, "the peer sent no REQ");
-  const uint32_t comm = msg<wire::CmReq>(*req).local_comm_id;
+  const uint32_t comm = cm_msg<wire::CmReq>(*req).local_comm_id;
   const Frame* mra = t.next(req, [&](const Frame& f) {
-    return f.to_peer() && cm_is(f, CmAttr::mra) && msg<wire::CmMra>(f).remote_comm_id == comm &&
-           msg<wire::CmMra>(f).message_mraed == 0;
+    return f.to_peer() && is_cm(f, CmAttr::mra) && cm_msg<wire::CmMra>(f).remote_comm_id == comm &&
+           cm_msg<wire::CmMra>(f).message_mraed == 0;
   });
   if (!mra) return no_stimulus(t, "urxe's CM sent no MRA for the peer's REQ");
-  const auto& m = msg<wire::CmMra>(*mra);
-  const auto& q = msg<wire::CmReq>(*req);
+  const auto& m = cm_msg<wire::CmMra>(*mra);
+  const auto& q = cm_msg<wire::CmReq>(*req);
   // The REP that reached the peer ends what the capture can show of its REQ timer.
   const Frame* rep = t.next(mra, [&](const Frame& f) {
-    return f.to_peer() && cm_is(f, CmAttr::rep) && msg<wire::CmRep>(f).remote_comm_id == comm;
+    return f.to_peer() && is_cm(f, CmAttr::rep) && cm_msg<wire::CmRep>(f).remote_comm_id == comm;
   });
   // The peer's timer after the MRA: ServiceTimeout + PacketLifeTime, checked from below as the other CM
   // timers (0.95 x, less 100 ms of capture jitter), and without the packet lifetime the MRA cannot show.
@@ -59,25 +51,26 @@ Finding judge_mra_honoured(const Trace& t, const Setup&) {
                            ms(cm_time_ns(m.service_timeout)) + ") for REQ comm ID " + hex(comm) +
                            ", whose own timeout is at most " + ms(own);
   const Frame* resent = t.next(mra, [&](const Frame& f) {
-    return f.from_peer() && f.t_ns < end && cm_is(f, CmAttr::req) &&
-           msg<wire::CmReq>(f).local_comm_id == comm;
+    return f.from_peer() && f.t_ns < end && is_cm(f, CmAttr::req) &&
+           cm_msg<wire::CmReq>(f).local_comm_id == comm;
   });
   if (resent)
     return fail(what + ": the peer sent its REQ again " + ms(resent->t_ns - mra->t_ns) + " after the MRA",
                 {req, mra, resent});
   const Frame* rej = t.next(mra, [&](const Frame& f) {
-    return f.from_peer() && cm_is(f, CmAttr::rej) && msg<wire::CmRej>(f).local_comm_id == comm;
+    return f.from_peer() && is_cm(f, CmAttr::rej) && cm_msg<wire::CmRej>(f).local_comm_id == comm;
   });
   if (rej && (!rep || rej->t_ns < rep->t_ns))
-    return fail(what + ": the peer gave up with REJ reason " + std::to_string(msg<wire::CmRej>(*rej).reason) +
-                    " " + ms(rej->t_ns - mra->t_ns) + " after the MRA",
+    return fail(what + ": the peer gave up with REJ reason " +
+                    std::to_string(cm_msg<wire::CmRej>(*rej).reason) + " " + ms(rej->t_ns - mra->t_ns) +
+                    " after the MRA",
                 {req, mra, rej});
   if (end - req->t_ns < own + 500'000'000)
     return no_stimulus(t, "the window after the MRA (" + ms(end - mra->t_ns) +
                               ") ends before the peer's own REQ timeout would have (" + what + ")");
   if (!rep) return no_stimulus(t, "no REP reached the peer (" + what + ")");
   const Frame* rtu = t.next(rep, [&](const Frame& f) {
-    return f.from_peer() && cm_is(f, CmAttr::rtu) && msg<wire::CmRtu>(f).local_comm_id == comm;
+    return f.from_peer() && is_cm(f, CmAttr::rtu) && cm_msg<wire::CmRtu>(f).local_comm_id == comm;
   });
   if (!rtu)
     return fail(what + ": no RTU for the REP that came " + ms(rep->t_ns - req->t_ns) + " after the REQ",
@@ -88,20 +81,20 @@ Finding judge_mra_honoured(const Trace& t, const Setup&) {
 }
 
 Finding judge_stale_connection(const Trace& t, const Setup&) {
-  const auto ours = [](const Frame& f) { return f.to_peer() && cm_is(f, CmAttr::req); };
+  const auto ours = [](const Frame& f) { return f.to_peer() && is_cm(f, CmAttr::req); };
   const Frame* req1 = t.next(nullptr, ours);
   const Frame* lost = nullptr;
   for (const Frame* f : t.hits(0))
-    if (cm_is(*f, CmAttr::dreq)) lost = f;
+    if (is_cm(*f, CmAttr::dreq)) lost = f;
   if (!req1 || !lost) return no_stimulus(t, "urxe's first connection did not lose its DREQ");
-  const auto& q1 = msg<wire::CmReq>(*req1);
+  const auto& q1 = cm_msg<wire::CmReq>(*req1);
   const Frame* rtu = t.next(req1, [&](const Frame& f) {
-    return f.to_peer() && cm_is(f, CmAttr::rtu) && msg<wire::CmRtu>(f).local_comm_id == q1.local_comm_id;
+    return f.to_peer() && is_cm(f, CmAttr::rtu) && cm_msg<wire::CmRtu>(f).local_comm_id == q1.local_comm_id;
   });
   if (!rtu) return no_stimulus(t, "urxe's first connection never reached the peer's ESTABLISHED");
   const Frame* req2 = t.next(lost, ours);
   if (!req2) return no_stimulus(t, "urxe's second client sent no REQ");
-  const auto& q2 = msg<wire::CmReq>(*req2);
+  const auto& q2 = cm_msg<wire::CmReq>(*req2);
   if (q2.local_qpn != q1.local_qpn || q2.local_comm_id == q1.local_comm_id)
     return no_stimulus(t,
                        "the second REQ offers QPN " + hex(q2.local_qpn) + ", the first " + hex(q1.local_qpn));
@@ -109,20 +102,21 @@ Finding judge_stale_connection(const Trace& t, const Setup&) {
                            ", which the peer holds in the connection of comm ID " + hex(q1.local_comm_id);
   const Frame* answer = t.next(req2, [&](const Frame& f) {
     return f.from_peer() &&
-           ((cm_is(f, CmAttr::rej) && msg<wire::CmRej>(f).remote_comm_id == q2.local_comm_id) ||
-            (cm_is(f, CmAttr::rep) && msg<wire::CmRep>(f).remote_comm_id == q2.local_comm_id) ||
-            (cm_is(f, CmAttr::mra) && msg<wire::CmMra>(f).remote_comm_id == q2.local_comm_id));
+           ((is_cm(f, CmAttr::rej) && cm_msg<wire::CmRej>(f).remote_comm_id == q2.local_comm_id) ||
+            (is_cm(f, CmAttr::rep) && cm_msg<wire::CmRep>(f).remote_comm_id == q2.local_comm_id) ||
+            (is_cm(f, CmAttr::mra) && cm_msg<wire::CmMra>(f).remote_comm_id == q2.local_comm_id));
   });
   if (!answer) return fail("no REJ for " + what, {req1, lost, req2});
-  if (!cm_is(*answer, CmAttr::rej) || msg<wire::CmRej>(*answer).reason != 10)
+  if (!is_cm(*answer, CmAttr::rej) || cm_msg<wire::CmRej>(*answer).reason != 10)
     return fail(
         what + " was answered by " +
-            (cm_is(*answer, CmAttr::rej) ? "REJ reason " + std::to_string(msg<wire::CmRej>(*answer).reason)
-                                         : std::string(cm_is(*answer, CmAttr::rep) ? "a REP" : "an MRA")) +
+            (is_cm(*answer, CmAttr::rej) ? "REJ reason " + std::to_string(cm_msg<wire::CmRej>(*answer).reason)
+                                         : std::string(is_cm(*answer, CmAttr::rep) ? "a REP" : "an MRA")) +
             ", not REJ 10 (stale connection)",
         {req1, lost, req2, answer});
   const Frame* dreq = t.next(req2, [&](const Frame& f) {
-    return f.from_peer() && cm_is(f, CmAttr::dreq) && msg<wire::CmDreq>(f).remote_comm_id == q1.local_comm_id;
+    return f.from_peer() && is_cm(f, CmAttr::dreq) &&
+           cm_msg<wire::CmDreq>(f).remote_comm_id == q1.local_comm_id;
   });
   if (!dreq) return fail(what + ": REJ 10, but no DREQ for the old connection", {req1, lost, req2, answer});
   return pass(what + ": REJ 10 (stale connection), then a DREQ for the old connection",

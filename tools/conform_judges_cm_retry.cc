@@ -12,16 +12,8 @@ namespace {
 
 using wire::CmAttr;
 
-bool cm_is(const Frame& f, CmAttr a) {
-  return f.cm() && f.d.mad_error == wire::MadError::ok &&
-         f.d.cm.header.attribute_id == static_cast<uint16_t>(a);
-}
 uint64_t tid(const Frame& f) {
   return f.d.cm.header.transaction_id;
-}
-template <class M>
-const M& msg(const Frame& f) {
-  return std::get<M>(f.d.cm.msg);
 }
 
 // An IBTA CM time, 4.096 us x 2^x, in ns.
@@ -44,7 +36,7 @@ template <class P>
 std::vector<const Frame*> cm_frames(const Trace& t, const Frame* after, bool from_peer, CmAttr a, P&& pred) {
   std::vector<const Frame*> r;
   for (const Frame* f = after; (f = t.next(f, [&](const Frame& x) {
-         return (from_peer ? x.from_peer() : x.to_peer()) && cm_is(x, a);
+         return (from_peer ? x.from_peer() : x.to_peer()) && is_cm(x, a);
        }));)
     if (pred(*f)) r.push_back(f);
   return r;
@@ -53,12 +45,12 @@ std::vector<const Frame*> cm_frames(const Trace& t, const Frame* after, bool fro
 // The first frame rule k hit that is a CM message of kind a (either direction), or null.
 const Frame* hit_of(const Trace& t, size_t k, CmAttr a) {
   for (const Frame* f : t.hits(k))
-    if (cm_is(*f, a)) return f;
+    if (is_cm(*f, a)) return f;
   return nullptr;
 }
 
 std::string rej_text(const Frame& f) {
-  return "REJ reason " + std::to_string(msg<wire::CmRej>(f).reason) + " (#" + std::to_string(f.n) + ")";
+  return "REJ reason " + std::to_string(cm_msg<wire::CmRej>(f).reason) + " (#" + std::to_string(f.n) + ")";
 }
 
 bool completed(const Trace& t) {
@@ -74,10 +66,10 @@ std::string not_completed(const Trace& t) {
 Finding judge_req_resent(const Trace& t, const Setup&) {
   const Frame* lost = hit_of(t, 0, CmAttr::req);
   if (!lost || !lost->from_peer()) return no_stimulus(t, "the rule never dropped a REQ from the peer");
-  const auto& q = msg<wire::CmReq>(*lost);
-  const Frame* again = t.next(lost, [](const Frame& f) { return f.from_peer() && cm_is(f, CmAttr::req); });
+  const auto& q = cm_msg<wire::CmReq>(*lost);
+  const Frame* again = t.next(lost, [](const Frame& f) { return f.from_peer() && is_cm(f, CmAttr::req); });
   if (!again) return fail("the peer never sent its REQ again (comm ID " + hex(q.local_comm_id) + ")", {lost});
-  const auto& q2 = msg<wire::CmReq>(*again);
+  const auto& q2 = cm_msg<wire::CmReq>(*again);
   if (q2.local_comm_id != q.local_comm_id || tid(*again) != tid(*lost))
     return fail("the next REQ is a new attempt, not the same one sent again: TID " + hex(tid(*lost)) +
                     " then " + hex(tid(*again)) + ", comm ID " + hex(q.local_comm_id) + " then " +
@@ -105,22 +97,22 @@ Finding judge_req_resent(const Trace& t, const Setup&) {
 Finding judge_dup_rep(const Trace& t, const Setup&) {
   const Frame* h = hit_of(t, 1, CmAttr::rep);
   if (!h || !peer_spoke(t)) return no_stimulus(t, "the rule never duplicated a REP");
-  const auto& r = msg<wire::CmRep>(*h);
+  const auto& r = cm_msg<wire::CmRep>(*h);
   const auto reps =
       cm_frames(t, nullptr, false, CmAttr::rep, [&](const Frame& f) { return tid(f) == tid(*h); });
   if (reps.size() < 2) return no_stimulus(t, "the REP did not reach the peer twice");
   const auto mine = [&](uint32_t remote_comm_id) { return remote_comm_id == r.local_comm_id; };
   const auto rejs = cm_frames(t, reps[0], true, CmAttr::rej,
-                              [&](const Frame& f) { return mine(msg<wire::CmRej>(f).remote_comm_id); });
+                              [&](const Frame& f) { return mine(cm_msg<wire::CmRej>(f).remote_comm_id); });
   if (!rejs.empty())
     return fail("the REP sent twice drew " + rej_text(*rejs[0]), {reps[0], reps[1], rejs[0]});
   const auto rtus = cm_frames(t, reps[0], true, CmAttr::rtu,
-                              [&](const Frame& f) { return mine(msg<wire::CmRtu>(f).remote_comm_id); });
+                              [&](const Frame& f) { return mine(cm_msg<wire::CmRtu>(f).remote_comm_id); });
   const auto mras = cm_frames(t, reps[0], true, CmAttr::mra, [&](const Frame& f) {
-    return mine(msg<wire::CmMra>(f).remote_comm_id) && msg<wire::CmMra>(f).message_mraed != 1;
+    return mine(cm_msg<wire::CmMra>(f).remote_comm_id) && cm_msg<wire::CmMra>(f).message_mraed != 1;
   });
   if (!mras.empty())
-    return fail("an MRA for message " + std::to_string(msg<wire::CmMra>(*mras[0]).message_mraed) +
+    return fail("an MRA for message " + std::to_string(cm_msg<wire::CmMra>(*mras[0]).message_mraed) +
                     " (not the REP) answered the REP",
                 {reps[0], reps[1], mras[0]});
   if (rtus.empty()) return fail("no RTU for the REP sent twice", {reps[0], reps[1]});
@@ -140,14 +132,14 @@ Finding judge_dup_req(const Trace& t, const Setup&) {
   const auto reqs =
       cm_frames(t, nullptr, false, CmAttr::req, [&](const Frame& f) { return tid(f) == tid(*h); });
   if (reqs.size() < 2) return no_stimulus(t, "the REQ did not reach the peer twice");
-  const auto& q = msg<wire::CmReq>(*reqs[0]);
+  const auto& q = cm_msg<wire::CmReq>(*reqs[0]);
   const auto mine = [&](uint32_t remote_comm_id) { return remote_comm_id == q.local_comm_id; };
   const auto rejs = cm_frames(t, reqs[0], true, CmAttr::rej,
-                              [&](const Frame& f) { return mine(msg<wire::CmRej>(f).remote_comm_id); });
+                              [&](const Frame& f) { return mine(cm_msg<wire::CmRej>(f).remote_comm_id); });
   if (!rejs.empty())
     return fail("the REQ sent twice drew " + rej_text(*rejs[0]), {reqs[0], reqs[1], rejs[0]});
   const auto reps = cm_frames(t, reqs[0], true, CmAttr::rep,
-                              [&](const Frame& f) { return mine(msg<wire::CmRep>(f).remote_comm_id); });
+                              [&](const Frame& f) { return mine(cm_msg<wire::CmRep>(f).remote_comm_id); });
   if (reps.empty()) return fail("no REP for the REQ sent twice", {reqs[0], reqs[1]});
   // A REP for the copy comes at once; one from the peer's REP timer (the REQ's Local CM Response Timeout)
   // seconds later.
@@ -159,16 +151,16 @@ Finding judge_dup_req(const Trace& t, const Setup&) {
               " after the first, long before the REP timeout: the duplicate REQ was answered with a REP",
           {reqs[0], reqs[1], reps[0], reps[i]});
   const auto mras = cm_frames(t, reqs[0], true, CmAttr::mra,
-                              [&](const Frame& f) { return mine(msg<wire::CmMra>(f).remote_comm_id); });
+                              [&](const Frame& f) { return mine(cm_msg<wire::CmMra>(f).remote_comm_id); });
   for (const Frame* m : mras)
-    if (msg<wire::CmMra>(*m).message_mraed != 0)
-      return fail("an MRA for message " + std::to_string(msg<wire::CmMra>(*m).message_mraed) +
+    if (cm_msg<wire::CmMra>(*m).message_mraed != 0)
+      return fail("an MRA for message " + std::to_string(cm_msg<wire::CmMra>(*m).message_mraed) +
                       " (not the REQ) answered the REQ",
                   {reqs[0], reqs[1], m});
   if (!completed(t)) return fail(not_completed(t), {reqs[0], reqs[1], reps[0]});
   const std::string copy = mras.empty() ? "the copy ignored"
                                         : "an MRA (REQ, service timeout " +
-                                              std::to_string(msg<wire::CmMra>(*mras[0]).service_timeout) +
+                                              std::to_string(cm_msg<wire::CmMra>(*mras[0]).service_timeout) +
                                               ") for the copy (#" + std::to_string(mras[0]->n) + ")";
   std::vector<const Frame*> ev = {reqs[0], reqs[1]};
   if (!mras.empty() && mras[0]->n < reps[0]->n) ev.push_back(mras[0]);
@@ -182,18 +174,18 @@ Finding judge_dup_req(const Trace& t, const Setup&) {
 Finding judge_dup_dreq(const Trace& t, const Setup&) {
   const Frame* h = hit_of(t, 1, CmAttr::dreq);
   if (!h || !peer_spoke(t)) return no_stimulus(t, "the rule never duplicated a DREQ");
-  const auto& d = msg<wire::CmDreq>(*h);
+  const auto& d = cm_msg<wire::CmDreq>(*h);
   const auto dreqs = cm_frames(t, nullptr, false, CmAttr::dreq, [&](const Frame& f) {
-    return msg<wire::CmDreq>(f).local_comm_id == d.local_comm_id;
+    return cm_msg<wire::CmDreq>(f).local_comm_id == d.local_comm_id;
   });
   if (dreqs.size() < 2) return no_stimulus(t, "the DREQ did not reach the peer twice");
   const auto mine = [&](uint32_t remote_comm_id) { return remote_comm_id == d.local_comm_id; };
   const auto rejs = cm_frames(t, dreqs[0], true, CmAttr::rej,
-                              [&](const Frame& f) { return mine(msg<wire::CmRej>(f).remote_comm_id); });
+                              [&](const Frame& f) { return mine(cm_msg<wire::CmRej>(f).remote_comm_id); });
   if (!rejs.empty())
     return fail("the DREQ sent twice drew " + rej_text(*rejs[0]), {dreqs[0], dreqs[1], rejs[0]});
   const auto dreps = cm_frames(t, dreqs[0], true, CmAttr::drep,
-                               [&](const Frame& f) { return mine(msg<wire::CmDrep>(f).remote_comm_id); });
+                               [&](const Frame& f) { return mine(cm_msg<wire::CmDrep>(f).remote_comm_id); });
   if (dreps.empty()) return fail("no DREP for the DREQ sent twice", {dreqs[0], dreqs[1]});
   if (dreps.size() > dreqs.size())
     return fail(std::to_string(dreps.size()) + " DREPs for " + std::to_string(dreqs.size()) + " DREQs",
@@ -216,15 +208,15 @@ Finding judge_dup_dreq(const Trace& t, const Setup&) {
 Finding judge_rep_resent(const Trace& t, const Setup&) {
   const Frame* lost = hit_of(t, 0, CmAttr::rep);
   if (!lost || !lost->from_peer()) return no_stimulus(t, "the rule never dropped a REP from the peer");
-  const auto& r = msg<wire::CmRep>(*lost);
+  const auto& r = cm_msg<wire::CmRep>(*lost);
   const auto reqs = cm_frames(t, nullptr, false, CmAttr::req, [&](const Frame& f) {
-    return f.t_ns < lost->t_ns && msg<wire::CmReq>(f).local_comm_id == r.remote_comm_id;
+    return f.t_ns < lost->t_ns && cm_msg<wire::CmReq>(f).local_comm_id == r.remote_comm_id;
   });
   if (reqs.empty()) return no_stimulus(t, "the REQ the lost REP answers is not in the capture");
-  const auto& q = msg<wire::CmReq>(*reqs.back());
-  const Frame* again = t.next(lost, [](const Frame& f) { return f.from_peer() && cm_is(f, CmAttr::rep); });
+  const auto& q = cm_msg<wire::CmReq>(*reqs.back());
+  const Frame* again = t.next(lost, [](const Frame& f) { return f.from_peer() && is_cm(f, CmAttr::rep); });
   if (!again) return fail("the peer never sent its REP again (comm ID " + hex(r.local_comm_id) + ")", {lost});
-  const auto& r2 = msg<wire::CmRep>(*again);
+  const auto& r2 = cm_msg<wire::CmRep>(*again);
   if (tid(*again) != tid(*lost) || r2.local_comm_id != r.local_comm_id ||
       r2.remote_comm_id != r.remote_comm_id)
     return fail("the next REP is not the lost one again: TID " + hex(tid(*lost)) + " then " +
@@ -239,7 +231,7 @@ Finding judge_rep_resent(const Trace& t, const Setup&) {
   if (gap > 2 * timeout + 1000000000)
     return fail("the REP was sent again only after " + ms(gap) + " (" + what + ")", {lost, again});
   const auto rejs = cm_frames(t, lost, true, CmAttr::rej, [&](const Frame& f) {
-    return msg<wire::CmRej>(f).local_comm_id == r.local_comm_id;
+    return cm_msg<wire::CmRej>(f).local_comm_id == r.local_comm_id;
   });
   if (!rejs.empty())
     return fail("the peer rejected the connection: " + rej_text(*rejs[0]), {lost, again, rejs[0]});
@@ -252,14 +244,15 @@ Finding judge_rep_resent(const Trace& t, const Setup&) {
 Finding judge_dreq_resend_answered(const Trace& t, const Setup&) {
   const Frame* lost = hit_of(t, 1, CmAttr::drep);
   if (!lost || !lost->from_peer()) return no_stimulus(t, "the rule never dropped a DREP from the peer");
-  const auto& dp = msg<wire::CmDrep>(*lost);
+  const auto& dp = cm_msg<wire::CmDrep>(*lost);
   const Frame* again = t.next(lost, [&](const Frame& f) {
-    return f.to_peer() && cm_is(f, CmAttr::dreq) && msg<wire::CmDreq>(f).local_comm_id == dp.remote_comm_id;
+    return f.to_peer() && is_cm(f, CmAttr::dreq) &&
+           cm_msg<wire::CmDreq>(f).local_comm_id == dp.remote_comm_id;
   });
   if (!again) return no_stimulus(t, "urxe did not send its DREQ again within the run");
   const Frame* answer = t.next(again, [&](const Frame& f) {
-    return f.from_peer() && cm_is(f, CmAttr::drep) &&
-           msg<wire::CmDrep>(f).remote_comm_id == dp.remote_comm_id;
+    return f.from_peer() && is_cm(f, CmAttr::drep) &&
+           cm_msg<wire::CmDrep>(f).remote_comm_id == dp.remote_comm_id;
   });
   if (!answer)
     return fail("no DREP for urxe's DREQ sent again " + ms(again->t_ns - lost->t_ns) + " after the lost DREP",
@@ -271,14 +264,15 @@ Finding judge_dreq_resend_answered(const Trace& t, const Setup&) {
 
 Finding judge_rej_destroyed_rep_sent(const Trace& t, const Setup&) {
   const Frame* rtu = hit_of(t, 0, CmAttr::rtu);
-  const Frame* rep = t.next(nullptr, [](const Frame& f) { return f.from_peer() && cm_is(f, CmAttr::rep); });
+  const Frame* rep = t.next(nullptr, [](const Frame& f) { return f.from_peer() && is_cm(f, CmAttr::rep); });
   if (!rep || !rtu) return no_stimulus(t, "no REP from the peer, or urxe's RTU was not held back");
-  const auto& r = msg<wire::CmRep>(*rep);
+  const auto& r = cm_msg<wire::CmRep>(*rep);
   const Frame* rej = t.next(rep, [&](const Frame& f) {
-    return f.from_peer() && cm_is(f, CmAttr::rej) && msg<wire::CmRej>(f).local_comm_id == r.local_comm_id;
+    return f.from_peer() && is_cm(f, CmAttr::rej) && cm_msg<wire::CmRej>(f).local_comm_id == r.local_comm_id;
   });
   const Frame* dreq = t.next(rep, [&](const Frame& f) {
-    return f.from_peer() && cm_is(f, CmAttr::dreq) && msg<wire::CmDreq>(f).local_comm_id == r.local_comm_id;
+    return f.from_peer() && is_cm(f, CmAttr::dreq) &&
+           cm_msg<wire::CmDreq>(f).local_comm_id == r.local_comm_id;
   });
   if (dreq && (!rej || dreq->n < rej->n))
     return fail("the peer sent a DREQ (#" + std::to_string(dreq->n) +
@@ -286,7 +280,7 @@ Finding judge_rej_destroyed_rep_sent(const Trace& t, const Setup&) {
                 {rep, rtu, dreq});
   if (!rej)
     return fail("no REJ from the peer after its rping was killed with its REP unanswered", {rep, rtu});
-  const auto& j = msg<wire::CmRej>(*rej);
+  const auto& j = cm_msg<wire::CmRej>(*rej);
   if (j.reason != 28 || j.message_rejected != 2 || j.remote_comm_id != r.remote_comm_id)
     return fail("REJ reason " + std::to_string(j.reason) + ", MessageRejected " +
                     std::to_string(j.message_rejected) + ", remote comm ID " + hex(j.remote_comm_id) +
@@ -301,15 +295,15 @@ Finding judge_rej_destroyed_rep_sent(const Trace& t, const Setup&) {
 
 Finding judge_rej_destroyed_req_sent(const Trace& t, const Setup&) {
   const Frame* rep = hit_of(t, 0, CmAttr::rep);
-  const Frame* req = t.next(nullptr, [](const Frame& f) { return f.from_peer() && cm_is(f, CmAttr::req); });
+  const Frame* req = t.next(nullptr, [](const Frame& f) { return f.from_peer() && is_cm(f, CmAttr::req); });
   if (!req || !rep) return no_stimulus(t, "no REQ from the peer, or urxe's REP was not held back");
-  const auto& q = msg<wire::CmReq>(*req);
+  const auto& q = cm_msg<wire::CmReq>(*req);
   const Frame* rej = t.next(req, [&](const Frame& f) {
-    return f.from_peer() && cm_is(f, CmAttr::rej) && msg<wire::CmRej>(f).local_comm_id == q.local_comm_id;
+    return f.from_peer() && is_cm(f, CmAttr::rej) && cm_msg<wire::CmRej>(f).local_comm_id == q.local_comm_id;
   });
   if (!rej)
     return fail("no REJ from the peer after its rping was killed with its REQ unanswered", {req, rep});
-  const auto& j = msg<wire::CmRej>(*rej);
+  const auto& j = cm_msg<wire::CmRej>(*rej);
   uint64_t ari = 0;
   for (size_t i = 0; i < 8; ++i) ari = ari << 8 | j.additional_reject_information[i];
   if (j.reason != 4 || j.message_rejected != 2 || j.reject_info_length < 8 || ari != q.local_ca_guid)
