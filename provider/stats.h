@@ -72,6 +72,9 @@ struct DeviceCounters {
 
 std::string stats_dir(const std::string& ibdev_path);        // <ibdev_path>/urxe.stats
 std::string hw_counters_dir(const std::string& ibdev_path);  // <ibdev_path>/ports/1/hw_counters
+// The PMA counters of ports/1/counters/ (port_{xmit,rcv}_{data,packets}; data in 32-bit words, as the kernel
+// shows them) from a device's counters.
+std::vector<std::pair<std::string, uint64_t>> port_counters(const CounterSet& c);
 
 // Creates urxe.stats/ (world-writable, sticky: every user's apps add their own file) and
 // ports/1/hw_counters/ with rxe's names at 0 and `lifespan`, the CM groups below at 0, and notes the

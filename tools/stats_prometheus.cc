@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 namespace urxe::tools {
 namespace {
@@ -84,6 +85,12 @@ uint64_t rate_bytes(const PrometheusDevice& d) {  // "25 Gb/sec (1X EDR)" -> 25 
 uint64_t counter(const PrometheusDevice& d, const char* name) {
   return d.counters->total.get(name);
 }
+// A PMA counter as the collector reads ports/1/counters/ (provider::port_counters); data words times 4.
+uint64_t pma(const PrometheusDevice& d, std::string_view name) {
+  for (const auto& [n, v] : prov::port_counters(d.counters->total))
+    if (n == name) return name.ends_with("_data") ? v * 4 : v;
+  return 0;
+}
 constexpr PortFamily kPortFamilies[] = {
     {"node_infiniband_state_id", "gauge",
      "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
@@ -94,19 +101,18 @@ constexpr PortFamily kPortFamilies[] = {
      "up, 6: link error recover, 7: phytest)",
      phys_state_id},
     {"node_infiniband_rate_bytes_per_second", "gauge", "Maximum signal transfer rate", rate_bytes},
-    // As the collector reads the PMA counters: 32-bit words times 4 (provider::port_counters).
     {"node_infiniband_port_data_received_bytes_total", "counter",
      "Number of data octets received on all links",
-     [](const PrometheusDevice& d) { return counter(d, "rcvd_bytes") / 4 * 4; }},
+     [](const PrometheusDevice& d) { return pma(d, "port_rcv_data"); }},
     {"node_infiniband_port_data_transmitted_bytes_total", "counter",
      "Number of data octets transmitted on all links",
-     [](const PrometheusDevice& d) { return counter(d, "sent_bytes") / 4 * 4; }},
+     [](const PrometheusDevice& d) { return pma(d, "port_xmit_data"); }},
     {"node_infiniband_port_packets_received_total", "counter",
      "Number of packets received on all VLs by this port (including errors)",
-     [](const PrometheusDevice& d) { return counter(d, "rcvd_pkts"); }},
+     [](const PrometheusDevice& d) { return pma(d, "port_rcv_packets"); }},
     {"node_infiniband_port_packets_transmitted_total", "counter",
      "Number of packets transmitted on all VLs from this port (including errors)",
-     [](const PrometheusDevice& d) { return counter(d, "sent_pkts"); }},
+     [](const PrometheusDevice& d) { return pma(d, "port_xmit_packets"); }},
     {"node_infiniband_link_downed_total", "counter",
      "Number of times the link failed to recover from an error state and went down",
      [](const PrometheusDevice& d) { return counter(d, "link_downed"); }},
